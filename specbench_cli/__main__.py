@@ -1,0 +1,3 @@
+from specbench_cli.app import main
+
+main()
