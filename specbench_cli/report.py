@@ -1,0 +1,350 @@
+"""Tables from `metrics.summarize` output: markdown, csv, LaTeX, json, and the terminal.
+
+The Spec-Bench table has one row per (model, method) — plus block complexity when a method
+was measured at several — with the speedup of each category, then #MAT, tokens/s and the
+overall speedup. Optional columns: `bc` (block complexity), `mbsu`, `params` (the drafter's
+resolved configuration). With several replicates a value reads "2.31 ± 0.04" (mean ± sample
+std of the per-replicate speedups).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+from dataclasses import dataclass
+from typing import Iterable, Sequence
+
+import pandas as pd
+from rich.markup import escape
+from rich.table import Table
+
+from specbench_cli.console import out
+from specbench_cli.metrics import AR_METHOD, OVERALL, display_category, order_categories
+
+OPTIONAL_COLUMNS = ("bc", "mbsu", "params")
+FORMATS = ("markdown", "csv", "latex", "json")
+EXTENSIONS = {"markdown": "md", "csv": "csv", "latex": "tex", "json": "json"}
+MISSING = "–"
+ROW_KEY = ["model", "method_label", "block_complexity"]
+
+
+@dataclass(frozen=True)
+class Column:
+    """One table column: header text, numeric key in the wide frame, optional std key."""
+
+    header: str
+    key: str
+    std_key: str | None = None
+    digits: int = 2
+    numeric: bool = True
+
+
+@dataclass
+class TableData:
+    """A table ready to render: its columns, the wide numeric frame, a title and notes."""
+
+    title: str
+    columns: list[Column]
+    frame: pd.DataFrame
+    notes: list[str]
+
+    @property
+    def headers(self) -> list[str]:
+        return [c.header for c in self.columns]
+
+    def cells(self) -> list[list[str]]:
+        """Every row as display strings."""
+        return [[cell_text(row, col) for col in self.columns] for _, row in self.frame.iterrows()]
+
+
+# ----------------------------------------------------------------------------- values
+
+
+def format_value(mean: float | None, std: float | None = None, digits: int = 2) -> str:
+    """'2.31', or '2.31 ± 0.04' when a std is known; '–' for a missing value."""
+    if mean is None or not math.isfinite(mean):
+        return MISSING
+    text = f"{mean:.{digits}f}"
+    if std is not None and math.isfinite(std):
+        text += f" ± {std:.{digits}f}"
+    return text
+
+
+def cell_text(row: pd.Series, column: Column) -> str:
+    """Display text of one cell of the wide frame."""
+    value = row.get(column.key)
+    if not column.numeric:
+        return MISSING if value is None or value == "" else str(value)
+    std = row.get(column.std_key) if column.std_key else None
+    return format_value(_float(value), _float(std), column.digits)
+
+
+def _float(value: object) -> float | None:
+    """A finite-or-NaN float, or None for missing values."""
+    if value is None:
+        return None
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def format_params(params: dict | None) -> str:
+    """A drafter's configuration compactly: 'W=5, N=3, G=3' (nested values as JSON)."""
+    if not params:
+        return MISSING
+    parts = []
+    for key, value in params.items():
+        text = value if isinstance(value, (str, int, float, bool)) else json.dumps(value, separators=(",", ":"))
+        parts.append(f"{key}={text}")
+    return ", ".join(parts)
+
+
+def relative_change(before: float, after: float) -> str:
+    """'+34% ↑', '-12% ↓' or '±0% =' (under half a percent); '–' if either is missing."""
+    if not (math.isfinite(before) and math.isfinite(after)) or before == 0:
+        return MISSING
+    change = (after - before) / abs(before) * 100
+    if abs(change) < 0.5:
+        return "±0% ="
+    return f"{change:+.0f}% {'↑' if change > 0 else '↓'}"
+
+
+# ----------------------------------------------------------------------------- tables
+
+
+def row_keys(*summaries: pd.DataFrame) -> list[str]:
+    """Columns identifying a table row: model and method, plus BC when a method has several."""
+    for summary in summaries:
+        overall = summary[summary["category"] == OVERALL]
+        if overall.groupby(["model", "method_label"])["block_complexity"].nunique().gt(1).any():
+            return ROW_KEY
+    return ROW_KEY[:2]
+
+
+def wide_frame(summary: pd.DataFrame) -> pd.DataFrame:
+    """One row per (model, method, BC): per-category speedup (+std) and the overall metrics."""
+    overall = summary[summary["category"] == OVERALL].set_index(ROW_KEY)
+    wide = overall[["mat", "tokens_per_s", "speedup", "speedup_std", "mbsu", "n_errors", "n_replicates"]]
+    wide = wide.rename(columns={"speedup": "speedup_overall", "speedup_std": "speedup_std_overall"}).copy()
+    wide["params"] = overall["method_params"].map(format_params)
+    for category in categories_of(summary):
+        cat = summary[summary["category"] == category].set_index(ROW_KEY)
+        wide[f"speedup_{category}"] = cat["speedup"]
+        wide[f"speedup_std_{category}"] = cat["speedup_std"]
+    order = {key: i for i, key in enumerate(overall.index)}
+    wide = wide.reset_index()
+    return wide.iloc[sorted(range(len(wide)), key=lambda i: order[tuple(wide.loc[i, ROW_KEY])])]
+
+
+def categories_of(summary: pd.DataFrame) -> list[str]:
+    """The categories present (without `overall`), in table order."""
+    return [c for c in order_categories(summary["category"].unique()) if c != OVERALL]
+
+
+def spec_bench_table(summary: pd.DataFrame, columns: Iterable[str] = ()) -> TableData:
+    """The Spec-Bench table (see module docstring) from a `summarize` frame."""
+    columns = validate_columns(columns)
+    if summary.empty:
+        raise ValueError("no rows to tabulate")
+    frame = wide_frame(summary)
+    keys = row_keys(summary)
+    cols = []
+    if frame["model"].nunique() > 1:
+        cols.append(Column("Model", "model", numeric=False))
+    cols.append(Column("Method", "method_label", numeric=False))
+    if "bc" in columns or "block_complexity" in keys:
+        cols.append(Column("BC", "block_complexity", digits=0))
+    if "params" in columns:
+        cols.append(Column("Params", "params", numeric=False))
+    cols += [Column(display_category(c), f"speedup_{c}", f"speedup_std_{c}") for c in categories_of(summary)]
+    cols.append(Column("#MAT", "mat"))
+    if "mbsu" in columns:
+        cols.append(Column("MBSU", "mbsu"))
+    cols += [Column("Tok/s", "tokens_per_s", digits=1), Column("Overall", "speedup_overall", "speedup_std_overall")]
+    return TableData(table_title(summary), cols, frame.reset_index(drop=True), table_notes(summary))
+
+
+def validate_columns(columns: Iterable[str]) -> set[str]:
+    """Lower-cased optional column names; ValueError on an unknown one."""
+    chosen = {c.strip().lower() for c in columns if c.strip()}
+    unknown = chosen - set(OPTIONAL_COLUMNS)
+    if unknown:
+        raise ValueError(f"unknown column(s) {', '.join(sorted(unknown))}; choose from {', '.join(OPTIONAL_COLUMNS)}")
+    return chosen
+
+
+def table_title(summary: pd.DataFrame) -> str:
+    """'Speedup over AR — <model(s)>, block complexity <bc(s)>'."""
+    models = ", ".join(dict.fromkeys(summary["model"].astype(str)))
+    bcs = ", ".join(str(b) for b in sorted(summary["block_complexity"].unique()))
+    return f"Speedup over AR — {models}, block complexity {bcs}"
+
+
+def table_notes(summary: pd.DataFrame) -> list[str]:
+    """Caveats a reader must see: errors, AR mismatches, missing baselines, replicates."""
+    notes = []
+    overall = summary[summary["category"] == OVERALL]
+    replicates = sorted(set(overall["n_replicates"]) - {0})
+    if replicates and max(replicates) > 1:
+        notes.append(f"Values are mean ± sample std over {'/'.join(map(str, replicates))} replicates (run, repeat).")
+    for _, row in overall.iterrows():
+        name = f"{row['method_label']} ({row['model']}, BC {row['block_complexity']})"
+        if row["n_errors"]:
+            notes.append(f"{name}: {row['n_errors']} of {row['n_rows']} rows errored and are left out.")
+        if row["ar_mismatches"]:
+            claim = " although it claims to be lossless" if row["lossless"] else ""
+            notes.append(f"{name}: {row['ar_mismatches']} of {row['ar_compared']} outputs differ from AR{claim}.")
+        if row["method_label"] != AR_METHOD and row["n_paired"] == 0:
+            notes.append(f"{name}: no AR rows for the same questions; speedup not available.")
+        elif row["n_paired"] < row["n_questions"]:
+            notes.append(f"{name}: speedup over {row['n_paired']} of {row['n_questions']} questions (those AR also has).")
+    return notes
+
+
+def comparison_table(summary_a: pd.DataFrame, summary_b: pd.DataFrame, metric: str = "speedup") -> TableData:
+    """Run A vs run B per (model, method) and category: 'a → b (+34% ↑)' for `metric`."""
+    keys = row_keys(summary_a, summary_b)
+    merged = summary_a.merge(summary_b, on=keys + ["category"], suffixes=("_a", "_b"))
+    if merged.empty:
+        raise ValueError("the two runs share no (model, method, category)")
+    categories = categories_of(merged) + [OVERALL]
+    rows = []
+    for key, group in merged.groupby(keys, sort=False):
+        by_cat = group.set_index("category")
+        row = dict(zip(keys, key))
+        for category in categories:
+            if category in by_cat.index:
+                a, b = float(by_cat.at[category, f"{metric}_a"]), float(by_cat.at[category, f"{metric}_b"])
+                row[category] = f"{format_value(a)} → {format_value(b)} ({relative_change(a, b)})"
+        rows.append(row)
+    cols = [Column(k.replace("_", " ").title().replace("Method Label", "Method"), k, numeric=False) for k in keys]
+    cols += [Column(display_category(c), c, numeric=False) for c in categories]
+    label = {"speedup": "Speedup", "mat": "#MAT", "tokens_per_s": "Tok/s"}.get(metric, metric)
+    return TableData(f"{label}: run A → run B", cols, pd.DataFrame(rows), [])
+
+
+# ----------------------------------------------------------------------------- renderers
+
+
+def to_markdown(table: TableData) -> str:
+    """GitHub-flavoured markdown: title, pipe table (numbers right-aligned), notes."""
+    def line(cells: Sequence[str]) -> str:
+        return "| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |"
+
+    align = ["---:" if c.numeric else ":---" for c in table.columns]
+    lines = [f"**{table.title}**", "", line(table.headers), line(align)]
+    lines += [line(cells) for cells in table.cells()]
+    if table.notes:
+        lines += [""] + [f"- {note}" for note in table.notes]
+    return "\n".join(lines) + "\n"
+
+
+def to_csv(table: TableData) -> str:
+    """Numbers, not display strings: the wide frame's columns (means and stds separately)."""
+    keys = []
+    for col in table.columns:
+        keys += [col.key] + ([col.std_key] if col.std_key else [])
+    buffer = io.StringIO()
+    table.frame[keys].to_csv(buffer, index=False, quoting=csv.QUOTE_MINIMAL, lineterminator="\n")
+    return buffer.getvalue()
+
+
+LATEX_SPECIALS = {
+    "\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_",
+    "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}",
+    "±": r"$\pm$", "–": "--", "→": r"$\rightarrow$", "↑": r"$\uparrow$", "↓": r"$\downarrow$",
+    "—": "---", "<": r"\textless{}", ">": r"\textgreater{}",
+}
+
+
+def latex_escape(text: str) -> str:
+    """Escape LaTeX specials (and map ±, –, arrows) so any label compiles."""
+    return "".join(LATEX_SPECIALS.get(ch, ch) for ch in str(text))
+
+
+def to_latex(table: TableData) -> str:
+    """A complete article document with one plain `tabular` (no packages beyond graphicx)."""
+    spec = "".join("r" if c.numeric else "l" for c in table.columns)
+    def line(cells: Sequence[str]) -> str:
+        return " & ".join(latex_escape(c) for c in cells) + r" \\"
+
+    body = [r"\hline", line(table.headers), r"\hline"]
+    body += [line(cells) for cells in table.cells()] + [r"\hline"]
+    wide = len(table.columns) > 8
+    tabular = [rf"\begin{{tabular}}{{{spec}}}", *body, r"\end{tabular}"]
+    if wide:
+        tabular = [r"\resizebox{\textwidth}{!}{%", *tabular, "}"]
+    notes = [r"\par\smallskip\footnotesize " + latex_escape(n) for n in table.notes]
+    return "\n".join([
+        r"\documentclass{article}",
+        r"\usepackage[T1]{fontenc}",
+        r"\usepackage{graphicx}",
+        r"\begin{document}",
+        r"\begin{table}[ht]",
+        r"\centering",
+        rf"\caption{{{latex_escape(table.title)}}}",
+        *tabular,
+        *notes,
+        r"\end{table}",
+        r"\end{document}",
+    ]) + "\n"
+
+
+def jsonable(value: object) -> object:
+    """Recursively turn numpy/pandas scalars into JSON types and NaN into null."""
+    if isinstance(value, dict):
+        return {str(k): jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [jsonable(v) for v in value]
+    if hasattr(value, "item") and not isinstance(value, (str, bytes)):
+        value = value.item()
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+def to_json(table: TableData, summary: pd.DataFrame | None = None) -> str:
+    """The table (headers, display cells, numeric rows), notes and optionally the full summary."""
+    doc = {
+        "title": table.title,
+        "headers": table.headers,
+        "cells": table.cells(),
+        "rows": table.frame.to_dict(orient="records"),
+        "notes": table.notes,
+    }
+    if summary is not None:
+        doc["summary"] = summary.to_dict(orient="records")
+    return json.dumps(jsonable(doc), indent=2, ensure_ascii=False) + "\n"
+
+
+def render(table: TableData, fmt: str, summary: pd.DataFrame | None = None) -> str:
+    """Render `table` in one of FORMATS."""
+    if fmt == "markdown":
+        return to_markdown(table)
+    if fmt == "csv":
+        return to_csv(table)
+    if fmt == "latex":
+        return to_latex(table)
+    if fmt == "json":
+        return to_json(table, summary)
+    raise ValueError(f"unknown format {fmt!r}; choose from {', '.join(FORMATS)}")
+
+
+def rich_table(table: TableData) -> Table:
+    """The table as a rich Table (numbers right-aligned, AR row dimmed)."""
+    grid = Table(title=table.title, title_style="bold", header_style="bold cyan")
+    for col in table.columns:
+        grid.add_column(escape(col.header), justify="right" if col.numeric else "left", no_wrap=col.numeric)
+    for (_, row), cells in zip(table.frame.iterrows(), table.cells()):
+        grid.add_row(*(escape(c) for c in cells), style="dim" if row.get("method_label") == AR_METHOD else None)
+    return grid
+
+
+def print_table(table: TableData) -> None:
+    """Print the table and its notes to stdout (`console.out`)."""
+    out.print(rich_table(table))
+    for note in table.notes:
+        out.print(f"[yellow]note:[/] {escape(note)}", highlight=False)
