@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Iterable, Sequence
 
 import pandas as pd
+from rich import box
 from rich.markup import escape
 from rich.table import Table
 
@@ -94,7 +95,7 @@ def _float(value: object) -> float | None:
 def format_params(params: dict | None) -> str:
     """A drafter's configuration compactly: 'W=5, N=3, G=3' (nested values as JSON)."""
     if not params:
-        return MISSING
+        return ""
     parts = []
     for key, value in params.items():
         text = value if isinstance(value, (str, int, float, bool)) else json.dumps(value, separators=(",", ":"))
@@ -134,6 +135,9 @@ def wide_frame(summary: pd.DataFrame) -> pd.DataFrame:
         cat = summary[summary["category"] == category].set_index(ROW_KEY)
         wide[f"speedup_{category}"] = cat["speedup"]
         wide[f"speedup_std_{category}"] = cat["speedup_std"]
+    # AR is the baseline: its speedup is 1 by construction, a spread of 0 says nothing.
+    is_ar = wide.index.get_level_values("method_label") == AR_METHOD
+    wide.loc[is_ar, [c for c in wide.columns if c.startswith("speedup_std_")]] = float("nan")
     order = {key: i for i, key in enumerate(overall.index)}
     wide = wide.reset_index()
     return wide.iloc[sorted(range(len(wide)), key=lambda i: order[tuple(wide.loc[i, ROW_KEY])])]
@@ -333,18 +337,32 @@ def render(table: TableData, fmt: str, summary: pd.DataFrame | None = None) -> s
     raise ValueError(f"unknown format {fmt!r}; choose from {', '.join(FORMATS)}")
 
 
-def rich_table(table: TableData) -> Table:
-    """The table as a rich Table (numbers right-aligned, AR row dimmed)."""
-    grid = Table(title=table.title, title_style="bold", header_style="bold cyan")
-    for col in table.columns:
-        grid.add_column(escape(col.header), justify="right" if col.numeric else "left", no_wrap=col.numeric)
-    for (_, row), cells in zip(table.frame.iterrows(), table.cells()):
-        grid.add_row(*(escape(c) for c in cells), style="dim" if row.get("method_label") == AR_METHOD else None)
+# Spec-Bench leaderboard-style abbreviations, used when the terminal is too narrow.
+SHORT_HEADERS = {"MT-bench": "MT", "Translation": "Trans.", "Summarization": "Sum.", "Tok/s": "tok/s"}
+
+
+def rich_table(table: TableData, width: int | None = None) -> Table:
+    """The table as a rich Table: numbers right-aligned, '± std' on a second line, AR dimmed.
+
+    When the full headers would not fit in `width` columns, category headers are abbreviated.
+    """
+    rows = [[escape(c).replace(" ± ", "\n±") for c in cells] for cells in table.cells()]
+    widths = [max([len(line) for r in rows for line in r[i].split("\n")] or [1]) for i in range(len(table.columns))]
+    full = 1 + sum(max(w, len(c.header)) + 1 for w, c in zip(widths, table.columns))
+    short = width is not None and full > width
+    grid = Table(title=table.title, title_style="bold", header_style="bold cyan", box=box.SIMPLE_HEAD,
+                 collapse_padding=True, pad_edge=False)
+    for col, cell_width in zip(table.columns, widths):
+        header = SHORT_HEADERS.get(col.header, col.header) if short else col.header
+        grid.add_column(escape(header), justify="right" if col.numeric else "left", overflow="fold",
+                        min_width=cell_width if col.numeric else min(cell_width, 10))
+    for (_, row), cells in zip(table.frame.iterrows(), rows):
+        grid.add_row(*cells, style="dim" if row.get("method_label") == AR_METHOD else None)
     return grid
 
 
 def print_table(table: TableData) -> None:
     """Print the table and its notes to stdout (`console.out`)."""
-    out.print(rich_table(table))
+    out.print(rich_table(table, out.width))
     for note in table.notes:
         out.print(f"[yellow]note:[/] {escape(note)}", highlight=False)
