@@ -1,0 +1,441 @@
+"""White-box distillation fine-tuning of a drafter against the target, plus the generic
+resumable training loop shared with `scratch` pretraining and the agreement evaluation.
+
+Data: rows of the distillation JSONL (see distill_data.py). Each row becomes
+    input_ids = chat_prompt(instruction) + tokens(response) [+ eos if the target finished]
+and the loss positions are the positions whose *next* token is a response token, so with
+prompt length P and response length R the positions P-1 .. P+R-2 predict the response.
+
+Step schedule: with --pretrain-mix m, step s (0-based) is a pretraining step iff
+floor((s+1) m) > floor(s m), i.e. a fraction m of the optimizer steps are plain next-token
+cross-entropy steps on chunks of pretraining text; the others are distillation steps.
+Batches are chosen from (seed, step) only, so a resumed run sees the same batches.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import random
+import shutil
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from specbench_cli.errors import UsageError
+from specbench_cli.training import DRAFTER_META, save_model_folder, write_json
+from specbench_cli.training.distill_data import chat_prompt, stop_token_ids
+from specbench_cli.training.losses import LOSSES, distill_loss, kld, tvd
+
+CKPT_DIR = "checkpoints"
+STATE_FILE = "trainer_state.pt"
+
+
+# ----------------------------------------------------------------------------- data
+
+@dataclass
+class Example:
+    """One tokenised distillation row: input_ids (L,) and the loss positions (indices < L-1)."""
+
+    input_ids: list[int]
+    start: int  # first position whose next token is a response token (P - 1)
+    end: int    # one past the last such position (P + R - 1)
+
+
+def build_examples(rows: list[dict], tokenizer: Any, model: Any, max_len: int = 384) -> list[Example]:
+    """Tokenise distillation rows; responses are truncated so the whole sequence fits `max_len`.
+    Rows whose prompt alone leaves no room for a response token are dropped."""
+    eos = stop_token_ids(model, tokenizer)[:1]
+    examples = []
+    for row in rows:
+        prompt = chat_prompt(tokenizer, row["instruction"])
+        resp = tokenizer(row["response"], add_special_tokens=False)["input_ids"]
+        if row.get("finished"):
+            resp = resp + eos
+        resp = resp[: max(0, max_len - len(prompt))]
+        if not resp:
+            continue
+        examples.append(Example(prompt + resp, len(prompt) - 1, len(prompt) + len(resp) - 1))
+    return examples
+
+
+def collate(examples: list[Example], pad_id: int):
+    """Right-pad a batch. Returns input_ids (B, T) long, attention_mask (B, T) long,
+    loss_mask (B, T) bool marking the positions that predict response tokens."""
+    import torch
+
+    width = max(len(e.input_ids) for e in examples)
+    ids = torch.full((len(examples), width), pad_id, dtype=torch.long)
+    att = torch.zeros((len(examples), width), dtype=torch.long)
+    loss_mask = torch.zeros((len(examples), width), dtype=torch.bool)
+    for i, e in enumerate(examples):
+        ids[i, : len(e.input_ids)] = torch.tensor(e.input_ids)
+        att[i, : len(e.input_ids)] = 1
+        loss_mask[i, e.start:e.end] = True
+    return ids, att, loss_mask
+
+
+def split_rows(rows: list[dict], holdout: float) -> tuple[list[dict], list[dict]]:
+    """Split rows into (train, held_out) by instruction, so every temperature of a held-out
+    instruction is held out. Deterministic: an instruction is held out iff the first 8 hex
+    digits of sha1(instruction) / 16^8 < holdout."""
+    if not 0 <= holdout < 1:
+        raise UsageError(f"--holdout must be in [0, 1), got {holdout}")
+
+    def held(row):
+        h = int(hashlib.sha1(row["instruction"].encode()).hexdigest()[:8], 16) / 16 ** 8
+        return h < holdout
+
+    train = [r for r in rows if not held(r)]
+    return train, [r for r in rows if held(r)]
+
+
+def check_distill_rows(rows: list[dict], path: Path) -> None:
+    for i, r in enumerate(rows, 1):
+        if not isinstance(r.get("instruction"), str) or not isinstance(r.get("response"), str):
+            raise UsageError(f"distillation file {path} row {i} lacks 'instruction'/'response' strings")
+
+
+def pretrain_chunks(text: str, tokenizer: Any, seq_len: int) -> list[list[int]]:
+    """Tokenise plain text and cut it into consecutive chunks of `seq_len` + 1 tokens
+    (inputs and shifted labels). UsageError when the text is shorter than one chunk."""
+    ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+    n = len(ids) // (seq_len + 1)
+    if n == 0:
+        raise UsageError(f"pretraining text has {len(ids)} tokens, fewer than one chunk of {seq_len + 1}")
+    return [ids[i * (seq_len + 1):(i + 1) * (seq_len + 1)] for i in range(n)]
+
+
+def batch_indices(n: int, batch_size: int, index: int, seed: int) -> list[int]:
+    """Indices of batch number `index` when n items are visited epoch by epoch, each epoch in a
+    fresh permutation drawn from (seed, epoch); depends on nothing else, so resuming is exact."""
+    import torch
+
+    per_epoch = max(1, n // batch_size)
+    epoch, i = divmod(index, per_epoch)
+    g = torch.Generator().manual_seed(seed * 1_000_003 + epoch)
+    perm = torch.randperm(n, generator=g).tolist()
+    while len(perm) < batch_size:
+        perm += perm
+    return perm[i * batch_size:(i + 1) * batch_size]
+
+
+def is_pretrain_step(step: int, mix: float) -> bool:
+    """Step `step` (0-based) is a pretraining step iff floor((step+1) mix) > floor(step mix)."""
+    return math.floor((step + 1) * mix) > math.floor(step * mix)
+
+
+# ----------------------------------------------------------------------------- model helpers
+
+def position_logits(model: Any, input_ids, attention_mask, loss_mask):
+    """Logits only at the selected positions: (B, T) inputs, (B, T) bool mask -> (N, V).
+
+    Runs the decoder once and applies the output head to the N selected hidden states only
+    (the head is the costliest layer of a small drafter with a 49k vocabulary)."""
+    hidden = model.get_decoder()(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+    return model.get_output_embeddings()(hidden[loss_mask])
+
+
+def next_token_loss(model: Any, ids):
+    """Mean next-token cross-entropy of `model` on chunks ids (B, S+1): inputs ids[:, :-1],
+    labels ids[:, 1:]."""
+    import torch.nn.functional as F
+
+    logits = model(input_ids=ids[:, :-1]).logits  # (B, S, V)
+    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), ids[:, 1:].reshape(-1))
+
+
+def check_same_vocab(drafter: Any, target: Any) -> None:
+    dv, tv = drafter.config.vocab_size, target.config.vocab_size
+    if dv != tv:
+        raise UsageError(f"drafter vocabulary ({dv}) differs from the target's ({tv}); "
+                         "a drafter must share the target's tokenizer")
+
+
+def agreement(drafter: Any, target: Any, examples: list[Example], pad_id: int, batch_size: int = 8) -> dict:
+    """How well the drafter matches the target on the response positions of `examples`
+    (teacher forcing on the given responses).
+
+    Returns {"top1": share of positions where argmax q == argmax p, "tvd": mean TVD
+    (1 - tvd is the expected per-token acceptance of speculative sampling at T=1),
+    "kld": mean KL(p||q), "tokens": number of positions}.
+    """
+    import torch
+
+    if not examples:
+        raise UsageError("no evaluation example (empty held-out split?)")
+    was_training = drafter.training
+    drafter.eval()
+    tot = {"top1": 0.0, "tvd": 0.0, "kld": 0.0, "tokens": 0}
+    with torch.no_grad():
+        for i in range(0, len(examples), batch_size):
+            ids, att, mask = collate(examples[i:i + batch_size], pad_id)
+            t = position_logits(target, ids, att, mask)
+            d = position_logits(drafter, ids, att, mask)
+            n = t.shape[0]
+            tot["top1"] += (t.argmax(-1) == d.argmax(-1)).sum().item()
+            tot["tvd"] += tvd(t, d).item() * n
+            tot["kld"] += kld(t, d).item() * n
+            tot["tokens"] += n
+    drafter.train(was_training)
+    n = tot["tokens"]
+    return {"top1": tot["top1"] / n, "tvd": tot["tvd"] / n, "kld": tot["kld"] / n, "tokens": n}
+
+
+# ----------------------------------------------------------------------------- training loop
+
+@dataclass
+class TrainConfig:
+    steps: int = 200
+    batch_size: int = 4
+    lr: float = 1e-4
+    weight_decay: float = 0.0
+    warmup: int = 10
+    grad_clip: float = 1.0
+    save_every: int = 50
+    keep: int = 2
+    seed: int = 0
+    extra: dict = field(default_factory=dict)
+
+    def validate(self) -> None:
+        if self.steps < 1 or self.batch_size < 1:
+            raise UsageError("--steps and --batch-size must be >= 1")
+        if self.lr <= 0:
+            raise UsageError(f"--lr must be > 0, got {self.lr}")
+        if self.save_every < 1 or self.keep < 1:
+            raise UsageError("--save-every and --keep must be >= 1")
+        if self.warmup < 0 or self.grad_clip <= 0:
+            raise UsageError("--warmup must be >= 0 and --grad-clip > 0")
+
+
+def checkpoints(out: Path) -> list[Path]:
+    """Complete checkpoints under out/checkpoints, oldest first."""
+    root = Path(out) / CKPT_DIR
+    found = [p for p in root.glob("step-*") if (p / STATE_FILE).is_file()] if root.is_dir() else []
+    return sorted(found, key=lambda p: int(p.name.split("-")[1]))
+
+
+def _lr_lambda(warmup: int, steps: int):
+    def f(step: int) -> float:  # linear warmup, then cosine decay to 10 %
+        if step < warmup:
+            return (step + 1) / warmup
+        frac = (step - warmup) / max(1, steps - warmup)
+        return 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, frac)))
+    return f
+
+
+def _rng_state() -> dict:
+    import numpy as np
+    import torch
+
+    return {"torch": torch.get_rng_state(), "python": random.getstate(), "numpy": np.random.get_state()}
+
+
+def _set_rng_state(state: dict) -> None:
+    import numpy as np
+    import torch
+
+    torch.set_rng_state(state["torch"])
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+
+
+def _save_checkpoint(out: Path, step: int, model, tokenizer, opt, sched, history, meta, keep: int) -> Path:
+    import torch
+
+    ck = Path(out) / CKPT_DIR / f"step-{step:07d}"
+    tmp = ck.with_name(ck.name + ".tmp")
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    save_model_folder(model, tokenizer, tmp, {**meta, "step": step})
+    torch.save({"step": step, "optimizer": opt.state_dict(), "scheduler": sched.state_dict(),
+                "rng": _rng_state(), "history": history}, tmp / STATE_FILE)
+    if ck.exists():
+        shutil.rmtree(ck)
+    tmp.rename(ck)
+    for old in checkpoints(out)[:-keep]:
+        shutil.rmtree(old)
+    return ck
+
+
+def plot_history(history: list[dict], path: Path, title: str) -> None:
+    """Loss curve PNG: every numeric series of the history (except lr) against the step."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    keys = [k for k in dict.fromkeys(k for h in history for k in h)
+            if k not in ("step", "lr", "kind", "grad_norm") and isinstance(history[0].get(k, 0.0), (int, float))]
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for k in keys:
+        pts = [(h["step"], h[k]) for h in history if isinstance(h.get(k), (int, float))]
+        if pts:
+            ax.plot(*zip(*pts), label=k, marker="." if len(pts) < 60 else None, linewidth=1)
+    ax.set_xlabel("step")
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+StepFn = Callable[[int], tuple[Any, dict]]
+
+
+def train_loop(model: Any, tokenizer: Any, out: Path, cfg: TrainConfig, step_fn: StepFn, meta: dict,
+               resume: bool = False, progress: bool = True, title: str = "training") -> dict:
+    """Generic resumable loop: AdamW, warmup+cosine LR, grad clipping, checkpoints.
+
+    `step_fn(step)` returns (scalar loss tensor with grad, dict of floats to log). Every
+    `cfg.save_every` steps (and at the end) a checkpoint is written to
+    out/checkpoints/step-NNNNNNN/ as a Hugging Face folder + trainer_state.pt (optimizer,
+    scheduler, step, RNG states, history); the last `cfg.keep` are kept. With `resume`, the
+    latest checkpoint's weights and state are loaded and training continues at its step.
+    At the end the model goes to `out/` (HF folder), with history.jsonl, loss_curve.png and
+    training.json. Returns the training.json dict.
+    """
+    import torch
+
+    from specbench_cli.console import err
+
+    cfg.validate()
+    out = Path(out)
+    found = checkpoints(out)
+    if resume and not found:
+        raise UsageError(f"--resume: no checkpoint under {out / CKPT_DIR}")
+    if not resume and found:
+        raise UsageError(f"{out} already has checkpoints; pass --resume to continue, or choose another -o")
+    torch.manual_seed(cfg.seed)
+    random.seed(cfg.seed)
+    opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=cfg.lr,
+                            betas=(0.9, 0.95), weight_decay=cfg.weight_decay)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, _lr_lambda(cfg.warmup, cfg.steps))
+    history: list[dict] = []
+    start = 0
+    if resume:
+        ck = found[-1]
+        loaded = type(model).from_pretrained(ck, dtype=next(model.parameters()).dtype)
+        model.load_state_dict(loaded.state_dict())
+        del loaded
+        state = torch.load(ck / STATE_FILE, weights_only=False)
+        opt.load_state_dict(state["optimizer"])
+        sched.load_state_dict(state["scheduler"])
+        _set_rng_state(state["rng"])
+        history, start = state["history"], state["step"]
+        if start >= cfg.steps:
+            raise UsageError(f"checkpoint {ck.name} is already at step {start} >= --steps {cfg.steps}")
+        err.print(f"[dim]resuming from {ck} at step {start}[/dim]")
+    full_meta = {**meta, "train_config": asdict(cfg)}
+    model.train()
+    t0 = time.time()
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, \
+        TimeRemainingColumn
+
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  TimeRemainingColumn(), TextColumn("{task.fields[info]}"), console=err,
+                  disable=not progress) as bar:
+        task = bar.add_task(title, total=cfg.steps, completed=start, info="")
+        for step in range(start, cfg.steps):
+            loss, logs = step_fn(step)
+            if not torch.isfinite(loss):
+                from specbench_cli.errors import RuntimeFailure
+
+                raise RuntimeFailure(f"loss became {loss.item()} at step {step}; lower --lr")
+            loss.backward()
+            gnorm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+            opt.step()
+            sched.step()
+            opt.zero_grad(set_to_none=True)
+            history.append({"step": step + 1, **logs, "lr": sched.get_last_lr()[0], "grad_norm": float(gnorm)})
+            bar.update(task, advance=1, info=" ".join(f"{k}={v:.4g}" for k, v in logs.items()
+                                                      if isinstance(v, float)))
+            if (step + 1) % cfg.save_every == 0 or step + 1 == cfg.steps:
+                _save_checkpoint(out, step + 1, model, tokenizer, opt, sched, history, full_meta, cfg.keep)
+    model.eval()
+    train_seconds = time.time() - t0
+    summary = {**full_meta, "steps_done": cfg.steps, "resumed_from": start if resume else None,
+               "wall_seconds_this_run": round(train_seconds, 2)}
+    save_model_folder(model, tokenizer, out, summary)
+    with (out / "history.jsonl").open("w") as f:
+        for h in history:
+            f.write(json.dumps(h) + "\n")
+    plot_history(history, out / "loss_curve.png", title)
+    write_json(out / "training.json", summary)
+    return summary
+
+
+# ----------------------------------------------------------------------------- fine-tuning
+
+def finetune(drafter: Any, target: Any, tokenizer: Any, rows: list[dict], out: Path, loss: str,
+             cfg: TrainConfig, pretrain_text: str | None = None, pretrain_mix: float = 0.0,
+             max_len: int = 384, holdout: float = 0.2, meta: dict | None = None, resume: bool = False,
+             progress: bool = True, eval_batch_size: int = 8) -> dict:
+    """Distil `target` into `drafter` on the distillation `rows` (see the module docstring).
+
+    Held-out instructions (`split_rows(rows, holdout)`) are never trained on; `agreement` on
+    them is measured before (fresh runs only) and after training and stored in training.json
+    under "eval_before" / "eval_after".
+    """
+    import torch
+
+    if loss not in LOSSES:
+        from specbench_cli.errors import unknown
+
+        raise unknown("loss", loss, LOSSES)
+    if not 0 <= pretrain_mix < 1:
+        raise UsageError(f"--pretrain-mix must be in [0, 1), got {pretrain_mix}")
+    if pretrain_mix > 0 and not pretrain_text:
+        raise UsageError("--pretrain-mix > 0 needs --pretrain-text FILE")
+    if max_len < 8:
+        raise UsageError("--max-len must be >= 8")
+    check_same_vocab(drafter, target)
+    train_rows, eval_rows = split_rows(rows, holdout)
+    train_ex = build_examples(train_rows, tokenizer, target, max_len)
+    eval_ex = build_examples(eval_rows, tokenizer, target, max_len)
+    if not train_ex:
+        raise UsageError("no training example left after the held-out split; lower --holdout or add data")
+    chunks = pretrain_chunks(pretrain_text, tokenizer, max_len) if pretrain_mix > 0 else []
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else stop_token_ids(target, tokenizer)[0]
+    target.eval()
+    for p in target.parameters():
+        p.requires_grad_(False)
+
+    def step_fn(step: int):
+        n_pre = math.floor((step + 1) * pretrain_mix)  # pretraining steps up to and including `step`
+        if chunks and is_pretrain_step(step, pretrain_mix):
+            idx = batch_indices(len(chunks), cfg.batch_size, n_pre - 1, cfg.seed + 1)
+            ids = torch.tensor([chunks[i] for i in idx])
+            ce = next_token_loss(drafter, ids)
+            return ce, {"pretrain_ce": ce.item()}
+        idx = batch_indices(len(train_ex), cfg.batch_size, step - n_pre, cfg.seed)
+        ids, att, mask = collate([train_ex[i] for i in idx], pad_id)
+        with torch.no_grad():
+            t = position_logits(target, ids, att, mask)
+        d = position_logits(drafter, ids, att, mask)
+        value = distill_loss(loss, t, d)
+        with torch.no_grad():
+            logs = {"loss": value.item(), "tvd": tvd(t, d).item(), "kld": kld(t, d).item(),
+                    "top1": (t.argmax(-1) == d.argmax(-1)).float().mean().item()}
+        return value, logs
+
+    meta = {**(meta or {}), "kind": "finetune", "loss": loss, "pretrain_mix": pretrain_mix, "max_len": max_len,
+            "holdout": holdout, "train_rows": len(train_rows), "eval_rows": len(eval_rows),
+            "train_examples": len(train_ex), "eval_examples": len(eval_ex), "pretrain_chunks": len(chunks)}
+    if eval_ex and not resume:
+        meta["eval_before"] = agreement(drafter, target, eval_ex, pad_id, eval_batch_size)
+    elif resume and checkpoints(out):
+        previous = json.loads((checkpoints(out)[-1] / DRAFTER_META).read_text())
+        if "eval_before" in previous:
+            meta["eval_before"] = previous["eval_before"]
+    drafter.train()
+    summary = train_loop(drafter, tokenizer, out, cfg, step_fn, meta, resume=resume, progress=progress,
+                         title=f"finetune {loss}")
+    if eval_ex:
+        summary["eval_after"] = agreement(drafter, target, eval_ex, pad_id, eval_batch_size)
+        write_json(Path(out) / "training.json", summary)
+        write_json(Path(out) / DRAFTER_META, summary)
+    return summary
