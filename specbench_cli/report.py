@@ -212,6 +212,8 @@ def comparison_table(summary_a: pd.DataFrame, summary_b: pd.DataFrame, metric: s
     """Run A vs run B per (model, method) and category: 'a → b (+34% ↑)' for `metric`."""
     keys = row_keys(summary_a, summary_b)
     merged = summary_a.merge(summary_b, on=keys + ["category"], suffixes=("_a", "_b"))
+    if metric == "speedup":  # AR's speedup is 1 by definition
+        merged = merged[merged["method_label"] != AR_METHOD]
     if merged.empty:
         raise ValueError("the two runs share no (model, method, category)")
     categories = categories_of(merged) + [OVERALL]
@@ -224,7 +226,9 @@ def comparison_table(summary_a: pd.DataFrame, summary_b: pd.DataFrame, metric: s
                 a, b = float(by_cat.at[category, f"{metric}_a"]), float(by_cat.at[category, f"{metric}_b"])
                 row[category] = f"{format_value(a)} → {format_value(b)} ({relative_change(a, b)})"
         rows.append(row)
-    cols = [Column(k.replace("_", " ").title().replace("Method Label", "Method"), k, numeric=False) for k in keys]
+    shown = [k for k in keys if k != "model" or merged["model"].nunique() > 1]
+    headers = {"model": "Model", "method_label": "Method", "block_complexity": "BC"}
+    cols = [Column(headers[k], k, numeric=False) for k in shown]
     cols += [Column(display_category(c), c, numeric=False) for c in categories]
     label = {"speedup": "Speedup", "mat": "#MAT", "tokens_per_s": "Tok/s"}.get(metric, metric)
     return TableData(f"{label}: run A → run B", cols, pd.DataFrame(rows), [])
@@ -341,12 +345,17 @@ def render(table: TableData, fmt: str, summary: pd.DataFrame | None = None) -> s
 SHORT_HEADERS = {"MT-bench": "MT", "Translation": "Trans.", "Summarization": "Sum.", "Tok/s": "tok/s"}
 
 
+def wrap_cell(text: str) -> str:
+    """Break '2.31 ± 0.04' and '1.07 → 1.21 (+13% ↑)' into short lines for narrow terminals."""
+    return text.replace(" ± ", "\n±").replace(" → ", "\n→ ").replace(" (", "\n(")
+
+
 def rich_table(table: TableData, width: int | None = None) -> Table:
-    """The table as a rich Table: numbers right-aligned, '± std' on a second line, AR dimmed.
+    """The table as a rich Table: numbers right-aligned, '± std' or '(+x%)' on a second line, AR dimmed.
 
     When the full headers would not fit in `width` columns, category headers are abbreviated.
     """
-    rows = [[escape(c).replace(" ± ", "\n±") for c in cells] for cells in table.cells()]
+    rows = [[wrap_cell(escape(c)) for c in cells] for cells in table.cells()]
     widths = [max([len(line) for r in rows for line in r[i].split("\n")] or [1]) for i in range(len(table.columns))]
     full = 1 + sum(max(w, len(c.header)) + 1 for w, c in zip(widths, table.columns))
     short = width is not None and full > width
