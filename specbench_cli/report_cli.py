@@ -257,7 +257,8 @@ def report_command(
         from specbench_cli import plots  # matplotlib only when figures are wanted
 
         written += plots.write_plots(rows, summary, directory)
-    err.print(f"wrote {len(written)} files to {escape(str(directory))}", highlight=False)
+    err.print(f"wrote {len(written)} file{'s' if len(written) != 1 else ''} to {escape(str(directory))}",
+              highlight=False)
 
 
 def write_tables(table: report.TableData, summary: pd.DataFrame, directory: Path, formats: list[str]) -> list[Path]:
