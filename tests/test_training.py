@@ -406,14 +406,15 @@ def test_cli_pipeline_on_tiny_models(tmp_path, target_dir):
     assert invoke(["subclone", "--target", target_dir, "--layers", 1, "-o", sub]).exit_code == 0
     out = tmp_path / "ft"
     res = invoke(["finetune", "--drafter", sub, "--data", data, "--loss", "tvd++", "--pretrain-text", text,
-                  "--steps", 4, "--batch-size", 4, "--save-every", 2, "--max-len", 40, "-o", out, "--quiet"])
+                  "--steps", 4, "--batch-size", 4, "--save-every", 2, "--max-len", 40, "--pretrain-seq-len", 16, "-o", out,
+                  "--quiet"])
     assert res.exit_code == 0, res.output + repr(res.exception)
     summary = json.loads((out / "training.json").read_text())
     assert summary["loss"] == "tvd++" and summary["target"] == str(target_dir)  # target taken from the data
     assert {"eval_before", "eval_after"} <= set(summary) and summary["pretrain_mix"] == 0.2
     res = invoke(["finetune", "--drafter", sub, "--data", data, "--loss", "tvd++", "--pretrain-text", text,
-                  "--steps", 6, "--batch-size", 4, "--save-every", 2, "--max-len", 40, "-o", out, "--quiet",
-                  "--resume"])
+                  "--steps", 6, "--batch-size", 4, "--save-every", 2, "--max-len", 40, "--pretrain-seq-len", 16, "-o", out,
+                  "--quiet", "--resume"])
     assert res.exit_code == 0, res.output + repr(res.exception)
     summary = json.loads((out / "training.json").read_text())
     assert summary["resumed_from"] == 4 and summary["steps_done"] == 6

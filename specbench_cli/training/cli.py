@@ -180,7 +180,8 @@ def finetune_cmd(
                                                  "(default 0.2 with --pretrain-text, else 0)."),
     steps: int = typer.Option(200), batch_size: int = typer.Option(4), lr: float = typer.Option(1e-4),
     weight_decay: float = typer.Option(0.0), warmup: int = typer.Option(10), grad_clip: float = typer.Option(1.0),
-    max_len: int = typer.Option(384, help="Max tokens per example (prompt + response) and per text chunk."),
+    max_len: int = typer.Option(384, help="Max tokens per distillation example (prompt + response)."),
+    pretrain_seq_len: int = typer.Option(128, help="Tokens per pretraining-text chunk."),
     holdout: float = typer.Option(0.2, help="Share of instructions held out for evaluation."),
     save_every: int = typer.Option(50), keep: int = typer.Option(2), seed: int = typer.Option(0),
     resume: bool = typer.Option(False, help="Continue from the latest checkpoint in --output."),
@@ -210,7 +211,7 @@ def finetune_cmd(
     summary = finetune(d.model, t.model, d.tokenizer, rows, out, loss, cfg, text, mix, max_len, holdout,
                        meta={"drafter_init": drafter, "target": target, "data": str(data),
                              "pretrain_text": str(pretrain_text) if pretrain_text else None},
-                       resume=resume, progress=not quiet)
+                       resume=resume, progress=not quiet, pretrain_seq_len=pretrain_seq_len)
     table = {"steps": summary["steps_done"], "seconds": summary["wall_seconds_this_run"]}
     for when in ("eval_before", "eval_after"):
         if when in summary:

@@ -373,12 +373,12 @@ def train_loop(model: Any, tokenizer: Any, out: Path, cfg: TrainConfig, step_fn:
 def finetune(drafter: Any, target: Any, tokenizer: Any, rows: list[dict], out: Path, loss: str,
              cfg: TrainConfig, pretrain_text: str | None = None, pretrain_mix: float = 0.0,
              max_len: int = 384, holdout: float = 0.2, meta: dict | None = None, resume: bool = False,
-             progress: bool = True, eval_batch_size: int = 8) -> dict:
+             progress: bool = True, eval_batch_size: int = 8, pretrain_seq_len: int = 128) -> dict:
     """Distil `target` into `drafter` on the distillation `rows` (see the module docstring).
 
     Held-out instructions (`split_rows(rows, holdout)`) are never trained on; `agreement` on
     them is measured before (fresh runs only) and after training and stored in training.json
-    under "eval_before" / "eval_after".
+    under "eval_before" / "eval_after". Pretraining steps use chunks of `pretrain_seq_len` tokens.
     """
     import torch
 
@@ -390,15 +390,15 @@ def finetune(drafter: Any, target: Any, tokenizer: Any, rows: list[dict], out: P
         raise UsageError(f"--pretrain-mix must be in [0, 1), got {pretrain_mix}")
     if pretrain_mix > 0 and not pretrain_text:
         raise UsageError("--pretrain-mix > 0 needs --pretrain-text FILE")
-    if max_len < 8:
-        raise UsageError("--max-len must be >= 8")
+    if max_len < 8 or pretrain_seq_len < 8:
+        raise UsageError("--max-len and --pretrain-seq-len must be >= 8")
     check_same_vocab(drafter, target)
     train_rows, eval_rows = split_rows(rows, holdout)
     train_ex = build_examples(train_rows, tokenizer, target, max_len)
     eval_ex = build_examples(eval_rows, tokenizer, target, max_len)
     if not train_ex:
         raise UsageError("no training example left after the held-out split; lower --holdout or add data")
-    chunks = pretrain_chunks(pretrain_text, tokenizer, max_len) if pretrain_mix > 0 else []
+    chunks = pretrain_chunks(pretrain_text, tokenizer, pretrain_seq_len) if pretrain_mix > 0 else []
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else stop_token_ids(target, tokenizer)[0]
     target.eval()
     for p in target.parameters():
@@ -423,8 +423,8 @@ def finetune(drafter: Any, target: Any, tokenizer: Any, rows: list[dict], out: P
         return value, logs
 
     meta = {**(meta or {}), "kind": "finetune", "loss": loss, "pretrain_mix": pretrain_mix, "max_len": max_len,
-            "holdout": holdout, "train_rows": len(train_rows), "eval_rows": len(eval_rows),
-            "train_examples": len(train_ex), "eval_examples": len(eval_ex), "pretrain_chunks": len(chunks)}
+            "pretrain_seq_len": pretrain_seq_len, "holdout": holdout, "train_rows": len(train_rows),
+            "eval_rows": len(eval_rows), "train_examples": len(train_ex), "eval_examples": len(eval_ex), "pretrain_chunks": len(chunks)}
     if eval_ex and not resume:
         meta["eval_before"] = agreement(drafter, target, eval_ex, pad_id, eval_batch_size)
     elif resume and checkpoints(out):
