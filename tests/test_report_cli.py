@@ -63,7 +63,7 @@ def invoke(app: typer.Typer, *args) -> tuple[int, str]:
 
 @pytest.fixture
 def run_a(tmp_path) -> Path:
-    return write_run(tmp_path / "run_a", synthetic_rows(seed=1, questions_per_category=2))
+    return write_run(tmp_path / "run_a", synthetic_rows(seed=1, methods=("pld", "sps"), questions_per_category=1))
 
 
 def slowed(rows: list[dict], method: str, factor: float) -> list[dict]:
@@ -141,11 +141,11 @@ def make_baseline(app, run: Path, path: Path) -> dict:
 def test_baseline_contents(app, run_a, tmp_path):
     doc = make_baseline(app, run_a, tmp_path / "base.json")
     summary = m.summarize(all_rows(load_runs([run_a])))
-    assert len(doc["entries"]) == len(summary) == 4 * 7  # 4 methods x (6 categories + overall)
+    assert len(doc["entries"]) == len(summary) == 3 * 7  # (ar, pld, sps) x (6 categories + overall)
     entry = next(e for e in doc["entries"] if e["method_label"] == "pld" and e["category"] == "overall")
     row = summary[(summary["method_label"] == "pld") & (summary["category"] == "overall")].iloc[0]
     assert entry["mat"] == pytest.approx(row["mat"]) and entry["speedup"] == pytest.approx(row["speedup"])
-    assert entry["n"] == 12 and entry["block_complexity"] == 8 and entry["model"] == "smollm2-135m"
+    assert entry["n"] == 6 and entry["block_complexity"] == 8 and entry["model"] == "smollm2-135m"
 
 
 def test_check_same_run_passes(app, run_a, tmp_path):
@@ -179,13 +179,13 @@ def test_check_mat_change_fails_both_ways(app, run_a, tmp_path):
 def test_check_missing_method_is_a_regression(app, run_a, tmp_path):
     make_baseline(app, run_a, tmp_path / "base.json")
     rows = [json.loads(line) for line in (run_a / "samples.jsonl").read_text().splitlines()]
-    fewer = write_run(tmp_path / "fewer", [row for row in rows if row["method"] != "lookahead"])
+    fewer = write_run(tmp_path / "fewer", [row for row in rows if row["method"] != "sps"])
     code, output = invoke(app, "check", fewer, "--baseline", tmp_path / "base.json")
-    assert code == 1 and "7 of 28 baseline entries regressed" in output
+    assert code == 1 and "7 of 21 baseline entries regressed" in output
     summary = m.summarize(all_rows(load_runs([fewer])))
     moved = check_entries(summary, json.loads((tmp_path / "base.json").read_text())["entries"], 0.02, 0.25)
     assert {(rec["method_label"], tuple(rec["problems"])) for rec in moved} == {
-        ("lookahead(W=5,N=3,G=3)", ("missing from run",))}
+        ("sps(k=4)", ("missing from run",))}
 
 
 def test_check_bad_input_exits_2(app, run_a, tmp_path):
@@ -238,8 +238,7 @@ def test_export_matches_spec_bench_scoring(app, run_a, tmp_path):
     code, output = invoke(app, "export", run_a, "--format", "spec-bench", "-o", tmp_path / "answers")
     assert code == 0, output
     files = {p.name: p for p in (tmp_path / "answers").iterdir()}
-    assert set(files) == {"smollm2-135m-ar.jsonl", "smollm2-135m-pld.jsonl", "smollm2-135m-sps_k=4_.jsonl",
-                          "smollm2-135m-lookahead_W=5_N=3_G=3_.jsonl"}
+    assert set(files) == {"smollm2-135m-ar.jsonl", "smollm2-135m-pld.jsonl", "smollm2-135m-sps_k=4_.jsonl"}
     summary = m.summarize(all_rows(load_runs([run_a])))
     for label, name in (("pld", "smollm2-135m-pld.jsonl"), ("sps(k=4)", "smollm2-135m-sps_k=4_.jsonl")):
         mat, speedup = spec_bench_speed(files[name], files["smollm2-135m-ar.jsonl"])
