@@ -1,0 +1,174 @@
+"""The `specbench` command line. Commands are thin: parse, call, print."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+
+from specbench_cli.console import err, out
+from specbench_cli.errors import SpecBenchError, UsageError
+
+app = typer.Typer(
+    help="Run speculative-decoding methods side by side on Spec-Bench-style suites.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+STATE = {"debug": False}
+
+
+@app.callback()
+def _root(debug: bool = typer.Option(False, "--debug", help="Show tracebacks instead of one-line errors.")) -> None:
+    STATE["debug"] = debug
+
+
+def _split(values: Optional[List[str]]) -> Optional[list[str]]:
+    if not values:
+        return None
+    items = [v.strip() for raw in values for v in raw.split(",") if v.strip()]
+    return items or None
+
+
+def _parse_method_options(values: Optional[List[str]]) -> dict[str, dict[str, str]]:
+    opts: dict[str, dict[str, str]] = {}
+    for raw in values or []:
+        if "=" not in raw or "." not in raw.split("=", 1)[0]:
+            raise UsageError(f"--option expects METHOD.KEY=VALUE, got '{raw}'")
+        lhs, value = raw.split("=", 1)
+        method, key = lhs.split(".", 1)
+        opts.setdefault(method.strip(), {})[key.strip()] = value.strip()
+    return opts
+
+
+@app.command()
+def run(
+    model: str = typer.Option("smollm2-135m", "--model", "-m", help="Alias, Hugging Face id, local folder or .gguf file."),
+    methods: Optional[List[str]] = typer.Option(None, "--methods", help="Comma-separated method names (default: all that need no training). AR always runs as the baseline."),
+    tasks: Optional[List[str]] = typer.Option(None, "--tasks", "-t", help="Task suites (default: mini)."),
+    questions: Optional[str] = typer.Option(None, "--questions", help="Questions JSONL (Spec-Bench format) for spec_bench or jsonl."),
+    categories: Optional[List[str]] = typer.Option(None, "--categories", help="Only these categories (comma-separated)."),
+    limit: Optional[int] = typer.Option(None, "--limit", help="At most this many questions per category."),
+    question_ids: Optional[List[str]] = typer.Option(None, "--question-ids", help="Only these question ids (comma-separated)."),
+    block_complexity: int = typer.Option(10, "--block-complexity", "--bc", help="Max tokens the target processes per forward, root included."),
+    max_new_tokens: int = typer.Option(128, "--max-new-tokens", help="Generation cap per turn."),
+    dtype: str = typer.Option("float32", "--dtype", help="float32 (exact lossless check), bfloat16 or float16."),
+    device: str = typer.Option("cpu", "--device", help="cpu or cuda (cuda:N)."),
+    threads: Optional[int] = typer.Option(None, "--threads", help="torch intra-op threads (default: min(cores, 2))."),
+    temperature: float = typer.Option(0.0, "--temperature", help="0 = greedy."),
+    top_p: float = typer.Option(1.0, "--top-p", help="Nucleus sampling mass (with --temperature > 0)."),
+    seed: int = typer.Option(0, "--seed"),
+    repeats: int = typer.Option(1, "--repeats", help="Run everything N times (mean ± std of speedups in reports)."),
+    draft_model: Optional[str] = typer.Option(None, "--draft-model", help="Draft model for sps (same kinds of reference as --model)."),
+    option: Optional[List[str]] = typer.Option(None, "--option", "-o", help="Method option METHOD.KEY=VALUE (repeatable)."),
+    output_dir: Path = typer.Option(Path("results"), "--output-dir", help="Where run folders are created."),
+    resume: Optional[Path] = typer.Option(None, "--resume", help="Continue an interrupted run folder (its manifest's settings are used)."),
+    no_warmup: bool = typer.Option(False, "--no-warmup", help="Skip the untimed warm-up generation."),
+    no_report: bool = typer.Option(False, "--no-report", help="Do not print/write the summary table at the end."),
+) -> None:
+    """Run methods on a task suite and write results/<run_id>/."""
+    from specbench_cli.runner import RunConfig, config_from_manifest, default_methods
+    from specbench_cli.store import RunStore
+    from specbench_cli.workflow import execute
+
+    if resume is not None:
+        store = RunStore.open(resume)
+        cfg = config_from_manifest(store.read_manifest())
+        cfg.validate()
+        err.print(f"resuming {resume} ({len(store.rows())} rows already there)")
+    else:
+        store = None
+        cfg = RunConfig(
+            model=model, methods=_split(methods) or default_methods(), method_options=_parse_method_options(option),
+            tasks=_split(tasks) or ["mini"], questions=questions, categories=_split(categories), limit=limit,
+            question_ids=_split(question_ids), block_complexity=block_complexity, max_new_tokens=max_new_tokens,
+            dtype=dtype, device=device, threads=threads, temperature=temperature, top_p=top_p, seed=seed,
+            repeats=repeats, warmup=not no_warmup, draft_model=draft_model, output_dir=str(output_dir))
+        cfg.validate()
+    execute(cfg, store, report=not no_report)
+
+
+@app.command("list")
+def list_(what: str = typer.Argument(..., help="methods, tasks or models")) -> None:
+    """List registered methods, tasks or model aliases."""
+    from rich.table import Table
+
+    if what == "methods":
+        from specbench_cli import methods as reg
+
+        t = Table("name", "lossless", "needs training", "summary")
+        for n in reg.names():
+            cls = reg.get(n)
+            t.add_row(n, "yes" if cls.lossless else "no", "yes" if cls.needs_training else "no", cls.summary)
+    elif what == "tasks":
+        from specbench_cli import tasks as reg
+
+        t = Table("name", "summary")
+        for n in reg.names():
+            t.add_row(n, reg.get(n).SUMMARY)
+    elif what == "models":
+        from specbench_cli.models import ALIASES, DEFAULT_MODEL
+
+        t = Table("alias", "default", "what")
+        for alias, (_, _, desc) in ALIASES.items():
+            t.add_row(alias, "yes" if alias == DEFAULT_MODEL else "", desc)
+        out.print(t)
+        out.print("Any Hugging Face model id, local model folder or .gguf file also works as --model.")
+        return
+    else:
+        from specbench_cli.errors import unknown
+
+        raise unknown("list target", what, ["methods", "tasks", "models"])
+    out.print(t)
+
+
+def _register_subcommands() -> None:
+    """Commands that live in their own modules."""
+    from specbench_cli.report_cli import register
+    from specbench_cli.training.cli import train_app
+
+    register(app)
+    app.add_typer(train_app, name="train", help="Train drafters (subclone, scratch pretraining, distillation).")
+
+
+_register_subcommands()
+
+
+def main() -> None:
+    """Entry point: one line and exit 2 for bad input, 1 for failures; tracebacks with --debug."""
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    try:
+        rc = app(standalone_mode=False)
+        if isinstance(rc, int) and rc:
+            sys.exit(rc)
+    except SpecBenchError as e:
+        if STATE["debug"]:
+            raise
+        err.print(f"[red]error:[/red] {e}", highlight=False)
+        sys.exit(e.exit_code)
+    except KeyboardInterrupt:
+        err.print("[yellow]interrupted[/yellow]")
+        sys.exit(130)
+    except typer.Exit as e:
+        sys.exit(e.exit_code)
+    except Exception as e:  # click usage errors and anything unexpected
+        import click
+
+        if isinstance(e, click.exceptions.ClickException):
+            e.show()
+            sys.exit(e.exit_code)
+        if isinstance(e, click.exceptions.Abort):
+            err.print("[yellow]aborted[/yellow]")
+            sys.exit(130)
+        if STATE["debug"]:
+            raise
+        err.print(f"[red]error:[/red] {type(e).__name__}: {e} (run with --debug for the traceback)", highlight=False)
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,202 @@
+"""The decoding loop shared by every method.
+
+    1. prefill the prompt, take the first token from its last logits;
+    2. step until EOS or the length cap:
+       a. the drafter proposes a tree within the budget (`propose`);
+       b. one target forward over root + tree (`_forward`);
+       c. the verifier picks the accepted path and the bonus token;
+       d. the cache keeps only the root and the accepted path;
+       e. the drafter sees the result (`observe`); metrics are recorded.
+
+The root of every step is the last accepted token, which is not yet in the KV cache.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, Optional, Protocol
+
+import torch
+
+from specbench_cli.engine.cache import KVCache
+from specbench_cli.engine.tree import Draft, tree_inputs
+from specbench_cli.engine.verify import SamplingConfig, Verdict, verify_greedy, verify_sampling
+
+
+class BudgetExceeded(RuntimeError):
+    """A drafter proposed more tokens than the block complexity allows (a bug in the drafter)."""
+
+
+@dataclass
+class DecodeState:
+    """What a drafter sees when it proposes.
+
+    ids:       prompt + generated tokens so far; `ids[-1]` is the root (last accepted token).
+    budget:    block complexity: the forward may process at most `budget` tokens, root
+               included, so a draft has at most `budget - 1` nodes.
+    remaining: tokens still allowed before the length cap (including the root's successor).
+    """
+
+    ids: list[int]
+    prompt_len: int
+    budget: int
+    remaining: int
+    step: int = 0
+
+
+@dataclass
+class VerifyResult:
+    """What a drafter observes after each verify forward.
+
+    logits: `[n+1, V]` target logits at root (row 0) and every node (row i+1).
+    hidden: `[n+1, H]` last hidden states (only if the drafter asked for them), else None.
+    preds:  greedy argmax per row, when decoding greedily.
+    """
+
+    draft: Draft
+    accepted: list[int]
+    new_tokens: list[int]
+    logits: torch.Tensor
+    hidden: Optional[torch.Tensor]
+    preds: Optional[list[int]]
+    state: DecodeState
+
+
+class Drafter(Protocol):
+    name: str
+    needs_hidden_states: bool
+
+    def reset(self, prompt_ids: list[int]) -> None: ...
+    def propose(self, state: DecodeState) -> Draft: ...
+    def observe(self, result: VerifyResult) -> None: ...
+
+
+@dataclass
+class Generation:
+    """Output and per-step record of one generation."""
+
+    output_ids: list[int] = field(default_factory=list)
+    prompt_tokens: int = 0
+    wall_time: float = 0.0
+    prefill_time: float = 0.0
+    draft_time: float = 0.0
+    verify_time: float = 0.0
+    overhead_time: float = 0.0
+    accept_lengths: list[int] = field(default_factory=list)
+    draft_sizes: list[int] = field(default_factory=list)
+    budget_used: list[int] = field(default_factory=list)
+
+    @property
+    def steps(self) -> int:
+        return len(self.accept_lengths)
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+class Decoder:
+    """Runs drafters against one target model. Batch size 1."""
+
+    def __init__(self, model: Any, eos_ids: set[int] | list[int], sampling: SamplingConfig | None = None) -> None:
+        self.model = model
+        self.eos_ids = set(eos_ids)
+        self.sampling = sampling or SamplingConfig()
+        self.device = next(model.parameters()).device
+        self.dtype = next(model.parameters()).dtype
+        self.embed = model.get_input_embeddings()
+
+    # -- one target forward ---------------------------------------------------------------
+    def _forward(self, cache: KVCache, root: int, draft: Draft, want_hidden: bool):
+        past = cache.length
+        ids = torch.tensor([[root] + draft.tokens], dtype=torch.long, device=self.device)
+        kwargs: dict[str, Any] = {"past_key_values": cache.hf, "use_cache": True}
+        if draft.embeds:
+            emb = self.embed(ids)
+            for node, vec in draft.embeds.items():
+                emb[0, node + 1] = vec.to(emb.dtype)
+            kwargs["inputs_embeds"] = emb
+        else:
+            kwargs["input_ids"] = ids
+        if len(draft) and not draft.is_chain:
+            mask, pos = tree_inputs(draft.parents, past, self.dtype, self.device)
+            kwargs["attention_mask"] = mask
+            kwargs["position_ids"] = pos
+        if want_hidden:
+            kwargs["output_hidden_states"] = True
+        t_model = time.perf_counter()
+        out = self.model(**kwargs)
+        hidden = out.hidden_states[-1][0] if want_hidden else None
+        return out.logits[0], hidden, past, t_model
+
+    def _choose(self, draft: Draft, logits: torch.Tensor, generator) -> Verdict:
+        if self.sampling.greedy:
+            return verify_greedy(draft, logits)
+        return verify_sampling(draft, logits, self.sampling, generator)
+
+    # -- the loop -------------------------------------------------------------------------
+    @torch.inference_mode()
+    def generate(self, drafter: Drafter, prompt_ids: list[int], max_new_tokens: int, budget: int,
+                 generator: Optional[torch.Generator] = None) -> Generation:
+        if budget < 1:
+            raise ValueError("block complexity must be at least 1")
+        g = Generation(prompt_tokens=len(prompt_ids))
+        want_hidden = bool(getattr(drafter, "needs_hidden_states", False))
+        cache = KVCache()
+        clock = time.perf_counter
+        _sync(self.device)
+        t_start = clock()
+
+        # 1. prefill
+        drafter.reset(list(prompt_ids))
+        ids = torch.tensor([prompt_ids], dtype=torch.long, device=self.device)
+        out = self.model(input_ids=ids, past_key_values=cache.hf, use_cache=True,
+                         output_hidden_states=want_hidden)
+        first = self._choose(Draft(), out.logits[0, -1:], generator).new_tokens[0]
+        if hasattr(drafter, "observe_prefill"):
+            drafter.observe_prefill(out.logits[0], out.hidden_states[-1][0] if want_hidden else None)
+        seq = list(prompt_ids) + [first]
+        produced = [first]
+        t_now = clock()
+        g.prefill_time = t_now - t_start
+
+        # 2. decode
+        while len(produced) < max_new_tokens and produced[-1] not in self.eos_ids:
+            t0 = clock()
+            state = DecodeState(ids=seq, prompt_len=len(prompt_ids), budget=budget,
+                                remaining=max_new_tokens - len(produced), step=g.steps)
+            draft = drafter.propose(state)                                   # 2a
+            t1 = clock()
+            if 1 + len(draft) > budget:
+                raise BudgetExceeded(f"{getattr(drafter, 'name', drafter)} proposed {len(draft)} tokens "
+                                     f"at block complexity {budget} (at most {budget - 1})")
+            logits, hidden, past, t_model = self._forward(cache, seq[-1], draft, want_hidden)  # 2b
+            verdict = self._choose(draft, logits, generator)                 # 2c
+            t2 = clock()
+            cache.keep(past, [0] + [a + 1 for a in verdict.accepted])        # 2d
+            new = verdict.new_tokens
+            seq.extend(new)
+            produced.extend(new)
+            result = VerifyResult(draft, verdict.accepted, new, logits, hidden, verdict.preds, state)
+            t3 = clock()
+            drafter.observe(result)                                          # 2e
+            t4 = clock()
+            g.accept_lengths.append(len(new))
+            g.draft_sizes.append(draft.n_acceptable())
+            g.budget_used.append(1 + len(draft))
+            g.draft_time += (t1 - t0) + (t4 - t3)
+            g.verify_time += t2 - t_model
+            g.overhead_time += (t_model - t1) + (t3 - t2)
+
+        # 3. cut at EOS and at the cap, exactly as for every other method
+        out_ids = produced[:max_new_tokens]
+        for i, tok in enumerate(out_ids):
+            if tok in self.eos_ids:
+                out_ids = out_ids[: i + 1]
+                break
+        _sync(self.device)
+        g.wall_time = clock() - t_start
+        g.output_ids = out_ids
+        return g

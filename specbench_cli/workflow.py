@@ -1,0 +1,67 @@
+"""What `specbench run` does between parsing and printing: load, create/open the run folder,
+run with a progress bar, survive Ctrl-C, summarise."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Optional
+
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+from specbench_cli.console import err, out
+from specbench_cli.errors import RuntimeFailure
+from specbench_cli.runner import RunConfig, Runner, load_questions, set_threads
+from specbench_cli.store import RunStore, environment, now_iso
+
+
+def execute(cfg: RunConfig, store: Optional[RunStore] = None, report: bool = True) -> Path:
+    from specbench_cli.models import load_model
+
+    questions = load_questions(cfg)           # bad input fails before the model loads
+    threads = set_threads(cfg.threads)
+    err.print(f"[dim]loading {cfg.model} ({cfg.dtype}, {cfg.device}, {threads} threads)[/dim]")
+    lm = load_model(cfg.model, device=cfg.device, dtype=cfg.dtype)
+    runner = Runner(cfg, store)  # store set below
+    runner.setup(lm)
+    if store is None:
+        manifest = {"config": {**dataclasses.asdict(cfg), "threads": threads,
+                               "methods": list(runner.methods)},
+                    "model": lm.manifest(), **environment(),
+                    "methods": {n: {"label": m.label(), "params": m.params(), "lossless": m.lossless,
+                                    "extra_params": m.extra_params} for n, m in runner.methods.items()}}
+        store = RunStore.create(Path(cfg.output_dir), manifest)
+    else:
+        store.repair_tail()
+    runner.store = store
+    err.print(f"run folder: [bold]{store.path}[/bold]  ({len(questions)} questions x {len(runner.methods)} methods"
+              f", BC={cfg.block_complexity}, max {cfg.max_new_tokens} new tokens)")
+
+    columns = [TextColumn("[progress.description]{task.description}"), BarColumn(), MofNCompleteColumn(),
+               TimeElapsedColumn(), TimeRemainingColumn(), TextColumn("{task.fields[live]}")]
+    with Progress(*columns, console=err, transient=False) as bar:
+        task = bar.add_task("decoding", total=None, live="")
+
+        def on_progress(done: int, total: int) -> None:
+            bar.update(task, completed=done, total=total, live=runner.live.line())
+
+        try:
+            errors = runner.run(questions, progress=on_progress)
+        except KeyboardInterrupt:
+            bar.stop()
+            err.print(f"[yellow]interrupted[/yellow]: finished rows are kept in {store.samples_path}; "
+                      f"continue with: specbench run --resume {store.path}")
+            raise
+    store.update_manifest(finished=now_iso())
+    if report:
+        summarize(store.path)
+    if errors:
+        raise RuntimeFailure(f"{errors} sample(s) failed; see rows with status 'error' in {store.samples_path}")
+    return store.path
+
+
+def summarize(run_dir: Path) -> None:
+    """Print the summary table and write table files + plots to RUN_DIR/report."""
+    from specbench_cli.report_cli import report_command
+
+    report_command([run_dir], fmt=None, output=None, columns="", no_plots=False)

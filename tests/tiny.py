@@ -1,0 +1,58 @@
+"""A tiny randomly initialised Llama and a word-level tokenizer, built in-process (no download).
+
+Shared by the engine, method, CLI and training tests.
+"""
+
+from __future__ import annotations
+
+import torch
+
+VOCAB = 128
+WORDS = ("user assistant system the a cat dog sat on mat is big small red blue write poem about sea sun one two "
+         "three and or what why how translate to french hello world please story short long python code list "
+         "number sum of in it this that").split()
+SPECIAL = ["<unk>", "<pad>", "<|im_start|>", "<|im_end|>"]
+TEMPLATE = ("{% for m in messages %}<|im_start|> {{ m['role'] }} {{ m['content'] }} <|im_end|> {% endfor %}"
+            "{% if add_generation_prompt %}<|im_start|> assistant {% endif %}")
+EOS = 3
+
+
+def make_tokenizer():
+    from tokenizers import Tokenizer
+    from tokenizers.models import WordLevel
+    from tokenizers.pre_tokenizers import Whitespace
+    from transformers import PreTrainedTokenizerFast
+
+    names = SPECIAL + WORDS + [f"w{i}" for i in range(VOCAB - len(SPECIAL) - len(WORDS))]
+    tok = Tokenizer(WordLevel({w: i for i, w in enumerate(names)}, unk_token="<unk>"))
+    tok.pre_tokenizer = Whitespace()
+    tok.add_special_tokens(SPECIAL)
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>", pad_token="<pad>",
+                                   bos_token="<|im_start|>", eos_token="<|im_end|>")
+    fast.chat_template = TEMPLATE
+    assert len(fast) == VOCAB
+    return fast
+
+
+def make_model(seed: int = 0, layers: int = 2, hidden: int = 32, dropout: float = 0.0, sharpen: float = 8.0,
+               dtype: torch.dtype = torch.float32):
+    """Random Llama; `sharpen` scales the final norm so logits are peaked (std ~1, not ~0.1),
+    which makes greedy outputs repetitive enough for drafters to get tokens accepted."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    cfg = LlamaConfig(vocab_size=VOCAB, hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers,
+                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=1024,
+                      tie_word_embeddings=True, bos_token_id=2, eos_token_id=EOS, pad_token_id=1,
+                      attention_dropout=dropout)
+    torch.manual_seed(seed)
+    model = LlamaForCausalLM(cfg)
+    with torch.no_grad():
+        model.model.norm.weight.mul_(sharpen)
+    return model.to(dtype).eval()
+
+
+def save_tiny(directory, seed: int = 0, **kwargs):
+    """Save a tiny model + tokenizer as an HF folder loadable by `load_model`."""
+    make_model(seed, **kwargs).save_pretrained(directory)
+    make_tokenizer().save_pretrained(directory)
+    return directory
