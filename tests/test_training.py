@@ -311,6 +311,17 @@ def test_finetune_reduces_divergence_on_held_out(tmp_path, tok):
     assert [p.name for p in (tmp_path / "ft" / "checkpoints").iterdir()] == ["step-0000030"]
 
 
+def test_cached_target_logits_match_live_ones(tmp_path, tok):
+    target = make_model(0)
+    runs = []
+    for cache in (False, True):
+        drafter = make_model(1, layers=1)
+        finetune(drafter, target, tok, rows_for(8), tmp_path / f"c{cache}", "tvd", TrainConfig(steps=3, batch_size=4),
+                 max_len=48, holdout=0.0, progress=False, cache_target=cache)
+        runs.append([json.loads(line)["tvd"] for line in (tmp_path / f"c{cache}" / "history.jsonl").open()])
+    assert runs[0] == pytest.approx(runs[1], rel=1e-3)
+
+
 def test_checkpoint_resume_continues_at_the_right_step(tmp_path, tok):
     ids = torch.randint(4, VOCAB, (16, 13), generator=torch.Generator().manual_seed(0))
     cfg = TrainConfig(steps=6, batch_size=4, lr=1e-2, warmup=2, save_every=3, keep=2, seed=3)

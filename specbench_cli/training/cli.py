@@ -183,6 +183,8 @@ def finetune_cmd(
     max_len: int = typer.Option(384, help="Max tokens per distillation example (prompt + response)."),
     pretrain_seq_len: int = typer.Option(128, help="Tokens per pretraining-text chunk."),
     holdout: float = typer.Option(0.2, help="Share of instructions held out for evaluation."),
+    cache_target: bool = typer.Option(False, help="Compute the target's logits on the training data once "
+                                      "(float16 in RAM: 2 * vocab bytes per response token) instead of every step."),
     save_every: int = typer.Option(50), keep: int = typer.Option(2), seed: int = typer.Option(0),
     resume: bool = typer.Option(False, help="Continue from the latest checkpoint in --output."),
     force: bool = typer.Option(False, help="Overwrite a model already in --output."),
@@ -211,7 +213,8 @@ def finetune_cmd(
     summary = finetune(d.model, t.model, d.tokenizer, rows, out, loss, cfg, text, mix, max_len, holdout,
                        meta={"drafter_init": drafter, "target": target, "data": str(data),
                              "pretrain_text": str(pretrain_text) if pretrain_text else None},
-                       resume=resume, progress=not quiet, pretrain_seq_len=pretrain_seq_len)
+                       resume=resume, progress=not quiet, pretrain_seq_len=pretrain_seq_len,
+                       cache_target=cache_target)
     table = {"steps": summary["steps_done"], "seconds": summary["wall_seconds_this_run"]}
     for when in ("eval_before", "eval_after"):
         if when in summary:

@@ -184,6 +184,26 @@ def agreement(drafter: Any, target: Any, examples: list[Example], pad_id: int, b
     return {"top1": tot["top1"] / n, "tvd": tot["tvd"] / n, "kld": tot["kld"] / n, "tokens": n}
 
 
+def cache_target_logits(target: Any, examples: list[Example], pad_id: int, batch_size: int = 8,
+                        dtype: str = "float16") -> list:
+    """Target logits on the loss positions of every example, computed once.
+
+    Returns one tensor per example of shape (end - start, V) in `dtype` (float16 halves the
+    memory; the rounding of logits, ~1e-3 relative, is far below the drafter/target gap).
+    Concatenating the tensors of a batch in batch order equals `position_logits(target, ...)`
+    on the collated batch (rows in row-major mask order).
+    """
+    import torch
+
+    cached = []
+    with torch.no_grad():
+        for i in range(0, len(examples), batch_size):
+            chunk = examples[i:i + batch_size]
+            logits = position_logits(target, *collate(chunk, pad_id))
+            cached += list(logits.to(getattr(torch, dtype)).split([e.end - e.start for e in chunk]))
+    return cached
+
+
 # ----------------------------------------------------------------------------- training loop
 
 @dataclass
@@ -373,12 +393,16 @@ def train_loop(model: Any, tokenizer: Any, out: Path, cfg: TrainConfig, step_fn:
 def finetune(drafter: Any, target: Any, tokenizer: Any, rows: list[dict], out: Path, loss: str,
              cfg: TrainConfig, pretrain_text: str | None = None, pretrain_mix: float = 0.0,
              max_len: int = 384, holdout: float = 0.2, meta: dict | None = None, resume: bool = False,
-             progress: bool = True, eval_batch_size: int = 8, pretrain_seq_len: int = 128) -> dict:
+             progress: bool = True, eval_batch_size: int = 8, pretrain_seq_len: int = 128,
+             cache_target: bool = False) -> dict:
     """Distil `target` into `drafter` on the distillation `rows` (see the module docstring).
 
     Held-out instructions (`split_rows(rows, holdout)`) are never trained on; `agreement` on
     them is measured before (fresh runs only) and after training and stored in training.json
     under "eval_before" / "eval_after". Pretraining steps use chunks of `pretrain_seq_len` tokens.
+    With `cache_target`, the target's logits on the training examples are computed once
+    (float16, see `cache_target_logits`) instead of once per step: about twice as fast on CPU
+    when the data is visited several times, at V * 2 bytes per response token of memory.
     """
     import torch
 
@@ -403,6 +427,7 @@ def finetune(drafter: Any, target: Any, tokenizer: Any, rows: list[dict], out: P
     target.eval()
     for p in target.parameters():
         p.requires_grad_(False)
+    cached = cache_target_logits(target, train_ex, pad_id, eval_batch_size) if cache_target else None
 
     def step_fn(step: int):
         n_pre = math.floor((step + 1) * pretrain_mix)  # pretraining steps up to and including `step`
@@ -413,8 +438,11 @@ def finetune(drafter: Any, target: Any, tokenizer: Any, rows: list[dict], out: P
             return ce, {"pretrain_ce": ce.item()}
         idx = batch_indices(len(train_ex), cfg.batch_size, step - n_pre, cfg.seed)
         ids, att, mask = collate([train_ex[i] for i in idx], pad_id)
-        with torch.no_grad():
-            t = position_logits(target, ids, att, mask)
+        if cached is not None:
+            t = torch.cat([cached[i] for i in idx]).float()
+        else:
+            with torch.no_grad():
+                t = position_logits(target, ids, att, mask)
         d = position_logits(drafter, ids, att, mask)
         value = distill_loss(loss, t, d)
         with torch.no_grad():
@@ -424,7 +452,7 @@ def finetune(drafter: Any, target: Any, tokenizer: Any, rows: list[dict], out: P
 
     meta = {**(meta or {}), "kind": "finetune", "loss": loss, "pretrain_mix": pretrain_mix, "max_len": max_len,
             "pretrain_seq_len": pretrain_seq_len, "holdout": holdout, "train_rows": len(train_rows),
-            "eval_rows": len(eval_rows), "train_examples": len(train_ex), "eval_examples": len(eval_ex), "pretrain_chunks": len(chunks)}
+            "eval_rows": len(eval_rows), "cache_target": cache_target, "train_examples": len(train_ex), "eval_examples": len(eval_ex), "pretrain_chunks": len(chunks)}
     if eval_ex and not resume:
         meta["eval_before"] = agreement(drafter, target, eval_ex, pad_id, eval_batch_size)
     elif resume and checkpoints(out):
