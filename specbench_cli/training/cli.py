@@ -101,17 +101,18 @@ def scratch_cmd(
     save_every: int = typer.Option(100), keep: int = typer.Option(2), seed: int = typer.Option(0),
     resume: bool = typer.Option(False, help="Continue from the latest checkpoint in --output."),
     force: bool = typer.Option(False, help="Overwrite a model already in --output."),
-    threads: Optional[int] = _THREADS, quiet: bool = _QUIET,
+    device: str = _DEVICE, threads: Optional[int] = _THREADS, quiet: bool = _QUIET,
 ):
     """Build a small Llama from scratch (target's tokenizer) and pretrain it on --text."""
     import torch
     from transformers import AutoTokenizer, LlamaForCausalLM
 
-    from specbench_cli.models import converted_gguf_dir, resolve
+    from specbench_cli.models import check_device, converted_gguf_dir, resolve
     from specbench_cli.training import read_text_file, set_threads
     from specbench_cli.training.scratch import pretrain_scratch, scratch_config
 
     set_threads(threads)
+    check_device(device)
     cfg = _train_config(steps, batch_size, lr, weight_decay, warmup, grad_clip, save_every, keep, seed)
     out = _check_output_for_training(output, resume, force)
     body = read_text_file(text, "--text file")
@@ -125,7 +126,7 @@ def scratch_cmd(
                           max_positions=max(2048, seq_len), bos_token_id=tcfg.bos_token_id,
                           eos_token_id=tcfg.eos_token_id, pad_token_id=getattr(tcfg, "pad_token_id", None))
     torch.manual_seed(seed)
-    model = LlamaForCausalLM(mcfg)
+    model = LlamaForCausalLM(mcfg).to(device)
     summary = pretrain_scratch(model, tok, body, out, cfg, seq_len,
                                meta={"tokenizer_from": tokenizer_from, "text": str(text),
                                      "params": sum(p.numel() for p in model.parameters())},
@@ -188,7 +189,7 @@ def finetune_cmd(
     save_every: int = typer.Option(50), keep: int = typer.Option(2), seed: int = typer.Option(0),
     resume: bool = typer.Option(False, help="Continue from the latest checkpoint in --output."),
     force: bool = typer.Option(False, help="Overwrite a model already in --output."),
-    dtype: str = _DTYPE, threads: Optional[int] = _THREADS, quiet: bool = _QUIET,
+    dtype: str = _DTYPE, device: str = _DEVICE, threads: Optional[int] = _THREADS, quiet: bool = _QUIET,
 ):
     """White-box distillation of the target into the drafter (KLD, TVD or TVD++)."""
     from specbench_cli.training import read_text_file, set_threads
@@ -208,8 +209,8 @@ def finetune_cmd(
     target = target or _data_target(rows, data)
     text = read_text_file(pretrain_text, "--pretrain-text file") if pretrain_text else None
     mix = pretrain_mix if pretrain_mix is not None else (0.2 if text else 0.0)
-    d = _load(drafter, "cpu", dtype)
-    t = _load(target, "cpu", dtype)
+    d = _load(drafter, device, dtype)
+    t = _load(target, device, dtype)
     summary = finetune(d.model, t.model, d.tokenizer, rows, out, loss, cfg, text, mix, max_len, holdout,
                        meta={"drafter_init": drafter, "target": target, "data": str(data),
                              "pretrain_text": str(pretrain_text) if pretrain_text else None},
@@ -238,7 +239,7 @@ def evaluate_cmd(
     holdout: float = typer.Option(0.2, help="Must match the finetune --holdout for a clean held-out set."),
     max_len: int = typer.Option(384), batch_size: int = typer.Option(8),
     json_out: Optional[Path] = typer.Option(None, "--json", help="Also write the numbers to this JSON file."),
-    dtype: str = _DTYPE, threads: Optional[int] = _THREADS,
+    dtype: str = _DTYPE, device: str = _DEVICE, threads: Optional[int] = _THREADS,
 ):
     """Agreement of drafter and target on the responses: top-1, TVD (1-TVD = expected acceptance), KL."""
     from specbench_cli.training import set_threads, write_json
@@ -257,8 +258,8 @@ def evaluate_cmd(
     train_rows, held = split_rows(rows, holdout)
     chosen = {"heldout": held, "train": train_rows, "all": rows}[split]
     target = target or _data_target(rows, data)
-    d = _load(drafter, "cpu", dtype)
-    t = _load(target, "cpu", dtype)
+    d = _load(drafter, device, dtype)
+    t = _load(target, device, dtype)
     check_same_vocab(d.model, t.model)
     examples = build_examples(chosen, t.tokenizer, t.model, max_len)
     pad = t.tokenizer.pad_token_id if t.tokenizer.pad_token_id is not None else stop_token_ids(t.model, t.tokenizer)[0]

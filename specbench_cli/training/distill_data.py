@@ -118,8 +118,9 @@ def generate_batch(model: Any, tokenizer: Any, prompts: list[list[int]], tempera
         att[i, width - len(p):] = 1
     kwargs = dict(do_sample=False) if temperature == 0 else dict(do_sample=True, temperature=temperature,
                                                                  top_p=top_p, top_k=0)
+    device = next(model.parameters()).device
     with torch.no_grad():
-        out = model.generate(input_ids=ids, attention_mask=att, max_new_tokens=max_new_tokens,
+        out = model.generate(input_ids=ids.to(device), attention_mask=att.to(device), max_new_tokens=max_new_tokens,
                              eos_token_id=stops, pad_token_id=pad, **kwargs)
     results = []
     for row in out[:, width:].tolist():

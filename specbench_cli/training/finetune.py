@@ -61,9 +61,9 @@ def build_examples(rows: list[dict], tokenizer: Any, model: Any, max_len: int = 
     return examples
 
 
-def collate(examples: list[Example], pad_id: int):
+def collate(examples: list[Example], pad_id: int, device=None):
     """Right-pad a batch. Returns input_ids (B, T) long, attention_mask (B, T) long,
-    loss_mask (B, T) bool marking the positions that predict response tokens."""
+    loss_mask (B, T) bool marking the positions that predict response tokens (on `device`)."""
     import torch
 
     width = max(len(e.input_ids) for e in examples)
@@ -74,7 +74,7 @@ def collate(examples: list[Example], pad_id: int):
         ids[i, : len(e.input_ids)] = torch.tensor(e.input_ids)
         att[i, : len(e.input_ids)] = 1
         loss_mask[i, e.start:e.end] = True
-    return ids, att, loss_mask
+    return ids.to(device), att.to(device), loss_mask.to(device)
 
 
 def split_rows(rows: list[dict], holdout: float) -> tuple[list[dict], list[dict]]:
@@ -138,6 +138,11 @@ def position_logits(model: Any, input_ids, attention_mask, loss_mask):
     return model.get_output_embeddings()(hidden[loss_mask])
 
 
+def model_device(model: Any):
+    """Device of a model's parameters."""
+    return next(model.parameters()).device
+
+
 def next_token_loss(model: Any, ids):
     """Mean next-token cross-entropy of `model` on chunks ids (B, S+1): inputs ids[:, :-1],
     labels ids[:, 1:]."""
@@ -171,7 +176,7 @@ def agreement(drafter: Any, target: Any, examples: list[Example], pad_id: int, b
     tot = {"top1": 0.0, "tvd": 0.0, "kld": 0.0, "tokens": 0}
     with torch.no_grad():
         for i in range(0, len(examples), batch_size):
-            ids, att, mask = collate(examples[i:i + batch_size], pad_id)
+            ids, att, mask = collate(examples[i:i + batch_size], pad_id, model_device(target))
             t = position_logits(target, ids, att, mask)
             d = position_logits(drafter, ids, att, mask)
             n = t.shape[0]
@@ -199,8 +204,8 @@ def cache_target_logits(target: Any, examples: list[Example], pad_id: int, batch
     with torch.no_grad():
         for i in range(0, len(examples), batch_size):
             chunk = examples[i:i + batch_size]
-            logits = position_logits(target, *collate(chunk, pad_id))
-            cached += list(logits.to(getattr(torch, dtype)).split([e.end - e.start for e in chunk]))
+            logits = position_logits(target, *collate(chunk, pad_id, model_device(target)))
+            cached += list(logits.to(getattr(torch, dtype)).cpu().split([e.end - e.start for e in chunk]))
     return cached
 
 
@@ -428,18 +433,19 @@ def finetune(drafter: Any, target: Any, tokenizer: Any, rows: list[dict], out: P
     for p in target.parameters():
         p.requires_grad_(False)
     cached = cache_target_logits(target, train_ex, pad_id, eval_batch_size) if cache_target else None
+    device = model_device(drafter)
 
     def step_fn(step: int):
         n_pre = math.floor((step + 1) * pretrain_mix)  # pretraining steps up to and including `step`
         if chunks and is_pretrain_step(step, pretrain_mix):
             idx = batch_indices(len(chunks), cfg.batch_size, n_pre - 1, cfg.seed + 1)
-            ids = torch.tensor([chunks[i] for i in idx])
+            ids = torch.tensor([chunks[i] for i in idx], device=device)
             ce = next_token_loss(drafter, ids)
             return ce, {"pretrain_ce": ce.item()}
         idx = batch_indices(len(train_ex), cfg.batch_size, step - n_pre, cfg.seed)
-        ids, att, mask = collate([train_ex[i] for i in idx], pad_id)
+        ids, att, mask = collate([train_ex[i] for i in idx], pad_id, device)
         if cached is not None:
-            t = torch.cat([cached[i] for i in idx]).float()
+            t = torch.cat([cached[i] for i in idx]).to(device).float()
         else:
             with torch.no_grad():
                 t = position_logits(target, ids, att, mask)

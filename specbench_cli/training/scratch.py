@@ -53,7 +53,8 @@ def pretrain_scratch(model: Any, tokenizer: Any, text: str, out: Path, cfg: Trai
     chunks = pretrain_chunks(text, tokenizer, seq_len)
 
     def step_fn(step: int):
-        ids = torch.tensor([chunks[i] for i in batch_indices(len(chunks), cfg.batch_size, step, cfg.seed)])
+        ids = torch.tensor([chunks[i] for i in batch_indices(len(chunks), cfg.batch_size, step, cfg.seed)],
+                           device=next(model.parameters()).device)
         ce = next_token_loss(model, ids)
         return ce, {"pretrain_ce": ce.item()}
 
