@@ -156,12 +156,12 @@ def main() -> None:
     except typer.Exit as e:
         sys.exit(e.exit_code)
     except Exception as e:  # click usage errors and anything unexpected
-        import click
-
-        if isinstance(e, click.exceptions.ClickException):
+        if _is_click(e, "NoArgsIsHelpError"):
+            sys.exit(0)
+        if _is_click(e, "ClickException"):
             e.show()
             sys.exit(e.exit_code)
-        if isinstance(e, click.exceptions.Abort):
+        if _is_click(e, "Abort"):
             err.print("[yellow]aborted[/yellow]")
             sys.exit(130)
         if STATE["debug"]:
@@ -169,6 +169,10 @@ def main() -> None:
         err.print(f"[red]error:[/red] {type(e).__name__}: {e} (run with --debug for the traceback)", highlight=False)
         sys.exit(1)
 
+
+def _is_click(exc: BaseException, name: str) -> bool:
+    """Typer vendors click in some versions: match exception classes by name along the MRO."""
+    return any(c.__name__ == name for c in type(exc).__mro__)
 
 if __name__ == "__main__":
     main()
