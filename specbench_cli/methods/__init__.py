@@ -10,6 +10,7 @@ from specbench_cli.errors import unknown
 REGISTRY: dict[str, str] = {
     "ar": "specbench_cli.methods.ar:AutoRegressive",
     "pld": "specbench_cli.methods.pld:PromptLookup",
+    "sps": "specbench_cli.methods.sps:SpeculativeSampling",
 }
 
 
