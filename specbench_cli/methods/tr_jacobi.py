@@ -1,0 +1,188 @@
+"""TR-Jacobi (tree-retrieval Jacobi), the training-free decoder of "Make Some Noise" (MSN).
+
+Every step verifies one sparse token tree built from a fixed *template* (data: a list of
+paths, Medusa-style), whose node tokens are filled from a candidate table:
+
+- Jacobi nodes: a template path `(k1, k2, ...)` means "rank k1 at depth 1, rank k2 at
+  depth 2, ...". The rank-k candidate at depth d is the k-th most likely token of the
+  previous verify pass at the d-th *unaccepted* position below the accepted path (the
+  Jacobi iteration: those positions were computed on a wrong prefix and are refined by
+  re-feeding them). Candidates depend on the depth only, not on the parent, as in MSN.
+- one retrieval path `R, R, ...` hanging from the root: the tokens that followed the most
+  recent earlier occurrence of the longest matching context suffix (up to 3 tokens,
+  `NgramIndex` from `pld`), at most `retrieval_len` (5) tokens.
+- "ahead noise": any slot without a candidate (first step, a depth beyond the last
+  forward's unaccepted positions, a short or missing retrieval) gets a token drawn
+  uniformly from the context (prompt + generated), with a fixed seed.
+
+After verification the greedy verifier's longest accepted path wins; the continuation of
+that path through the rejected nodes (at each level the child the target scored highest)
+supplies the next table's rows: one `topk` over those few rows only.
+
+The template is derived from the block complexity BC once, in `configure`: `r` retrieval
+nodes (`min(5, max(1, (BC-1)//2))`) and the `BC-1-r` Jacobi paths of highest prior value,
+where a path's value is the product over its ranks of `q_k = 0.5 (k+1)^-1.3` (a prior for
+"rank k of a Jacobi row is right"; MSN's hand-written template follows the same shape),
+with ranks below `top_k` (10) and Jacobi depth at most `max_depth` (4). See
+docs/methods/tr-jacobi.md for the templates at BC 10, 30 and 60.
+"""
+
+from __future__ import annotations
+
+import heapq
+import random
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Optional
+
+from specbench_cli.engine.loop import DecodeState, VerifyResult
+from specbench_cli.engine.tree import Draft, children_lists, paths_to_parents
+from specbench_cli.errors import UsageError
+from specbench_cli.methods.base import Method
+from specbench_cli.methods.pld import NgramIndex
+
+RETRIEVAL = -1  # the choice index that marks the retrieval path in a template path
+
+
+@dataclass
+class TRJacobiOptions:
+    top_k: int = 10                       # candidates kept per Jacobi row (MSN: 10)
+    max_depth: int = 4                    # deepest Jacobi node (MSN template: 4)
+    retrieval_len: Optional[int] = None   # None: min(5, max(1, (BC-1)//2)); 0 disables retrieval
+    max_ngram: int = 3                    # longest suffix matched for the retrieval path (MSN: 3)
+    seed: int = 0                         # ahead-noise sampling
+
+
+def rank_prior(k: int) -> float:
+    """Prior probability that rank `k` (0-based) of a Jacobi row is the right token."""
+    return 0.5 * (k + 1) ** -1.3
+
+
+@lru_cache(maxsize=256)
+def jacobi_paths(n: int, top_k: int, max_depth: int) -> tuple[tuple[int, ...], ...]:
+    """The `n` rank paths of highest prior value, best first; prefix-closed by construction.
+
+    Best-first enumeration: a popped path offers its first child `(…, 0)` and its next
+    sibling `(…, k+1)`; each is worth less than the path itself, so popping in value order
+    yields the top-n nodes and every prefix before its extensions.
+    """
+    out: list[tuple[int, ...]] = []
+    if n <= 0 or top_k <= 0 or max_depth <= 0:
+        return ()
+    heap = [(-rank_prior(0), (0,))]
+    while heap and len(out) < n:
+        neg, path = heapq.heappop(heap)
+        out.append(path)
+        value = -neg
+        if len(path) < max_depth:
+            heapq.heappush(heap, (-(value * rank_prior(0)), path + (0,)))
+        k = path[-1]
+        if k + 1 < top_k:
+            sibling = value / rank_prior(k) * rank_prior(k + 1)
+            heapq.heappush(heap, (-sibling, path[:-1] + (k + 1,)))
+    return tuple(out)
+
+
+def retrieval_length(budget: int, requested: Optional[int]) -> int:
+    slots = budget - 1
+    if slots <= 0:
+        return 0
+    r = min(5, max(1, slots // 2)) if requested is None else requested
+    return max(0, min(r, slots))
+
+
+def template(budget: int, top_k: int = 10, max_depth: int = 4,
+             retrieval_len: Optional[int] = None) -> list[list[int]]:
+    """Template paths for block complexity `budget`: `budget - 1` nodes at most.
+
+    A path is a list of choice indices: a rank `k >= 0` (Jacobi row at that depth) or
+    `RETRIEVAL` (-1; the retrieval path is `[-1]`, `[-1, -1]`, ...).
+    """
+    r = retrieval_length(budget, retrieval_len)
+    n_jacobi = max(0, budget - 1 - r)
+    paths = [[RETRIEVAL] * d for d in range(1, r + 1)]
+    paths += [list(p) for p in jacobi_paths(n_jacobi, top_k, max_depth)]
+    return paths
+
+
+class TRJacobi(Method):
+    name = "tr-jacobi"
+    summary = "TR-Jacobi (Make Some Noise): Jacobi top-K token tree + one prompt-lookup path + context noise"
+    Options = TRJacobiOptions
+
+    def configure(self) -> None:
+        o = self.opts
+        if o.top_k < 1 or o.max_depth < 1 or o.max_ngram < 1:
+            raise UsageError("tr-jacobi needs top_k, max_depth and max_ngram >= 1")
+        if o.retrieval_len is not None and o.retrieval_len < 0:
+            raise UsageError("tr-jacobi retrieval_len must be >= 0")
+        self.paths = template(self.ctx.budget, o.top_k, o.max_depth, o.retrieval_len)
+        parents, keys = paths_to_parents(self.paths) if self.paths else ([], [])
+        self.parents: list[int] = parents
+        # per node: (depth - 1, choice) with choice = rank or RETRIEVAL
+        self.slots: list[tuple[int, int]] = [(len(key) - 1, key[-1]) for key in keys]
+        self.children = children_lists(parents)
+        self.retrieval_len = sum(1 for key in keys if key[-1] == RETRIEVAL)
+        self.depth = max((len(k) for k in keys), default=0)
+        self.k_needed = 1 + max((c for _, c in self.slots if c >= 0), default=-1)
+
+    def params(self) -> dict:
+        o = self.opts
+        return {"structure": "tree", "top_k": o.top_k, "max_depth": o.max_depth,
+                "retrieval_len": self.retrieval_len, "max_ngram": o.max_ngram, "tree_nodes": len(self.parents),
+                "seed": o.seed}
+
+    def label(self) -> str:
+        return "tr-jacobi"
+
+    # -- drafter contract ---------------------------------------------------------------------
+    def reset(self, prompt_ids: list[int]) -> None:
+        self.index = NgramIndex(1, self.opts.max_ngram)
+        self.rng = random.Random(self.opts.seed)
+        self.table: list[list[int]] = []   # table[d][k]: rank-k Jacobi candidate at depth d+1
+
+    def propose(self, state: DecodeState) -> Draft:
+        if not self.parents:
+            return Draft()
+        ids = state.ids
+        retrieval: list[int] = []
+        if self.retrieval_len:
+            self.index.update(ids)
+            retrieval = self.index.lookup(ids, self.retrieval_len)
+        table = self.table
+        noise = self.rng.choices(ids, k=len(self.slots))
+        tokens = []
+        for i, (d, c) in enumerate(self.slots):
+            if c == RETRIEVAL:
+                tokens.append(retrieval[d] if d < len(retrieval) else noise[i])
+            elif d < len(table) and c < len(table[d]):
+                tokens.append(table[d][c])
+            else:
+                tokens.append(noise[i])
+        return Draft(tokens=tokens, parents=self.parents)
+
+    def observe(self, result: VerifyResult) -> None:
+        if not self.parents:
+            return
+        logits = result.logits
+        # Continue below the accepted path through rejected nodes: at each level the child the
+        # target scored highest at its parent's row (the most plausible wrong guess).
+        rows: list[int] = []
+        row = result.accepted[-1] + 1 if result.accepted else 0
+        tokens = result.draft.tokens
+        while len(rows) < self.depth:
+            kids = self.children[row]
+            if not kids:
+                break
+            if len(kids) == 1:
+                child = kids[0]
+            else:
+                scores = logits[row, [tokens[c] for c in kids]]
+                child = kids[int(scores.argmax())]
+            row = child + 1
+            rows.append(row)
+        if not rows or self.k_needed == 0:
+            self.table = []
+            return
+        k = min(self.k_needed, logits.shape[-1])
+        self.table = logits[rows].topk(k, dim=-1).indices.tolist()
