@@ -429,6 +429,11 @@ def test_cli_pipeline_on_tiny_models(tmp_path, target_dir):
     assert res.exit_code == 0, res.output + repr(res.exception)
     summary = json.loads((out / "training.json").read_text())
     assert summary["resumed_from"] == 4 and summary["steps_done"] == 6
+    base = ["finetune", "--drafter", sub, "--data", data, "--loss", "kld", "--steps", 2, "--batch-size", 4,
+            "--max-len", 40, "-o", out, "--quiet"]
+    assert isinstance(invoke(base).exception, UsageError)  # folder already holds a model
+    assert invoke(base + ["--force"]).exit_code == 0  # starts over: old checkpoints removed
+    assert [p.name for p in (out / "checkpoints").iterdir()] == ["step-0000002"]
     res = invoke(["evaluate", "--drafter", out, "--data", data, "--split", "all", "--json", tmp_path / "e.json"])
     assert res.exit_code == 0, res.output + repr(res.exception)
     ev = json.loads((tmp_path / "e.json").read_text())

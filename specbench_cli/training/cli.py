@@ -57,9 +57,18 @@ def _train_config(steps, batch_size, lr, weight_decay, warmup, grad_clip, save_e
 
 
 def _check_output_for_training(out: Path, resume: bool, force: bool) -> Path:
-    from specbench_cli.training import check_new_output
+    """--resume keeps the folder; --force starts over (old checkpoints deleted); else it must be new."""
+    import shutil
 
-    return out.expanduser() if resume else check_new_output(out, force)
+    from specbench_cli.training import check_new_output
+    from specbench_cli.training.finetune import CKPT_DIR
+
+    if resume:
+        return out.expanduser()
+    out = check_new_output(out, force)
+    if force and (out / CKPT_DIR).is_dir():
+        shutil.rmtree(out / CKPT_DIR)
+    return out
 
 
 @drafter_app.command("subclone")
@@ -188,7 +197,7 @@ def finetune_cmd(
                                       "(float16 in RAM: 2 * vocab bytes per response token) instead of every step."),
     save_every: int = typer.Option(50), keep: int = typer.Option(2), seed: int = typer.Option(0),
     resume: bool = typer.Option(False, help="Continue from the latest checkpoint in --output."),
-    force: bool = typer.Option(False, help="Overwrite a model already in --output."),
+    force: bool = typer.Option(False, help="Start over in an --output that already holds a model/checkpoints."),
     dtype: str = _DTYPE, device: str = _DEVICE, threads: Optional[int] = _THREADS, quiet: bool = _QUIET,
 ):
     """White-box distillation of the target into the drafter (KLD, TVD or TVD++)."""
@@ -216,7 +225,8 @@ def finetune_cmd(
                              "pretrain_text": str(pretrain_text) if pretrain_text else None},
                        resume=resume, progress=not quiet, pretrain_seq_len=pretrain_seq_len,
                        cache_target=cache_target)
-    table = {"steps": summary["steps_done"], "seconds": summary["wall_seconds_this_run"]}
+    table = {"steps": summary["steps_done"], "training seconds": summary["wall_seconds_this_run"],
+             "total seconds": summary["wall_seconds_total"]}
     for when in ("eval_before", "eval_after"):
         if when in summary:
             table.update({f"{when} {k}": v for k, v in summary[when].items()})

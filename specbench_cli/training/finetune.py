@@ -24,7 +24,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from specbench_cli.errors import UsageError
+from specbench_cli.errors import RuntimeFailure, UsageError
 from specbench_cli.training import DRAFTER_META, save_model_folder, write_json
 from specbench_cli.training.distill_data import chat_prompt, stop_token_ids
 from specbench_cli.training.losses import LOSSES, distill_loss, kld, tvd
@@ -367,8 +367,6 @@ def train_loop(model: Any, tokenizer: Any, out: Path, cfg: TrainConfig, step_fn:
         for step in range(start, cfg.steps):
             loss, logs = step_fn(step)
             if not torch.isfinite(loss):
-                from specbench_cli.errors import RuntimeFailure
-
                 raise RuntimeFailure(f"loss became {loss.item()} at step {step}; lower --lr")
             loss.backward()
             gnorm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
@@ -411,6 +409,7 @@ def finetune(drafter: Any, target: Any, tokenizer: Any, rows: list[dict], out: P
     """
     import torch
 
+    t_start = time.time()
     if loss not in LOSSES:
         from specbench_cli.errors import unknown
 
@@ -458,7 +457,8 @@ def finetune(drafter: Any, target: Any, tokenizer: Any, rows: list[dict], out: P
 
     meta = {**(meta or {}), "kind": "finetune", "loss": loss, "pretrain_mix": pretrain_mix, "max_len": max_len,
             "pretrain_seq_len": pretrain_seq_len, "holdout": holdout, "train_rows": len(train_rows),
-            "eval_rows": len(eval_rows), "cache_target": cache_target, "train_examples": len(train_ex), "eval_examples": len(eval_ex), "pretrain_chunks": len(chunks)}
+            "eval_rows": len(eval_rows), "cache_target": cache_target, "train_examples": len(train_ex),
+            "eval_examples": len(eval_ex), "pretrain_chunks": len(chunks)}
     if eval_ex and not resume:
         meta["eval_before"] = agreement(drafter, target, eval_ex, pad_id, eval_batch_size)
     elif resume and checkpoints(out):
@@ -470,6 +470,7 @@ def finetune(drafter: Any, target: Any, tokenizer: Any, rows: list[dict], out: P
                          title=f"finetune {loss}")
     if eval_ex:
         summary["eval_after"] = agreement(drafter, target, eval_ex, pad_id, eval_batch_size)
-        write_json(Path(out) / "training.json", summary)
-        write_json(Path(out) / DRAFTER_META, summary)
+    summary["wall_seconds_total"] = round(time.time() - t_start, 2)  # + target cache and evaluations
+    write_json(Path(out) / "training.json", summary)
+    write_json(Path(out) / DRAFTER_META, summary)
     return summary
