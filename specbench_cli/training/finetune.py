@@ -319,7 +319,8 @@ def train_loop(model: Any, tokenizer: Any, out: Path, cfg: TrainConfig, step_fn:
     `cfg.save_every` steps (and at the end) a checkpoint is written to
     out/checkpoints/step-NNNNNNN/ as a Hugging Face folder + trainer_state.pt (optimizer,
     scheduler, step, RNG states, history); the last `cfg.keep` are kept. With `resume`, the
-    latest checkpoint's weights and state are loaded and training continues at its step.
+    latest checkpoint's weights and state are loaded and training continues at its step (a
+    checkpoint already at `cfg.steps` is just exported).
     At the end the model goes to `out/` (HF folder), with history.jsonl, loss_curve.png and
     training.json. Returns the training.json dict.
     """
@@ -351,8 +352,9 @@ def train_loop(model: Any, tokenizer: Any, out: Path, cfg: TrainConfig, step_fn:
         sched.load_state_dict(state["scheduler"])
         _set_rng_state(state["rng"])
         history, start = state["history"], state["step"]
-        if start >= cfg.steps:
-            raise UsageError(f"checkpoint {ck.name} is already at step {start} >= --steps {cfg.steps}")
+        if start > cfg.steps:
+            raise UsageError(f"checkpoint {ck.name} is already at step {start} > --steps {cfg.steps}")
+        # start == steps: nothing left to train; the final folder, curve and summary are (re)written
         err.print(f"[dim]resuming from {ck} at step {start}[/dim]")
     full_meta = {**meta, "train_config": asdict(cfg)}
     model.train()
