@@ -24,7 +24,7 @@ from rich.table import Table
 from specbench_cli.console import out
 from specbench_cli.metrics import AR_METHOD, OVERALL, display_category, order_categories
 
-OPTIONAL_COLUMNS = ("bc", "mbsu", "params")
+OPTIONAL_COLUMNS = ("bc", "mbsu", "params", "median", "agree")
 FORMATS = ("markdown", "csv", "latex", "json")
 EXTENSIONS = {"markdown": "md", "csv": "csv", "latex": "tex", "json": "json"}
 MISSING = "–"
@@ -128,7 +128,8 @@ def row_keys(*summaries: pd.DataFrame) -> list[str]:
 def wide_frame(summary: pd.DataFrame) -> pd.DataFrame:
     """One row per (model, method, BC): per-category speedup (+std) and the overall metrics."""
     overall = summary[summary["category"] == OVERALL].set_index(ROW_KEY)
-    wide = overall[["mat", "tokens_per_s", "speedup", "speedup_std", "mbsu", "n_errors", "n_replicates"]]
+    wide = overall[["mat", "tokens_per_s", "speedup", "speedup_std", "mbsu", "n_errors", "n_replicates",
+                    "median_speedup", "ar_agreement"]]
     wide = wide.rename(columns={"speedup": "speedup_overall", "speedup_std": "speedup_std_overall"}).copy()
     wide["params"] = overall["method_params"].map(format_params)
     for category in categories_of(summary):
@@ -168,6 +169,10 @@ def spec_bench_table(summary: pd.DataFrame, columns: Iterable[str] = ()) -> Tabl
     if "mbsu" in columns:
         cols.append(Column("MBSU", "mbsu"))
     cols += [Column("Tok/s", "tokens_per_s", digits=1), Column("Overall", "speedup_overall", "speedup_std_overall")]
+    if "median" in columns:
+        cols.append(Column("Median", "median_speedup"))
+    if "agree" in columns:
+        cols.append(Column("=AR", "ar_agreement"))
     return TableData(table_title(summary), cols, frame.reset_index(drop=True), table_notes(summary))
 
 

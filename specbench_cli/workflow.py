@@ -64,4 +64,4 @@ def summarize(run_dir: Path) -> None:
     """Print the summary table and write table files + plots to RUN_DIR/report."""
     from specbench_cli.report_cli import report_command
 
-    report_command([run_dir], fmt=None, output=None, columns="", no_plots=False)
+    report_command([run_dir], fmt=None, output=None, columns="median,agree", no_plots=False)
