@@ -183,6 +183,14 @@ def test_params_label_and_extra_params(target, noisy_dir):
     assert sps.lossless and sps.needs_training and "sps" not in __import__("specbench_cli.runner").runner.default_methods()
 
 
+def test_the_draft_model_option_overrides_the_context(target, noisy_dir, target_dir):
+    ctx = MethodContext(target, make_tokenizer(), budget=4, draft_model=noisy_dir)
+    sps = methods.get("sps")(ctx, draft_model=target_dir)
+    assert sps.params()["draft_model"] == target_dir
+    g = run(target, sps, 4, max_new=1 + 4 * 4)
+    assert g.accept_lengths == [4] * 4  # the target as its own draft: everything accepted
+
+
 def test_missing_draft_model_is_a_usage_error(target):
     with pytest.raises(UsageError, match="--draft-model"):
         methods.get("sps")(MethodContext(target, make_tokenizer(), budget=5))

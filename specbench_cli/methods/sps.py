@@ -45,6 +45,7 @@ PROBE_TEXTS = (
 @dataclass
 class SpSOptions:
     gamma: Optional[int] = None  # draft tokens per step; None: block complexity - 1 (capped at it anyway)
+    draft_model: Optional[str] = None  # overrides --draft-model (several drafters in one run, under aliases)
 
 
 def check_tokenizers(target_tok, draft_tok, draft_ref: str) -> None:
@@ -84,18 +85,19 @@ class SpeculativeSampling(Method):
         from specbench_cli.models import load_model
 
         ctx = self.ctx
-        if not ctx.draft_model:
+        self.draft_ref = self.opts.draft_model or ctx.draft_model
+        if not self.draft_ref:
             raise UsageError("method sps needs a draft model: pass --draft-model (a model folder, .gguf file "
-                             "or alias with the target's tokenizer)")
+                             "or alias with the target's tokenizer) or --option sps.draft_model=REF")
         g = self.opts.gamma
         if g is not None and g < 0:
             raise UsageError(f"sps.gamma must be >= 0 (got {g})")
         self.gamma = max(0, ctx.budget - 1) if g is None else min(g, max(0, ctx.budget - 1))
-        lm = load_model(ctx.draft_model, device=ctx.device, dtype=ctx.dtype)
+        lm = load_model(self.draft_ref, device=ctx.device, dtype=ctx.dtype)
         if ctx.tokenizer is not None:
-            check_tokenizers(ctx.tokenizer, lm.tokenizer, ctx.draft_model)
+            check_tokenizers(ctx.tokenizer, lm.tokenizer, self.draft_ref)
         self.draft = lm.model
-        self.draft_name = Path(str(ctx.draft_model)).name or str(ctx.draft_model)
+        self.draft_name = Path(str(self.draft_ref)).name or str(self.draft_ref)
         self.draft_params = lm.params
         self.device = next(self.draft.parameters()).device
         # Rows of `Draft.probs` must be as wide as the target's logits; identical tokenizers can
@@ -113,7 +115,7 @@ class SpeculativeSampling(Method):
         return int(self.draft_params)
 
     def params(self) -> dict:
-        return {"structure": "chain", "gamma": self.gamma, "draft_model": str(self.ctx.draft_model)}
+        return {"structure": "chain", "gamma": self.gamma, "draft_model": str(self.draft_ref)}
 
     def label(self) -> str:
         return f"sps({self.draft_name},g={self.gamma})"
