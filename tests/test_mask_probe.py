@@ -162,7 +162,7 @@ def test_pruning_is_off_while_the_text_itself_repeats(tiny_model):
 
 
 def test_next_tree_reads_the_masks_shifted_by_the_accepted_length(tiny_model):
-    method = make(tiny_model, 16, top_k=2, prune=False)  # S = 5 masks, 10 tree nodes
+    method = make(tiny_model, 16, top_k=2, prune=False, masks_per_step=1)  # S = 5 masks, 10 tree nodes
     method.reset(PROMPT)
     method.cands = [([40, 41], [0.6, 0.4]), ([50, 51], [0.6, 0.4])]
     draft = method.propose(state(PROMPT, 16))

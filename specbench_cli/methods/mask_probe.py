@@ -54,7 +54,7 @@ INITS = ("last", "gaussian", "mean")
 @dataclass
 class MaskProbeOptions:
     init: str = "mean"                    # last | gaussian | mean
-    masks_per_step: int = 1               # 1 or 2 masks probe each future position
+    masks_per_step: int = 2               # 1 or 2 masks probe each future position
     steps: Optional[int] = None           # future positions probed; None: clamp((BC-1)//(m+2), 1, 6)
     top_k: int = 8                        # candidates per probed position
     ema: float = 0.05                     # "mean" init: weight of each accepted token
@@ -148,7 +148,11 @@ class MaskProbe(Method):
         self.n_masks = m * self.steps
         self.n_nodes = max(0, self.ctx.budget - 1 - self.n_masks)
         model = self.ctx.model
-        self.table = model.get_input_embeddings().weight.detach()      # [V, H]
+        embed = model.get_input_embeddings()
+        self.table = embed.weight.detach()                              # [V, H]
+        # models that scale token embeddings in the embedding module (Gemma) get masks on
+        # the same scale, since the engine passes mask vectors as ready input embeddings
+        self.scale = float(getattr(embed, "embed_scale", 1.0))
         self.device, self.dtype = self.table.device, self.table.dtype
         table = self.table.float()
         self.emb_mean = table.mean(0)                                   # [H]
@@ -193,7 +197,7 @@ class MaskProbe(Method):
 
     # -- drafter contract ---------------------------------------------------------------------
     def reset(self, prompt_ids: list[int]) -> None:
-        self.masks = self.init_masks(prompt_ids).to(self.device, self.dtype)
+        self.masks = (self.init_masks(prompt_ids) * self.scale).to(self.device, self.dtype)
         self.cands: list[tuple[list[int], list[float]]] = []  # per next depth: (tokens, probs)
         self.mask_nodes: list[list[int]] = []                   # per chain: node index of mask j
 
@@ -232,7 +236,7 @@ class MaskProbe(Method):
             w = self.opts.ema
             for vec in e:  # one EMA update per accepted token (bonus included)
                 self.mean.mul_(1 - w).add_(vec, alpha=w)
-            self.masks = self._mean_masks().to(self.device, self.dtype)
+            self.masks = (self._mean_masks() * self.scale).to(self.device, self.dtype)
         if not self.mask_nodes:
             self.cands = []
             return
