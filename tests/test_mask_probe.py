@@ -41,6 +41,8 @@ def test_budget_counts_the_masks_for_every_block_complexity(tiny_model, m):
     for budget in range(2, 65):
         method = make(tiny_model, budget, masks_per_step=m)
         method.reset(PROMPT)
+        first = method.propose(state(PROMPT, budget))  # no candidates yet: masks only
+        assert 1 + len(first) <= budget and len(first) >= 1 and not any(first.acceptable)
         # give it full candidate lists so the tree part is as large as allowed
         method.cands = [(list(range(10 + 8 * d, 18 + 8 * d)), [0.5 / (k + 1) for k in range(8)]) for d in range(6)]
         draft = method.propose(state(PROMPT, budget))

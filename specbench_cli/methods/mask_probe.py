@@ -69,7 +69,7 @@ def mask_steps(budget: int, masks_per_step: int, requested: Optional[int]) -> in
         return 0
     if requested is not None:
         return max(0, min(requested, slots // masks_per_step))
-    return max(1, min(6, slots // (masks_per_step + 2), slots // masks_per_step))
+    return min(max(1, min(6, slots // (masks_per_step + 2))), slots // masks_per_step)
 
 
 def best_first_tree(cands: list[tuple[list[int], list[float]]], root_token: int, n: int,
@@ -143,7 +143,8 @@ class MaskProbe(Method):
             raise UsageError("mask-probe top_k must be >= 1")
         if not 0.0 <= o.ema <= 1.0:
             raise UsageError("mask-probe ema must be in [0, 1]")
-        m = o.masks_per_step
+        # BC 2 has room for one mask only: probe with one chain there
+        m = self.chains = max(1, min(o.masks_per_step, self.ctx.budget - 1))
         self.steps = mask_steps(self.ctx.budget, m, o.steps)
         self.n_masks = m * self.steps
         self.n_nodes = max(0, self.ctx.budget - 1 - self.n_masks)
@@ -165,7 +166,7 @@ class MaskProbe(Method):
 
     def params(self) -> dict:
         o = self.opts
-        return {"structure": "tree", "init": o.init, "masks_per_step": o.masks_per_step, "steps": self.steps,
+        return {"structure": "tree", "init": o.init, "masks_per_step": self.chains, "steps": self.steps,
                 "masks": self.n_masks, "tree_nodes": self.n_nodes, "top_k": o.top_k,
                 "ema": o.ema if o.init == "mean" else None, "prune": o.prune, "seed": o.seed}
 
@@ -175,7 +176,7 @@ class MaskProbe(Method):
     # -- mask embeddings ------------------------------------------------------------------------
     def init_masks(self, prompt_ids: list[int]) -> torch.Tensor:
         """`[chains, S, H]` mask embeddings (float32, CPU) for this prompt."""
-        m, s, h = self.opts.masks_per_step, self.steps, self.table.shape[1]
+        m, s, h = self.chains, self.steps, self.table.shape[1]
         init = self.opts.init
         if init == "gaussian":
             return self.emb_mean.cpu() + self.noise[:, :s] * self.emb_std.cpu()
@@ -192,7 +193,7 @@ class MaskProbe(Method):
 
     def _mean_masks(self) -> torch.Tensor:
         base = self.mean.expand(self.steps, -1)
-        chains = [base] + [base + self.jitter] * (self.opts.masks_per_step - 1)
+        chains = [base] + [base + self.jitter] * (self.chains - 1)
         return torch.stack(chains)
 
     # -- drafter contract ---------------------------------------------------------------------
@@ -218,7 +219,7 @@ class MaskProbe(Method):
         acceptable = [True] * len(tokens)
         embeds: dict[int, torch.Tensor] = {}
         if masks:
-            for c in range(self.opts.masks_per_step):
+            for c in range(self.chains):
                 chain = []
                 for j in range(self.steps):
                     node = len(tokens)
