@@ -357,6 +357,8 @@ def test_checkpoint_resume_continues_at_the_right_step(tmp_path, tok):
     hist = [json.loads(line) for line in (tmp_path / "b" / "history.jsonl").read_text().splitlines()]
     assert [h["step"] for h in hist] == [1, 2, 3, 4, 5, 6]
     assert sorted(p.name for p in (tmp_path / "b" / "checkpoints").iterdir()) == ["step-0000003", "step-0000006"]
+    exported, called = run(tmp_path / "b")  # checkpoint already at the last step: exported, no step run
+    assert called == [] and torch.equal(exported.lm_head.weight, resumed.lm_head.weight)
     with pytest.raises(UsageError, match="already has checkpoints"):
         train_loop(make_model(5), tok, tmp_path / "b", cfg, lambda s: None, {}, progress=False)
     with pytest.raises(UsageError, match="no checkpoint"):

@@ -114,7 +114,7 @@ def scratch_cmd(
 ):
     """Build a small Llama from scratch (target's tokenizer) and pretrain it on --text."""
     import torch
-    from transformers import AutoTokenizer, LlamaForCausalLM
+    from transformers import AutoConfig, AutoTokenizer, LlamaForCausalLM
 
     from specbench_cli.models import check_device, converted_gguf_dir, resolve
     from specbench_cli.training import read_text_file, set_threads
@@ -127,10 +127,11 @@ def scratch_cmd(
     body = read_text_file(text, "--text file")
     kind, loc = resolve(tokenizer_from)
     folder = str(converted_gguf_dir(loc)) if kind == "gguf" else loc
-    tok = AutoTokenizer.from_pretrained(folder)
-    from transformers import AutoConfig
-
-    tcfg = AutoConfig.from_pretrained(folder)
+    try:
+        tok = AutoTokenizer.from_pretrained(folder)
+        tcfg = AutoConfig.from_pretrained(folder)
+    except OSError as e:
+        raise UsageError(f"cannot load the tokenizer of '{tokenizer_from}': {str(e).splitlines()[0]}") from e
     mcfg = scratch_config(tcfg.vocab_size, layers, hidden, heads, kv_heads, intermediate,
                           max_positions=max(2048, seq_len), bos_token_id=tcfg.bos_token_id,
                           eos_token_id=tcfg.eos_token_id, pad_token_id=getattr(tcfg, "pad_token_id", None))

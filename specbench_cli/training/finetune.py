@@ -286,23 +286,30 @@ def _save_checkpoint(out: Path, step: int, model, tokenizer, opt, sched, history
 
 
 def plot_history(history: list[dict], path: Path, title: str) -> None:
-    """Loss curve PNG: every numeric series of the history (except lr) against the step."""
+    """Loss-curve PNG against the step: left panel the series bounded in [0, 1] (tvd, top1),
+    right panel the others (loss, kld, pretrain_ce)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    keys = [k for k in dict.fromkeys(k for h in history for k in h)
-            if k not in ("step", "lr", "kind", "grad_norm") and isinstance(history[0].get(k, 0.0), (int, float))]
-    fig, ax = plt.subplots(figsize=(7, 4))
-    for k in keys:
+    skip = ("step", "lr", "kind", "grad_norm", "seconds")
+    series = {}
+    for k in dict.fromkeys(k for h in history for k in h):
         pts = [(h["step"], h[k]) for h in history if isinstance(h.get(k), (int, float))]
-        if pts:
+        if k not in skip and pts:
+            series[k] = pts
+    unit = {k: v for k, v in series.items() if all(0 <= y <= 1 for _, y in v)}
+    other = {k: v for k, v in series.items() if k not in unit}
+    panels = [p for p in (unit, other) if p]
+    fig, axes = plt.subplots(1, len(panels), figsize=(6 * len(panels), 4), squeeze=False)
+    for ax, panel in zip(axes[0], panels):
+        for k, pts in panel.items():
             ax.plot(*zip(*pts), label=k, marker="." if len(pts) < 60 else None, linewidth=1)
-    ax.set_xlabel("step")
-    ax.set_title(title)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
+        ax.set_xlabel("step")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.suptitle(title)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -375,7 +382,8 @@ def train_loop(model: Any, tokenizer: Any, out: Path, cfg: TrainConfig, step_fn:
             opt.step()
             sched.step()
             opt.zero_grad(set_to_none=True)
-            history.append({"step": step + 1, **logs, "lr": sched.get_last_lr()[0], "grad_norm": float(gnorm)})
+            history.append({"step": step + 1, **logs, "lr": sched.get_last_lr()[0], "grad_norm": float(gnorm),
+                            "seconds": round(time.time() - t0, 3)})
             bar.update(task, advance=1, info=" ".join(f"{k}={v:.4g}" for k, v in logs.items()
                                                       if isinstance(v, float)))
             if (step + 1) % cfg.save_every == 0 or step + 1 == cfg.steps:
