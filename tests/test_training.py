@@ -15,7 +15,7 @@ import torch.nn.functional as F
 
 from specbench_cli.errors import UsageError
 from specbench_cli.training import losses
-from specbench_cli.training.finetune import (TrainConfig, agreement, batch_indices, build_examples, collate,
+from specbench_cli.training.finetune import (TrainConfig, batch_indices, build_examples, collate,
                                              finetune, is_pretrain_step, next_token_loss, split_rows, train_loop)
 from specbench_cli.training.subclone import subclone
 

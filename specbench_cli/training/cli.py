@@ -7,7 +7,6 @@ one command with a --mode switch, so `--help` of every stage lists only its own 
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 from typing import Optional
