@@ -248,9 +248,19 @@ class MaskProbe(Method):
             return
         m = len(self.mask_nodes)
         rows = [self.mask_nodes[c][j] + 1 for c in range(m) for j in range(first, self.steps)]
-        probs = torch.softmax(result.logits[rows].float(), dim=-1)
-        if m > 1:
-            probs = probs.view(m, -1, probs.shape[-1]).mean(0)
-        k = min(self.opts.top_k + 1, probs.shape[-1])  # +1: pruning may drop one candidate
-        top = probs.topk(k, dim=-1)
-        self.cands = list(zip(top.indices.tolist(), top.values.tolist()))
+        x = result.logits[rows].float()                   # [m * depths, V]
+        k = min(self.opts.top_k + 1, x.shape[-1])         # +1: pruning may drop one candidate
+        if m == 1:  # top-k of the logits, normalised by one logsumexp pass (no full softmax)
+            top = x.topk(k, dim=-1)
+            indices = top.indices.tolist()
+            values = (top.values - x.logsumexp(-1, keepdim=True)).exp_().tolist()
+        else:       # mean of the chains' distributions at each depth
+            probs = torch.softmax(x, dim=-1)
+            n = probs.shape[0] // m
+            summed = probs[:n]
+            for c in range(1, m):
+                summed = summed + probs[c * n:(c + 1) * n]
+            top = summed.topk(k, dim=-1)
+            indices = top.indices.tolist()
+            values = (top.values / m).tolist()
+        self.cands = list(zip(indices, values))
