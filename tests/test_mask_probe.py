@@ -4,7 +4,6 @@ shift of the masks' guesses."""
 
 from __future__ import annotations
 
-import itertools
 
 import pytest
 import torch
@@ -129,7 +128,7 @@ def test_best_first_tree_keeps_the_highest_cumulative_probability_nodes():
         assert len(tokens) == n and all(p < i for i, p in enumerate(parents))
         cum = []
         for i, t in enumerate(tokens):
-            d, p, node = 0, 1.0, i
+            p, node = 1.0, i
             chain = []
             while node >= 0:
                 chain.append(tokens[node])
