@@ -8,7 +8,9 @@ import pytest
 from specbench_cli import methods
 from specbench_cli.engine.loop import Decoder
 from specbench_cli.methods.base import MethodContext
-from tiny import EOS, save_tiny
+import torch
+
+from tiny import EOS, make_model, make_tokenizer
 
 LOSSLESS = [n for n in methods.names() if methods.get(n).lossless]
 
@@ -19,10 +21,24 @@ PROMPTS = [
 ]
 
 
+# Vanilla Jacobi only gets a guess accepted by luck: each refreshed guess is conditioned on a
+# rejected one (see docs/methods/jacobi.md); on the tiny model that luck does not come.
+NOT_EXPECTED_TO_ACCEPT_ON_TINY = {"ar", "jacobi"}
+
+
 @pytest.fixture(scope="module")
 def draft_dir(tmp_path_factory):
-    """A second tiny model sharing the tokenizer, for methods that take --draft-model."""
-    return str(save_tiny(tmp_path_factory.mktemp("tiny-draft"), seed=1, layers=1))
+    """A draft model for methods that take --draft-model: the tiny target with noise on every
+    weight, so it agrees with the target often but not always (acceptances and rejections)."""
+    torch.manual_seed(123)
+    model = make_model(0)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(torch.randn_like(p) * 0.3 * p.std().clamp_min(1e-3))
+    d = tmp_path_factory.mktemp("tiny-draft")
+    model.save_pretrained(d)
+    make_tokenizer().save_pretrained(d)
+    return str(d)
 
 
 def test_registry_has_the_baseline_and_pld():
@@ -43,7 +59,7 @@ def test_lossless_method_equals_ar_greedy(name, budget, tiny_model, tiny_tok, dr
         assert got.output_ids == ref.output_ids, f"{name} differs from AR at BC={budget}"
         assert max(got.budget_used, default=1) <= budget
         accepted_extra += sum(got.accept_lengths) - got.steps
-    if budget > 1 and name not in ("ar",):
+    if budget > 1 and name not in NOT_EXPECTED_TO_ACCEPT_ON_TINY:
         # not a proof of speed, but a method that never gets a draft token accepted on these
         # prompts is almost surely not drafting at all
         assert accepted_extra > 0, f"{name} had no draft token accepted at BC={budget}"

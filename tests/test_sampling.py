@@ -84,7 +84,7 @@ SHARPEN = 9.0
 
 @pytest.fixture(scope="module")
 def target():
-    return make_model(0, layers=1, sharpen=SHARPEN)
+    return make_model(0, layers=1, sharpen=SHARPEN, tie=True)
 
 
 @pytest.fixture(scope="module")
@@ -98,7 +98,7 @@ def exact(target):
 def draft_dir(tmp_path_factory):
     # a different random model: it agrees with the target on some tokens and not on others,
     # so both acceptance and rejection (residual resampling) happen often
-    return str(save_tiny(tmp_path_factory.mktemp("sampling-draft"), seed=1, layers=1, sharpen=SHARPEN))
+    return str(save_tiny(tmp_path_factory.mktemp("sampling-draft"), seed=1, layers=1, sharpen=SHARPEN, tie=True))
 
 
 def run_method(target, name: str, budget: int, max_new: int, n: int, draft_dir: str):

@@ -35,14 +35,17 @@ def make_tokenizer():
 
 
 def make_model(seed: int = 0, layers: int = 2, hidden: int = 32, dropout: float = 0.0, sharpen: float = 8.0,
-               dtype: torch.dtype = torch.float32):
-    """Random Llama; `sharpen` scales the final norm so logits are peaked (std ~1, not ~0.1),
-    which makes greedy outputs repetitive enough for drafters to get tokens accepted."""
+               dtype: torch.dtype = torch.float32, tie: bool = False):
+    """Random Llama; `sharpen` scales the final norm so logits are peaked (std ~1, not ~0.1).
+
+    Untied by default: a tied random model greedily repeats its last token forever, so every
+    drafter looks perfect on it. Untied, greedy outputs wander and then fall into cycles of
+    several tokens, which gives drafters both rejections and acceptances."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
     cfg = LlamaConfig(vocab_size=VOCAB, hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers,
                       num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=1024,
-                      tie_word_embeddings=True, bos_token_id=2, eos_token_id=EOS, pad_token_id=1,
+                      tie_word_embeddings=tie, bos_token_id=2, eos_token_id=EOS, pad_token_id=1,
                       attention_dropout=dropout)
     torch.manual_seed(seed)
     model = LlamaForCausalLM(cfg)
