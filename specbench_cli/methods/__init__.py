@@ -10,10 +10,10 @@ from specbench_cli.errors import unknown
 REGISTRY: dict[str, str] = {
     "ar": "specbench_cli.methods.ar:AutoRegressive",
     "pld": "specbench_cli.methods.pld:PromptLookup",
-    "tr-jacobi": "specbench_cli.methods.tr_jacobi:TRJacobi",
-    "mask-probe": "specbench_cli.methods.mask_probe:MaskProbe",
     "jacobi": "specbench_cli.methods.jacobi:Jacobi",
     "lookahead": "specbench_cli.methods.lookahead:Lookahead",
+    "tr-jacobi": "specbench_cli.methods.tr_jacobi:TRJacobi",
+    "mask-probe": "specbench_cli.methods.mask_probe:MaskProbe",
     "sps": "specbench_cli.methods.sps:SpeculativeSampling",
 }
 
