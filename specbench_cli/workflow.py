@@ -44,6 +44,8 @@ def execute(cfg: RunConfig, store: Optional[RunStore] = None, report: bool = Tru
 
         def on_progress(done: int, total: int) -> None:
             bar.update(task, completed=done, total=total, live=runner.live.line())
+            if not err.is_terminal and done:  # logs (CI, nohup) get one plain line per finished unit
+                err.print(f"[{done}/{total}] {runner.live.line()}", highlight=False, soft_wrap=True)
 
         try:
             errors = runner.run(questions, progress=on_progress)
