@@ -28,7 +28,7 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=15)
     args = ap.parse_args()
     blocks = [int(b) for b in args.blocks.split(",")]
-    print(f"| dtype | threads | " + " | ".join(f"q={b} ms" for b in blocks) + " |")
+    print("| dtype | threads | " + " | ".join(f"q={b} ms" for b in blocks) + " |")
     print("| --- | ---: | " + " | ".join("---:" for _ in blocks) + " |")
     for dtype in args.dtypes.split(","):
         model = load_model(args.model, dtype=dtype).model

@@ -143,7 +143,6 @@ def converted_gguf_dir(gguf_path: str) -> Path:
 def load_model(ref: str = DEFAULT_MODEL, device: str = "cpu", dtype: str = "float32",
                attn_implementation: str = "sdpa") -> LoadedModel:
     """Load a causal LM and its tokenizer, in eval mode on `device` with `dtype`."""
-    import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     tdtype = torch_dtype(dtype)

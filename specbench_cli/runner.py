@@ -15,14 +15,13 @@ import dataclasses
 import hashlib
 import os
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Callable, Optional
 
 from specbench_cli import methods as method_registry
 from specbench_cli import tasks as task_registry
 from specbench_cli.errors import UsageError
 from specbench_cli.models import DEFAULT_MODEL, DTYPES, check_device
-from specbench_cli.store import RunStore, environment, now_iso, row_key
+from specbench_cli.store import RunStore, now_iso, row_key
 
 DEFAULT_BUDGET = 10
 
@@ -208,14 +207,15 @@ class Runner:
         if gen is None:
             return {**base, "status": "error", "error": error, "prompt_tokens": prompt_tokens, "new_tokens": 0,
                     "wall_time": 0.0, "prefill_time": 0.0, "steps": 0, "accept_lengths": [], "draft_sizes": [],
-                    "budget_used": [], "draft_time": 0.0, "verify_time": 0.0, "overhead_time": 0.0,
+                    "budget_used": [], "step_draft_ms": [], "step_verify_ms": [], "draft_time": 0.0, "verify_time": 0.0, "overhead_time": 0.0,
                     "output_ids": [], "output_text": "", "ar_match": None, "first_mismatch": None,
                     "timestamp": now_iso()}
         text = self.lm.tokenizer.decode(gen.output_ids, skip_special_tokens=True)
         return {**base, "status": "ok", "error": None, "prompt_tokens": gen.prompt_tokens,
                 "new_tokens": len(gen.output_ids), "wall_time": gen.wall_time, "prefill_time": gen.prefill_time,
                 "steps": gen.steps, "accept_lengths": gen.accept_lengths, "draft_sizes": gen.draft_sizes,
-                "budget_used": gen.budget_used, "draft_time": gen.draft_time, "verify_time": gen.verify_time,
+                "budget_used": gen.budget_used, "step_draft_ms": gen.step_draft_ms,
+                "step_verify_ms": gen.step_verify_ms, "draft_time": gen.draft_time, "verify_time": gen.verify_time,
                 "overhead_time": gen.overhead_time, "output_ids": gen.output_ids, "output_text": text,
                 "ar_match": None, "first_mismatch": None, "timestamp": now_iso()}
 

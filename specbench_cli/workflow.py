@@ -9,7 +9,7 @@ from typing import Optional
 
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-from specbench_cli.console import err, out
+from specbench_cli.console import err
 from specbench_cli.errors import RuntimeFailure
 from specbench_cli.runner import RunConfig, Runner, load_questions, set_threads
 from specbench_cli.store import RunStore, environment, now_iso

@@ -9,7 +9,6 @@ import pytest
 
 from specbench_cli import methods
 from specbench_cli.app import main
-from specbench_cli.engine.tree import Draft
 from specbench_cli.methods.base import Method
 
 

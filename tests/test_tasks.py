@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import http.server
-import json
 import threading
-from pathlib import Path
 
 import pytest
 

@@ -19,55 +19,13 @@ from specbench_cli.training.finetune import (TrainConfig, batch_indices, build_e
                                              finetune, is_pretrain_step, next_token_loss, split_rows, train_loop)
 from specbench_cli.training.subclone import subclone
 
-VOCAB = 128
-WORDS = ("user assistant system the a cat dog sat on mat is big small red blue write poem about sea sun one two "
-         "three and or what why how translate to french hello world please story short long python code list "
-         "number sum of in it this that").split()
-SPECIAL = ["<unk>", "<pad>", "<|im_start|>", "<|im_end|>"]
-TEMPLATE = ("{% for m in messages %}<|im_start|> {{ m['role'] }} {{ m['content'] }} <|im_end|> {% endfor %}"
-            "{% if add_generation_prompt %}<|im_start|> assistant {% endif %}")
-
-
-# ----------------------------------------------------------------------------- fixtures
-
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Tiny models run fastest single-threaded (and do not fight other processes for cores)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
-def make_tokenizer():
-    from tokenizers import Tokenizer
-    from tokenizers.models import WordLevel
-    from tokenizers.pre_tokenizers import Whitespace
-    from transformers import PreTrainedTokenizerFast
-
-    names = SPECIAL + WORDS + [f"w{i}" for i in range(VOCAB - len(SPECIAL) - len(WORDS))]
-    tok = Tokenizer(WordLevel({w: i for i, w in enumerate(names)}, unk_token="<unk>"))
-    tok.pre_tokenizer = Whitespace()
-    tok.add_special_tokens(SPECIAL)
-    fast = PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>", pad_token="<pad>",
-                                   bos_token="<|im_start|>", eos_token="<|im_end|>")
-    fast.chat_template = TEMPLATE
-    assert len(fast) == VOCAB
-    return fast
+from tiny import VOCAB, WORDS, make_tokenizer  # noqa: E402
+from tiny import make_model as _make_model  # noqa: E402
 
 
 def make_model(seed: int, layers: int = 2, dropout: float = 0.0):
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    cfg = LlamaConfig(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=layers,
-                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
-                      tie_word_embeddings=True, bos_token_id=2, eos_token_id=3, pad_token_id=1,
-                      attention_dropout=dropout)
-    torch.manual_seed(seed)
-    model = LlamaForCausalLM(cfg)
-    with torch.no_grad():  # sharper distributions than the 0.02 init gives (logits std ~1 instead of ~0.1)
-        model.model.norm.weight.mul_(8)
-    return model.eval()
+    """The shared tiny Llama, tied (these tests were calibrated on the tied variant)."""
+    return _make_model(seed, layers=layers, dropout=dropout, tie=True)
 
 
 @pytest.fixture(scope="module")

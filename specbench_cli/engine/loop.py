@@ -86,6 +86,8 @@ class Generation:
     accept_lengths: list[int] = field(default_factory=list)
     draft_sizes: list[int] = field(default_factory=list)
     budget_used: list[int] = field(default_factory=list)
+    step_draft_ms: list[float] = field(default_factory=list)
+    step_verify_ms: list[float] = field(default_factory=list)
 
     @property
     def steps(self) -> int:
@@ -186,8 +188,11 @@ class Decoder:
             g.accept_lengths.append(len(new))
             g.draft_sizes.append(draft.n_acceptable())
             g.budget_used.append(1 + len(draft))
-            g.draft_time += (t1 - t0) + (t4 - t3)
-            g.verify_time += t2 - t_model
+            drafting, verifying = (t1 - t0) + (t4 - t3), t2 - t_model
+            g.step_draft_ms.append(round(1000 * drafting, 3))
+            g.step_verify_ms.append(round(1000 * verifying, 3))
+            g.draft_time += drafting
+            g.verify_time += verifying
             g.overhead_time += (t_model - t1) + (t3 - t2)
 
         # 3. cut at EOS and at the cap, exactly as for every other method

@@ -64,10 +64,12 @@ class Method:
         return dataclasses.asdict(self.opts)
 
     def label(self) -> str:
-        shown = {k: v for k, v in self.params().items() if v is not None}
-        if not shown:
+        """Display name: the method name plus the options the user changed from their defaults
+        (budget-derived values are in `params()`, and the BC is a column of its own)."""
+        given = user_options(self.opts)
+        if not given:
             return self.name
-        return f"{self.name}(" + ",".join(f"{k}={v}" for k, v in shown.items()) + ")"
+        return f"{self.name}(" + ",".join(f"{k}={v}" for k, v in given.items()) + ")"
 
     # -- the drafter contract -----------------------------------------------------------------
     def reset(self, prompt_ids: list[int]) -> None:
@@ -78,6 +80,13 @@ class Method:
 
     def observe(self, result: VerifyResult) -> None:
         """See what the target accepted and its logits at every node."""
+
+
+def user_options(opts) -> dict:
+    """Options whose value differs from the dataclass default (what the user set)."""
+    default = type(opts)()
+    return {f.name: getattr(opts, f.name) for f in dataclasses.fields(opts)
+            if getattr(opts, f.name) != getattr(default, f.name)}
 
 
 def _coerce(value: Any, typ: Any, method: str, key: str) -> Any:

@@ -21,7 +21,6 @@ Fill / initial guesses (`init`):
 
 from __future__ import annotations
 
-import dataclasses
 import random
 from dataclasses import dataclass
 from typing import Optional
@@ -32,13 +31,6 @@ from specbench_cli.errors import UsageError
 from specbench_cli.methods.base import Method
 
 INIT_MODES = ("prompt", "ahead", "pad")
-
-
-def user_options(opts) -> dict:
-    """Options whose value differs from the dataclass default (what the user set)."""
-    default = type(opts)()
-    return {f.name: getattr(opts, f.name) for f in dataclasses.fields(opts)
-            if getattr(opts, f.name) != getattr(default, f.name)}
 
 
 def pad_token_id(tokenizer) -> int:
@@ -99,10 +91,6 @@ class Jacobi(Method):
 
     def params(self) -> dict:
         return {"structure": "chain", "window": self.k, "init": self.opts.init}
-
-    def label(self) -> str:
-        given = user_options(self.opts)
-        return self.name + ("(" + ",".join(f"{k}={v}" for k, v in given.items()) + ")" if given else "")
 
     def reset(self, prompt_ids: list[int]) -> None:
         self.filler.reset(prompt_ids)

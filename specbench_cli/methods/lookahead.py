@@ -57,7 +57,6 @@ from specbench_cli.engine.loop import DecodeState, VerifyResult
 from specbench_cli.engine.tree import Draft
 from specbench_cli.errors import UsageError
 from specbench_cli.methods.base import Method
-from specbench_cli.methods.jacobi import user_options
 
 SHIFT_MODES = ("one", "accepted")
 
@@ -209,10 +208,6 @@ class Lookahead(Method):
         return {"structure": "tree", "W": self.W, "N": self.N, "G": self.G, "pool_cap": self.cap,
                 "pool_from_prompt": self.opts.pool_from_prompt, "pool_from_output": self.opts.pool_from_output,
                 "shift": self.opts.shift, "tokens_per_step": step_cost(self.W, self.N, self.G)}
-
-    def label(self) -> str:
-        given = user_options(self.opts)
-        return self.name + ("(" + ",".join(f"{k}={v}" for k, v in given.items()) + ")" if given else "")
 
     # -- state ----------------------------------------------------------------------------
     def reset(self, prompt_ids: list[int]) -> None:

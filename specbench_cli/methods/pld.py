@@ -69,9 +69,6 @@ class PromptLookup(Method):
     def params(self) -> dict:
         return {"max_ngram": self.opts.max_ngram, "min_ngram": self.opts.min_ngram, "num_pred_tokens": self.k}
 
-    def label(self) -> str:
-        return "pld"
-
     def reset(self, prompt_ids: list[int]) -> None:
         self.index = NgramIndex(self.opts.min_ngram, self.opts.max_ngram)
 
