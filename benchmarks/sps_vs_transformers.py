@@ -23,7 +23,8 @@ call, prefill included, for both sides.
 from __future__ import annotations
 
 import argparse
-import time
+import sys
+from pathlib import Path
 
 import torch
 
@@ -33,13 +34,8 @@ from specbench_cli.methods.base import MethodContext
 from specbench_cli.models import load_model
 from specbench_cli.runner import ChatPrompter, eos_ids
 
-
-def hf_generate(model, ids, max_new, eos, **kw):
-    t = time.perf_counter()
-    out = model.generate(torch.tensor([ids]), max_new_tokens=max_new, do_sample=False, temperature=None,
-                         top_p=None, top_k=None, eos_token_id=list(eos), pad_token_id=list(eos)[0], **kw)
-    dt = time.perf_counter() - t
-    return out[0, len(ids):].tolist(), dt
+sys.path.insert(0, str(Path(__file__).parent))
+from peers import hf_generate  # noqa: E402  (one definition of "transformers' greedy call, timed")
 
 
 def configure_assistant(draft_model, gamma: int) -> None:
