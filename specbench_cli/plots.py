@@ -195,6 +195,10 @@ def plot_position_acceptance(rows: Sequence[dict] | pd.DataFrame, directory: Pat
         for i, ((model, label, bc), rates) in enumerate(curves.items()):
             ax.plot(list(rates), list(rates.values()), marker="o", color=colors[i],
                     label=series_label(model, label, bc, with_model, with_bc))
+        # Long tails of zeros (a 59-token Jacobi window) squash the informative first positions.
+        informative = [k for rates in curves.values() for k, v in rates.items() if v > 0]
+        if informative:
+            ax.set_xlim(0.5, max(informative) + 1.5)
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.set_xlabel("Draft position k")
         ax.set_ylabel("k-α: P(accept ≥ k | ≥ k drafted)")
