@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
 from specbench_cli.errors import UsageError
+from specbench_cli.jsonl import read_objects
 
 SPEC_BENCH_CATEGORIES = ("mt_bench", "translation", "summarization", "qa", "math_reasoning", "rag")
 
@@ -32,32 +32,21 @@ def read_jsonl_questions(path: Path, task: str) -> list[Question]:
 
     Malformed input is a UsageError naming the file and line.
     """
-    if not path.is_file():
-        raise UsageError(f"questions file not found: {path}")
     questions = []
-    with path.open(encoding="utf-8") as f:
-        for lineno, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise UsageError(f"{path}:{lineno}: not valid JSON ({e.msg})") from None
-            if not isinstance(row, dict):
-                raise UsageError(f"{path}:{lineno}: expected a JSON object")
-            turns = row.get("turns")
-            if isinstance(turns, str):
-                turns = [turns]
-            if not turns or not all(isinstance(t, str) for t in turns):
-                raise UsageError(f"{path}:{lineno}: 'turns' must be a non-empty list of strings")
-            if "question_id" not in row:
-                raise UsageError(f"{path}:{lineno}: missing 'question_id'")
-            cat = str(row.get("category", "default"))
-            sub = None
-            if cat in MT_BENCH_SUBCATEGORIES:
-                cat, sub = "mt_bench", cat
-            questions.append(Question(task=task, id=str(row["question_id"]), category=cat, turns=list(turns),
-                                      subcategory=sub, reference=row.get("reference")))
+    for lineno, row in read_objects(path, "questions file"):
+        turns = row.get("turns")
+        if isinstance(turns, str):
+            turns = [turns]
+        if not turns or not all(isinstance(t, str) for t in turns):
+            raise UsageError(f"{path}:{lineno}: 'turns' must be a non-empty list of strings")
+        if "question_id" not in row:
+            raise UsageError(f"{path}:{lineno}: missing 'question_id'")
+        cat = str(row.get("category", "default"))
+        sub = None
+        if cat in MT_BENCH_SUBCATEGORIES:
+            cat, sub = "mt_bench", cat
+        questions.append(Question(task=task, id=str(row["question_id"]), category=cat, turns=list(turns),
+                                  subcategory=sub, reference=row.get("reference")))
     if not questions:
         raise UsageError(f"{path}: no questions in file")
     return questions

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from specbench_cli.errors import UsageError
+from specbench_cli.jsonl import read_objects
 
 SEEDS_FILE = Path(__file__).resolve().parent.parent / "tasks" / "data" / "seed_instructions.jsonl"
 DEFAULT_TEMPERATURES = (0.0, 0.3, 0.7, 1.0)
@@ -42,20 +43,7 @@ def parse_temperatures(text: str) -> list[float]:
 
 def load_jsonl(path: Path, what: str) -> list[dict]:
     """Read a JSONL file of objects; UsageError naming the first bad line."""
-    path = Path(path).expanduser()
-    if not path.is_file():
-        raise UsageError(f"{what} not found: {path}")
-    rows = []
-    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise UsageError(f"{what} {path} line {n} is not JSON: {e.msg}") from None
-        if not isinstance(row, dict):
-            raise UsageError(f"{what} {path} line {n} is not a JSON object")
-        rows.append(row)
+    rows = [row for _, row in read_objects(path, what)]
     if not rows:
         raise UsageError(f"{what} {path} is empty")
     return rows
