@@ -7,12 +7,24 @@ import dataclasses
 from pathlib import Path
 from typing import Optional
 
+from rich.text import Text
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from specbench_cli.console import err
 from specbench_cli.errors import RuntimeFailure
 from specbench_cli.runner import RunConfig, Runner, load_questions, set_threads
 from specbench_cli.store import RunStore, environment, now_iso
+
+
+class RunProgress(Progress):
+    """The progress bar, with live tok/s and #MAT per method on the lines below it."""
+
+    stats = ""
+
+    def get_renderables(self):
+        yield self.make_tasks_table(self.tasks)
+        if self.stats:
+            yield Text(self.stats, style="dim")
 
 
 def execute(cfg: RunConfig, store: Optional[RunStore] = None, report: bool = True) -> Path:
@@ -38,12 +50,13 @@ def execute(cfg: RunConfig, store: Optional[RunStore] = None, report: bool = Tru
               f", BC={cfg.block_complexity}, max {cfg.max_new_tokens} new tokens)")
 
     columns = [TextColumn("[progress.description]{task.description}"), BarColumn(), MofNCompleteColumn(),
-               TimeElapsedColumn(), TimeRemainingColumn(), TextColumn("{task.fields[live]}")]
-    with Progress(*columns, console=err, transient=False) as bar:
-        task = bar.add_task("decoding", total=None, live="")
+               TimeElapsedColumn(), TimeRemainingColumn()]
+    with RunProgress(*columns, console=err, transient=False) as bar:
+        task = bar.add_task("decoding", total=None)
 
         def on_progress(done: int, total: int) -> None:
-            bar.update(task, completed=done, total=total, live=runner.live.line())
+            bar.stats = runner.live.line().replace(" | ", "\n")
+            bar.update(task, completed=done, total=total)
             if not err.is_terminal and done:  # logs (CI, nohup) get one plain line per finished unit
                 err.print(f"[{done}/{total}] {runner.live.line()}", highlight=False, soft_wrap=True)
 
