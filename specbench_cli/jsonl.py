@@ -1,4 +1,4 @@
-"""Reading JSONL input files with one clear error per bad line."""
+"""Reading JSON and JSONL input files with one clear error per bad file or line."""
 
 from __future__ import annotations
 
@@ -29,3 +29,17 @@ def read_objects(path: Path, what: str = "file") -> Iterator[tuple[int, dict]]:
             if not isinstance(row, dict):
                 raise UsageError(f"{path}:{lineno}: expected a JSON object")
             yield lineno, row
+
+
+def read_json_object(path: Path, missing: str) -> dict:
+    """Parse a JSON file that must hold one object; `missing` is the message for an absent file."""
+    path = Path(path)
+    if not path.is_file():
+        raise UsageError(missing)
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise UsageError(f"{path}: not valid JSON ({exc})") from exc
+    if not isinstance(doc, dict):
+        raise UsageError(f"{path}: expected a JSON object")
+    return doc

@@ -22,6 +22,7 @@ from rich.table import Table
 
 from specbench_cli import __version__, metrics, report
 from specbench_cli.console import err, out
+from specbench_cli.jsonl import read_json_object
 from specbench_cli.errors import RuntimeFailure, UsageError
 from specbench_cli.results_io import Run, all_rows, load_runs
 
@@ -73,13 +74,8 @@ def baseline_document(summary: pd.DataFrame, runs: list[Run]) -> dict:
 
 def read_baseline(path: Path) -> list[dict]:
     """Entries of a baseline file; `UsageError` if it is missing or not a baseline."""
-    if not path.is_file():
-        raise UsageError(f"baseline file not found: {path}")
-    try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise UsageError(f"{path}: not valid JSON ({exc})") from exc
-    if not isinstance(doc, dict) or doc.get("format") != BASELINE_FORMAT or not isinstance(doc.get("entries"), list):
+    doc = read_json_object(path, f"baseline file not found: {path}")
+    if doc.get("format") != BASELINE_FORMAT or not isinstance(doc.get("entries"), list):
         raise UsageError(f"{path}: not a specbench baseline (write one with `specbench baseline RUN_DIR -o FILE`)")
     for i, entry in enumerate(doc["entries"]):
         missing = [k for k in BASELINE_KEY + ("mat", "speedup") if not isinstance(entry, dict) or k not in entry]

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Iterable
 
 from specbench_cli.errors import UsageError
+from specbench_cli.jsonl import read_json_object
 
 MANIFEST = "manifest.json"
 SAMPLES = "samples.jsonl"
@@ -78,15 +79,7 @@ def all_rows(runs: Iterable[Run]) -> list[dict]:
 
 def read_manifest(path: Path) -> dict:
     """Parse manifest.json; it must be a JSON object."""
-    if not path.is_file():
-        raise UsageError(f"missing {path.name} in {path.parent} (is this a `specbench run` folder?)")
-    try:
-        manifest = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise UsageError(f"{path}: not valid JSON ({exc})") from exc
-    if not isinstance(manifest, dict):
-        raise UsageError(f"{path}: expected a JSON object")
-    return manifest
+    return read_json_object(path, f"missing {path.name} in {path.parent} (is this a `specbench run` folder?)")
 
 
 def read_samples(path: Path) -> tuple[list[dict], list[str]]:

@@ -84,10 +84,9 @@ class RunStore:
         return store
 
     def read_manifest(self) -> dict:
-        try:
-            return json.loads(self.manifest_path.read_text())
-        except json.JSONDecodeError as e:
-            raise UsageError(f"{self.manifest_path}: not valid JSON ({e.msg})") from None
+        from specbench_cli.results_io import read_manifest
+
+        return read_manifest(self.manifest_path)
 
     def write_manifest(self, manifest: dict) -> None:
         tmp = self.manifest_path.with_suffix(".tmp")
