@@ -33,6 +33,22 @@ def hf_generate(model, ids, max_new, eos, **kw):
     return out[0, len(ids):].tolist(), dt
 
 
+def load_target_and_prompts(args, n_questions=None):
+    """Set threads, load the target, and build first-turn chat prompts for the Spec-Bench subset.
+
+    Returns (loaded model, eos ids, [(category, prompt ids)]). Shared by the peer benchmarks so
+    both time exactly the same prompts the same way.
+    """
+    torch.set_num_threads(args.threads)
+    lm = load_model(args.model, dtype=args.dtype)
+    prompter = ChatPrompter(lm.tokenizer)
+    qs = tasks.select(tasks.get("spec_bench").load(args.questions), limit=args.per_category)
+    if n_questions:
+        qs = qs[:n_questions]
+    prompts = [(q.category, prompter([{"role": "user", "content": q.turns[0]}])) for q in qs]
+    return lm, eos_ids(lm.tokenizer, lm.model), prompts
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", default="smollm2-135m")
@@ -42,14 +58,8 @@ def main() -> None:
     ap.add_argument("--max-new-tokens", type=int, default=128)
     ap.add_argument("--questions", default=None)
     args = ap.parse_args()
-    torch.set_num_threads(args.threads)
-
-    lm = load_model(args.model, dtype=args.dtype)
+    lm, eos, prompts = load_target_and_prompts(args)
     model, tok = lm.model, lm.tokenizer
-    eos = eos_ids(tok, model)
-    prompter = ChatPrompter(tok)
-    qs = tasks.select(tasks.get("spec_bench").load(args.questions), limit=args.per_category)
-    prompts = [(q.category, prompter([{"role": "user", "content": q.turns[0]}])) for q in qs]
     dec = Decoder(model, eos)
     bc = 11
     ctx = MethodContext(model, tok, budget=bc)

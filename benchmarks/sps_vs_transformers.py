@@ -28,14 +28,12 @@ from pathlib import Path
 
 import torch
 
-from specbench_cli import methods, tasks
+from specbench_cli import methods
 from specbench_cli.engine.loop import Decoder
 from specbench_cli.methods.base import MethodContext
-from specbench_cli.models import load_model
-from specbench_cli.runner import ChatPrompter, eos_ids
 
 sys.path.insert(0, str(Path(__file__).parent))
-from peers import hf_generate  # noqa: E402  (one definition of "transformers' greedy call, timed")
+from peers import hf_generate, load_target_and_prompts  # noqa: E402  (one definition of "transformers' greedy call, timed")
 
 
 def configure_assistant(draft_model, gamma: int) -> None:
@@ -61,16 +59,8 @@ def main() -> None:
     ap.add_argument("--questions", default=None, help="Spec-Bench question.jsonl (default: found locally)")
     ap.add_argument("--no-ar", action="store_true", help="skip the AR reference pair")
     args = ap.parse_args()
-    torch.set_num_threads(args.threads)
-
-    lm = load_model(args.model, dtype=args.dtype)
+    lm, eos, prompts = load_target_and_prompts(args, args.n_questions)
     model, tok = lm.model, lm.tokenizer
-    eos = eos_ids(tok, model)
-    prompter = ChatPrompter(tok)
-    qs = tasks.select(tasks.get("spec_bench").load(args.questions), limit=args.per_category)
-    if args.n_questions:
-        qs = qs[: args.n_questions]
-    prompts = [(q.category, prompter([{"role": "user", "content": q.turns[0]}])) for q in qs]
 
     bc = args.gamma + 1
     ctx = MethodContext(model, tok, budget=bc, dtype=args.dtype, draft_model=args.draft)
