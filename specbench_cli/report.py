@@ -348,6 +348,11 @@ def render(table: TableData, fmt: str, summary: pd.DataFrame | None = None) -> s
 
 # Spec-Bench leaderboard-style abbreviations, used when the terminal is too narrow.
 SHORT_HEADERS = {"MT-bench": "MT", "Translation": "Trans.", "Summarization": "Sum.", "Tok/s": "tok/s"}
+# Columns a narrow terminal may hide, least important first; category columns go next (right to
+# left). Model, Method, #MAT, Overall and =AR (the losslessness check) are never hidden.
+DROP_FIRST = ("Median", "Params", "MBSU", "Tok/s", "BC")
+NEVER_DROP = ("Model", "Method", "#MAT", "Overall", "=AR")
+METHOD_WRAP = 14  # a long method label wraps onto a second line before any column is hidden
 
 
 def wrap_cell(text: str) -> str:
@@ -355,28 +360,85 @@ def wrap_cell(text: str) -> str:
     return text.replace(" ± ", "\n±").replace(" → ", "\n→ ").replace(" (", "\n(")
 
 
-def rich_table(table: TableData, width: int | None = None) -> Table:
-    """The table as a rich Table: numbers right-aligned, '± std' or '(+x%)' on a second line, AR dimmed.
-
-    When the full headers would not fit in `width` columns, category headers are abbreviated.
-    """
-    rows = [[wrap_cell(escape(c)) for c in cells] for cells in table.cells()]
-    widths = [max([len(line) for r in rows for line in r[i].split("\n")] or [1]) for i in range(len(table.columns))]
-    full = 1 + sum(max(w, len(c.header)) + 1 for w, c in zip(widths, table.columns))
-    short = width is not None and full > width
+def _build_grid(table: TableData, columns: list[Column], rows: list[list[str]], compact: bool) -> Table:
+    """A rich Table of `columns` only; `compact` = short headers, one-space gaps, wrapped labels."""
+    index = [table.columns.index(c) for c in columns]
     grid = Table(title=table.title, title_style="bold", header_style="bold cyan", box=box.SIMPLE_HEAD,
-                 collapse_padding=True, pad_edge=False)
-    for col, cell_width in zip(table.columns, widths):
-        header = SHORT_HEADERS.get(col.header, col.header) if short else col.header
-        grid.add_column(escape(header), justify="right" if col.numeric else "left", overflow="fold",
-                        min_width=cell_width if col.numeric else min(cell_width, 10))
+                 collapse_padding=True, pad_edge=False, padding=(0, 0) if compact else (0, 1))
+    for col, i in zip(columns, index):
+        cell_width = max([len(line) for r in rows for line in r[i].split("\n")] or [1])
+        header = SHORT_HEADERS.get(col.header, col.header) if compact else col.header
+        if col.numeric:
+            grid.add_column(escape(header), justify="right", overflow="fold", min_width=cell_width)
+        else:
+            grid.add_column(escape(header), justify="left", overflow="fold", min_width=min(cell_width, 10),
+                            max_width=METHOD_WRAP if compact else None)
     for (_, row), cells in zip(table.frame.iterrows(), rows):
-        grid.add_row(*cells, style="dim" if row.get("method_label") == AR_METHOD else None)
+        shown = [_break_label(cells[i]) if compact and not table.columns[i].numeric else cells[i] for i in index]
+        grid.add_row(*shown, style="dim" if row.get("method_label") == AR_METHOD else None)
     return grid
 
 
+def _break_label(text: str) -> str:
+    """'mask-probe(mean,m=2)' -> 'mask-probe' over '(mean,m=2)' when it is longer than METHOD_WRAP."""
+    if len(text) <= METHOD_WRAP or "(" not in text[1:]:
+        return text
+    head, tail = text.split("(", 1)
+    return f"{head}\n({tail}"
+
+
+def _natural_width(grid: Table) -> int:
+    """Width the table takes when nothing forces it narrower."""
+    from rich.console import Console
+    from rich.measure import Measurement
+
+    probe = Console(width=10_000, file=io.StringIO())
+    return Measurement.get(probe, probe.options, grid).maximum
+
+
+def _drop_order(columns: list[Column]) -> list[Column]:
+    """Columns a narrow terminal may hide, in the order they go."""
+    by_header = {c.header: c for c in columns}
+    first = [by_header[h] for h in DROP_FIRST if h in by_header]
+    categories = [c for c in columns if c.key.startswith("speedup_") and c.header not in NEVER_DROP]
+    return first + categories[::-1]
+
+
+def fit_table(table: TableData, width: int | None = None) -> tuple[Table, list[str]]:
+    """The table as a rich Table that fits `width` columns, and the headers hidden to get there.
+
+    Numbers right-aligned, '± std' or '(+x%)' on a second line, AR dimmed. When the full table is
+    wider than `width`: short headers, one-space gaps and wrapped method labels first; then the
+    least important columns are hidden (`DROP_FIRST`, then categories right to left). Method,
+    #MAT, Overall and =AR always stay.
+    """
+    rows = [[wrap_cell(escape(c)) for c in cells] for cells in table.cells()]
+    columns = list(table.columns)
+    grid = _build_grid(table, columns, rows, compact=False)
+    if width is None or _natural_width(grid) <= width:
+        return grid, []
+    grid = _build_grid(table, columns, rows, compact=True)
+    dropped: list[str] = []
+    for victim in _drop_order(columns):
+        if _natural_width(grid) <= width:
+            break
+        columns.remove(victim)
+        dropped.append(victim.header)
+        grid = _build_grid(table, columns, rows, compact=True)
+    return grid, dropped
+
+
+def rich_table(table: TableData, width: int | None = None) -> Table:
+    """`fit_table` without the list of hidden columns."""
+    return fit_table(table, width)[0]
+
+
 def print_table(table: TableData) -> None:
-    """Print the table and its notes to stdout (`console.out`)."""
-    out.print(rich_table(table, out.width))
+    """Print the table and its notes to stdout (`console.out`), fitted to the terminal's width."""
+    grid, dropped = fit_table(table, out.width)
+    out.print(grid)
+    if dropped:
+        out.print(f"[dim]hidden to fit {out.width} columns: {', '.join(dropped)} "
+                  f"(widen the terminal, or see the report files)[/dim]", highlight=False)
     for note in table.notes:
         out.print(f"[yellow]note:[/] {escape(note)}", highlight=False)

@@ -219,3 +219,40 @@ def test_series_colors_shade_bcs_of_one_method():
     assert sum(light) > sum(dark)  # smaller BC is lighter
     assert dark == pytest.approx(plots.method_palette(keys)[("m", "pld")])
     assert other != dark and not math.isnan(sum(other))
+
+
+def _render(table, width: int) -> tuple[str, list[str]]:
+    """What a terminal of `width` columns shows, and the headers hidden to fit it."""
+    from rich.console import Console
+
+    grid, dropped = r.fit_table(table, width)
+    console = Console(width=width, file=io.StringIO(), color_system=None)
+    console.print(grid)
+    return console.file.getvalue(), dropped
+
+
+def test_terminal_table_fits_80_columns_with_every_column():
+    """The run's default table (6 categories, Median, =AR; a long method label) on 80 columns."""
+    rows = [{**row, "method_label": "mask-probe(mean,m=2)"} if row["method"] == "sps" else row
+            for row in tag(synthetic_rows(questions_per_category=1))]
+    table = r.spec_bench_table(m.summarize(rows), columns=["median", "agree"])
+    assert len(table.columns) == 12
+    text, dropped = _render(table, 80)
+    assert dropped == [] and "mask-probe" in text
+    assert max(len(line) for line in text.splitlines()) <= 80
+    header = next(line for line in text.splitlines() if "#MAT" in line)
+    for shown in ("Method", "MT", "Trans.", "Sum.", "QA", "Math", "RAG", "#MAT", "tok/s", "Overall", "Median", "=AR"):
+        assert shown in header.split(), shown
+
+
+@pytest.mark.parametrize("width", [70, 60, 45])
+def test_narrow_terminal_hides_least_important_columns_never_ar_agreement(width):
+    rows = tag(synthetic_rows(questions_per_category=1))
+    table = r.spec_bench_table(m.summarize(rows), columns=["median", "agree", "mbsu"])
+    text, dropped = _render(table, width)
+    header = next(line for line in text.splitlines() if "#MAT" in line).split()
+    assert dropped and dropped[0] == "Median"  # least important goes first
+    for kept in ("Method", "#MAT", "Overall", "=AR"):
+        assert kept in header
+    assert not set(dropped) & set(header)
+    assert max(len(line) for line in text.splitlines()) <= width
