@@ -12,7 +12,7 @@ prompt added) and answered by the target with ancestral sampling at each tempera
 Rows are appended and flushed as soon as a batch finishes; re-running with the same output
 skips (id, temperature) pairs already written, so an interrupted run resumes.
 
-The shipped seed set (specbench_cli/tasks/data/seed_instructions.jsonl) is written for this
+The shipped seed set (tasks/data/seed_instructions.jsonl) is written for this
 project and shares no question with Spec-Bench, so drafters trained on it can be evaluated on
 Spec-Bench without overlap.
 """
@@ -24,9 +24,10 @@ from pathlib import Path
 from typing import Any, Callable
 
 from specbench_cli.errors import UsageError
+from specbench_cli import tasks as _tasks_package
 from specbench_cli.jsonl import read_objects
 
-SEEDS_FILE = Path(__file__).resolve().parent.parent / "tasks" / "data" / "seed_instructions.jsonl"
+SEEDS_FILE = Path(_tasks_package.__file__).resolve().parent / "data" / "seed_instructions.jsonl"
 DEFAULT_TEMPERATURES = (0.0, 0.3, 0.7, 1.0)
 
 

@@ -40,7 +40,7 @@ def local_candidates() -> list[Path]:
     cands = []
     if os.environ.get("SPECBENCH_QUESTIONS"):
         cands.append(Path(os.environ["SPECBENCH_QUESTIONS"]))
-    cands += [Path.cwd().parent / rel, here.parents[3] / rel, Path.cwd() / rel]
+    cands += [Path.cwd().parent / rel, here.parents[2] / rel, Path.cwd() / rel]
     return cands
 
 
