@@ -1,13 +1,15 @@
-"""Lazy registry of methods: short name -> "module:Class". Modules are imported on first use,
-so `specbench list methods` and option errors don't pay for importing every method."""
+"""Methods: short name -> "module:Class" (a `specbench_cli.methods.base.Method` subclass).
+
+Built-ins are listed here in the order `specbench list methods` shows them; other packages
+add methods through the `specbench.methods` entry-point group (see `specbench_cli/registry.py`).
+Modules are imported on first use only.
+"""
 
 from __future__ import annotations
 
-import importlib
+from specbench_cli.registry import Registry
 
-from specbench_cli.errors import unknown
-
-REGISTRY: dict[str, str] = {
+_REGISTRY = Registry("method", "specbench.methods", "specbench_cli.methods.base:Method", {
     "ar": "specbench_cli.methods.ar:AutoRegressive",
     "pld": "specbench_cli.methods.pld:PromptLookup",
     "jacobi": "specbench_cli.methods.jacobi:Jacobi",
@@ -15,21 +17,15 @@ REGISTRY: dict[str, str] = {
     "tr-jacobi": "specbench_cli.methods.tr_jacobi:TRJacobi",
     "mask-probe": "specbench_cli.methods.mask_probe:MaskProbe",
     "sps": "specbench_cli.methods.sps:SpeculativeSampling",
-}
+})
+REGISTRY = _REGISTRY.entries  # name -> "module:Class" (mutable: tests add entries)
+DESCRIBED = {"summary": "", "lossless": True, "needs_training": False}
+
+names = _REGISTRY.names
+get = _REGISTRY.get
+register = _REGISTRY.register
 
 
-def names() -> list[str]:
-    return list(REGISTRY)
-
-
-def get(name: str):
-    """The method class registered as `name`; UsageError with a suggestion for unknown names."""
-    if name not in REGISTRY:
-        raise unknown("method", name, REGISTRY)
-    module, cls = REGISTRY[name].split(":")
-    return getattr(importlib.import_module(module), cls)
-
-
-def register(name: str, target: str) -> None:
-    """Add a method at run time (plugins, tests): `target` is "module:Class"."""
-    REGISTRY[name] = target
+def describe(name: str) -> dict:
+    """summary / lossless / needs_training of a method, without importing it when possible."""
+    return _REGISTRY.describe(name, DESCRIBED)

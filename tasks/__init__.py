@@ -1,25 +1,27 @@
-"""Task suites, each a module with NAME, SUMMARY and load(questions_path) -> list[Question]."""
+"""Task suites: short name -> "module:Class" (a `specbench_cli.tasks.base.Task` subclass).
+
+Built-ins are listed here; other packages add suites through the `specbench.tasks`
+entry-point group (see `specbench_cli/registry.py`). Modules are imported on first use only.
+"""
 
 from __future__ import annotations
 
-import importlib
+from specbench_cli.registry import Registry
+from specbench_cli.tasks.base import Question, Task, select  # noqa: F401
 
-from specbench_cli.errors import unknown
-from specbench_cli.tasks.base import Question, select  # noqa: F401
+_REGISTRY = Registry("task", "specbench.tasks", "specbench_cli.tasks.base:Task", {
+    "mini": "specbench_cli.tasks.mini:Mini",
+    "spec_bench": "specbench_cli.tasks.spec_bench:SpecBench",
+    "humaneval": "specbench_cli.tasks.humaneval:HumanEval",
+    "jsonl": "specbench_cli.tasks.jsonl:Jsonl",
+})
+REGISTRY = _REGISTRY.entries
+DESCRIBED = {"summary": ""}
 
-REGISTRY = {
-    "mini": "specbench_cli.tasks.mini",
-    "spec_bench": "specbench_cli.tasks.spec_bench",
-    "humaneval": "specbench_cli.tasks.humaneval",
-    "jsonl": "specbench_cli.tasks.jsonl",
-}
+names = _REGISTRY.names
+get = _REGISTRY.get
+register = _REGISTRY.register
 
 
-def names() -> list[str]:
-    return list(REGISTRY)
-
-
-def get(name: str):
-    if name not in REGISTRY:
-        raise unknown("task", name, REGISTRY)
-    return importlib.import_module(REGISTRY[name])
+def describe(name: str) -> dict:
+    return _REGISTRY.describe(name, DESCRIBED)
