@@ -5,13 +5,17 @@ from __future__ import annotations
 from pathlib import Path
 
 from specbench_cli.errors import UsageError
-from specbench_cli.tasks.base import Question, read_jsonl_questions
-
-NAME = "jsonl"
-SUMMARY = "your own Spec-Bench-format JSONL (question_id, category, turns) given with --questions"
+from specbench_cli.tasks.base import Question, Task, read_jsonl_questions
 
 
-def load(questions_path=None) -> list[Question]:
-    if not questions_path:
-        raise UsageError("task 'jsonl' needs --questions PATH")
-    return read_jsonl_questions(Path(questions_path), NAME)
+class Jsonl(Task):
+    """Categories are the file's own, reported as written (no folding, no renaming)."""
+
+    name = "jsonl"
+    summary = "your own Spec-Bench-format JSONL (question_id, category, turns) given with --questions"
+
+    @classmethod
+    def load(cls, questions_path=None) -> list[Question]:
+        if not questions_path:
+            raise UsageError("task 'jsonl' needs --questions PATH")
+        return read_jsonl_questions(Path(questions_path), cls.name)

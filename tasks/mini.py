@@ -6,11 +6,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from specbench_cli.tasks.base import Question, read_jsonl_questions
-
-NAME = "mini"
-SUMMARY = "built-in: 18 original prompts, 3 per Spec-Bench category (default)"
+from specbench_cli.tasks.base import SPEC_BENCH_NAMES, Question, Task, read_jsonl_questions
 
 
-def load(questions_path=None) -> list[Question]:
-    return read_jsonl_questions(Path(__file__).parent / "data" / "mini.jsonl", NAME)
+class Mini(Task):
+    name = "mini"
+    summary = "built-in: 18 original prompts, 3 per Spec-Bench category (default)"
+    categories = SPEC_BENCH_NAMES
+
+    @classmethod
+    def load(cls, questions_path=None) -> list[Question]:
+        return read_jsonl_questions(Path(__file__).parent / "data" / "mini.jsonl", cls.name)
