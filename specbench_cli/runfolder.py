@@ -1,28 +1,32 @@
-"""Read result folders written by `specbench run` (see docs/results-format.md).
+"""The run folder: `manifest.json` + `samples.jsonl` (format: docs/results-format.md).
 
-A run folder holds `manifest.json` and `samples.jsonl`. Loading never guesses: a missing
-folder or file, or a malformed line, raises `UsageError` naming the file (and line). The one
-exception is a final line cut short by a crash mid-write: it is skipped and recorded in
-`Run.warnings`, because `specbench run --resume` re-runs that turn anyway.
+Writing: `RunFolder` creates the folder, appends rows one by one (flushed and fsynced, so an
+interrupted run keeps every finished row and `--resume` skips them) and repairs a torn last
+line before appending again. Reading: `load_run` never guesses: a missing folder or file, or
+a malformed line, raises `UsageError` naming the file (and line). The one exception is a
+final line cut short by a crash mid-write: it is skipped and recorded in `Run.warnings`,
+because `specbench run --resume` re-runs that turn anyway. Rows are `rows.SampleRow` objects
+as dicts; files written before a field existed still load (see `rows.defaults`).
 """
 
 from __future__ import annotations
 
+import datetime as _dt
 import json
+import os
+import platform
+import secrets
+import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable
+from typing import Any, Iterable, Optional
 
 from specbench_cli.errors import UsageError
 from specbench_cli.jsonl import read_json_object
+from specbench_cli.rows import row_key, validate_row  # noqa: F401 (row_key re-exported for resume)
 
 MANIFEST = "manifest.json"
 SAMPLES = "samples.jsonl"
-
-# Keys every row must carry to be grouped and paired.
-REQUIRED_KEYS = ("method", "method_label", "category", "question_id", "turn", "repeat", "status")
-# Keys an `ok` row must carry to be measured.
-REQUIRED_OK_KEYS = ("new_tokens", "wall_time", "steps", "accept_lengths")
 
 
 @dataclass
@@ -109,14 +113,101 @@ def read_samples(path: Path) -> tuple[list[dict], list[str]]:
     return rows, warnings
 
 
-def validate_row(row: object, path: Path, lineno: int) -> dict:
-    """Check that a parsed line is an object with the keys metrics need."""
-    if not isinstance(row, dict):
-        raise UsageError(f"{path}:{lineno}: expected a JSON object, got {type(row).__name__}")
-    required = REQUIRED_KEYS + (REQUIRED_OK_KEYS if row.get("status") == "ok" else ())
-    missing = [key for key in required if key not in row]
-    if missing:
-        raise UsageError(f"{path}:{lineno}: missing key(s) {', '.join(missing)}")
-    if row["status"] not in ("ok", "error"):
-        raise UsageError(f"{path}:{lineno}: status must be 'ok' or 'error', got {row['status']!r}")
-    return row
+# ----------------------------------------------------------------------------- writing
+
+
+def now_iso() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+
+
+def new_run_id() -> str:
+    return _dt.datetime.now().strftime("%Y%m%d-%H%M%S") + "-" + secrets.token_hex(3)
+
+
+def git_commit() -> Optional[str]:
+    here = Path(__file__).resolve().parent
+    try:
+        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=here, capture_output=True, text=True, timeout=5)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() or None if out.returncode == 0 else None
+
+
+def environment() -> dict[str, Any]:
+    import torch
+    import transformers
+
+    from specbench_cli import __version__
+
+    return {
+        "versions": {"python": platform.python_version(), "torch": torch.__version__,
+                     "transformers": transformers.__version__, "specbench": __version__},
+        "host": {"platform": platform.platform(), "processor": platform.processor() or platform.machine(),
+                 "cpu_count": os.cpu_count(),
+                 "device_name": torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu"},
+        "git_commit": git_commit(),
+    }
+
+
+class RunFolder:
+    """A run folder open for appending."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.manifest_path = path / MANIFEST
+        self.samples_path = path / SAMPLES
+
+    @classmethod
+    def create(cls, output_dir: Path, manifest: dict) -> "RunFolder":
+        run_id = new_run_id()
+        path = Path(output_dir) / run_id
+        path.mkdir(parents=True, exist_ok=False)
+        store = cls(path)
+        store.write_manifest({"run_id": run_id, "created": now_iso(), "finished": None, **manifest})
+        store.samples_path.touch()
+        return store
+
+    @classmethod
+    def open(cls, path: Path) -> "RunFolder":
+        store = cls(Path(path))
+        if not store.manifest_path.is_file():
+            raise UsageError(f"{path} is not a run folder (no {MANIFEST})")
+        return store
+
+    def read_manifest(self) -> dict:
+        return read_manifest(self.manifest_path)
+
+    def write_manifest(self, manifest: dict) -> None:
+        tmp = self.manifest_path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(manifest, indent=2, sort_keys=False) + "\n")
+        tmp.replace(self.manifest_path)
+
+    def update_manifest(self, **fields: Any) -> None:
+        m = self.read_manifest()
+        m.update(fields)
+        self.write_manifest(m)
+
+    def rows(self) -> list[dict]:
+        """Finished rows; a torn last line (crash mid-write) is ignored, any other bad line is an error."""
+        if not self.samples_path.is_file():
+            return []
+        return read_samples(self.samples_path)[0]
+
+    def repair_tail(self) -> None:
+        """Drop a torn final line so appends start on a fresh line."""
+        if not self.samples_path.is_file():
+            return
+        data = self.samples_path.read_bytes()
+        if data and not data.endswith(b"\n"):
+            cut = data.rfind(b"\n") + 1
+            self.samples_path.write_bytes(data[:cut])
+
+    def append(self, row: dict) -> None:
+        with self.samples_path.open("a", encoding="utf-8") as f:
+            f.write(json.dumps(row, ensure_ascii=False) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+
+    def append_many(self, rows: Iterable[dict]) -> None:
+        for r in rows:
+            self.append(r)
