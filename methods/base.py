@@ -4,6 +4,7 @@ and the option parsing shared by all of them."""
 from __future__ import annotations
 
 import dataclasses
+import typing
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Optional
 
@@ -102,11 +103,20 @@ def user_options(opts) -> dict:
             if getattr(opts, f.name) != getattr(default, f.name)}
 
 
+def _type_name(typ: Any) -> str:
+    """'int' for int, Optional[int], int | None, or their string forms (modules with or
+    without `from __future__ import annotations` annotate differently)."""
+    if not isinstance(typ, str):
+        args = [a for a in typing.get_args(typ) if a is not type(None)]
+        typ = args[0] if len(args) == 1 else typ
+        return getattr(typ, "__name__", str(typ))
+    return typ.replace("Optional[", "").replace("]", "").replace(" | None", "").replace("None | ", "")
+
+
 def _coerce(value: Any, typ: Any, method: str, key: str) -> Any:
     if not isinstance(value, str):
         return value
-    t = typ if isinstance(typ, str) else getattr(typ, "__name__", str(typ))
-    t = t.replace("Optional[", "").replace("]", "").replace(" | None", "")
+    t = _type_name(typ)
     try:
         if t == "int":
             return int(value)

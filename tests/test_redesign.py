@@ -193,3 +193,17 @@ def test_sample_row_round_trips_and_old_reference_runs_still_load():
     for manifest in (REPO / "results" / "reference").glob("**/manifest.json"):
         run = load_run(manifest.parent)
         assert run.rows and all(k in run.rows[0] for k in required_keys("ok"))
+
+
+def test_options_annotated_with_real_types_are_coerced_too():
+    """A plugin module without `from __future__ import annotations` has typing objects, not strings."""
+    import dataclasses
+    from typing import Optional
+
+    from specbench_cli.errors import UsageError
+    from specbench_cli.methods.base import parse_options
+
+    opts_cls = dataclasses.make_dataclass("O", [("depth", Optional[int], None), ("rate", float, 0.5)])
+    assert parse_options("m", opts_cls, {"depth": "3", "rate": "0.25"}) == opts_cls(depth=3, rate=0.25)
+    with pytest.raises(UsageError, match="expects int"):
+        parse_options("m", opts_cls, {"depth": "x"})
