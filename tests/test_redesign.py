@@ -172,9 +172,13 @@ def test_benchmark_and_distillation_encode_a_conversation_identically(tiny_tok):
             assert tokenize and add_generation_prompt
             return tiny_tok("<u>" + messages[-1]["content"] + "<a>")["input_ids"]
 
+    from specbench_cli.prompting import ChatPrompter  # what the runner encodes prompts with
+
     for tok in (tiny_tok, Templated()):
         text = "Explain the sea in one line."
-        assert chat_prompt(tok, text) == encode_chat(tok, user_turn(text))
+        ids = chat_prompt(tok, text)
+        assert ids == ChatPrompter(tok)(user_turn(text)) == encode_chat(tok, [{"role": "user", "content": text}])
+        assert len(ids) > 3
 
 
 def test_a_user_jsonl_category_is_reported_as_written_and_spec_bench_folds_mt_bench(tmp_path):

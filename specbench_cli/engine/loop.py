@@ -74,7 +74,9 @@ class Decoder:
 
         With hidden states it runs the decoder body and then the output head on the body's
         last hidden state (after the final norm), which is what the causal-LM forward does
-        itself, so the logits are the same; no per-layer states are kept.
+        itself, so the logits are the same; no per-layer states are kept. (A model whose
+        causal-LM forward post-processes logits, e.g. Gemma-2's soft-capping, would need that
+        step here too; the Llama-family targets used here have none.)
         """
         if not want_hidden:
             return self.model(**kwargs).logits[0], None
