@@ -3,7 +3,7 @@
 # fixed Spec-Bench subset (first LIMIT questions per category), SmolLM2-135M, float32, 2 threads.
 #   bash benchmarks/bc_sweep.sh [OUT_DIR] [LIMIT] [MAX_NEW]
 set -euo pipefail
-out=${1:-benchmarks/results/bc-sweep}
+out=${1:-results/reference/bc-sweep}
 limit=${2:-2}
 max_new=${3:-128}
 for bc in 10 30 60; do

@@ -22,7 +22,7 @@ from specbench_cli import methods, tasks
 from specbench_cli.engine.loop import Decoder
 from specbench_cli.methods.base import MethodContext
 from specbench_cli.models import load_model
-from specbench_cli.runner import ChatPrompter, eos_ids
+from specbench_cli.prompting import ChatPrompter, stop_token_ids
 
 
 def hf_generate(model, ids, max_new, eos, **kw):
@@ -46,7 +46,7 @@ def load_target_and_prompts(args, n_questions=None):
     if n_questions:
         qs = qs[:n_questions]
     prompts = [(q.category, prompter([{"role": "user", "content": q.turns[0]}])) for q in qs]
-    return lm, eos_ids(lm.tokenizer, lm.model), prompts
+    return lm, set(stop_token_ids(lm.tokenizer, lm.model)), prompts
 
 
 def main() -> None:
@@ -63,7 +63,7 @@ def main() -> None:
     dec = Decoder(model, eos)
     bc = 11
     ctx = MethodContext(model, tok, budget=bc)
-    ours = {"ar": methods.get("ar")(ctx), "pld": methods.get("pld")(ctx)}
+    ours = {"ar": methods.get("ar").create(ctx), "pld": methods.get("pld").create(ctx)}
     theirs = {"ar": {}, "pld": {"prompt_lookup_num_tokens": 10}}
 
     with torch.inference_mode():  # warm-up, untimed

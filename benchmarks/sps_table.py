@@ -11,7 +11,7 @@ and the drafters follow in rotating order in one process on one loaded target - 
 fairness rules as any run. Decoding modes: greedy, and sampling at temperature 0.6 / top-p 0.9
 (`--modes` to change). Questions: Spec-Bench, `--limit` per category of `--categories`.
 
-The table comes from the run folders alone (`results_io` + `metrics.summarize`, the same code
+The table comes from the run folders alone (`runfolder` + `metrics.summarize`, the same code
 as `specbench report`), so `--tabulate RUN_DIR...` rebuilds it without running anything.
 Columns: tau = #MAT (tokens per target forward); MBSU = tau / (c * gamma + 1) with
 c = drafter params / target params (metrics.mbsu, gamma = mean draft size); speedup = Spec-Bench
@@ -83,7 +83,7 @@ def mode_of(temperature: float, top_p: float) -> str:
 
 def collect(run_dirs: list[Path], per_category: bool) -> tuple[pd.DataFrame, list[str]]:
     """One record per (run, method): overall (and per-category tau) metrics from `summarize`."""
-    from specbench_cli.results_io import load_runs
+    from specbench_cli.runfolder import load_runs
 
     records, notes = [], []
     for run in load_runs(run_dirs):

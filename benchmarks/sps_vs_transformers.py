@@ -64,14 +64,14 @@ def main() -> None:
 
     bc = args.gamma + 1
     ctx = MethodContext(model, tok, budget=bc, dtype=args.dtype, draft_model=args.draft)
-    sps = methods.get("sps")(ctx)
+    sps = methods.get("sps").create(ctx)
     draft = sps.draft  # the very same weights for both sides
     configure_assistant(draft, args.gamma)
     dec = Decoder(model, eos)
     ours = {"sps": lambda ids, n: dec.generate(sps, ids, n, bc)}
     theirs = {"sps": lambda ids, n: hf_generate(model, ids, n, eos, assistant_model=draft)}
     if not args.no_ar:
-        ar = methods.get("ar")(MethodContext(model, tok, budget=1))
+        ar = methods.get("ar").create(MethodContext(model, tok, budget=1))
         ours["ar"] = lambda ids, n: dec.generate(ar, ids, n, 1)
         theirs["ar"] = lambda ids, n: hf_generate(model, ids, n, eos)
 

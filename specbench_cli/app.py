@@ -72,11 +72,11 @@ def run(
 ) -> None:
     """Run methods on a task suite and write results/<run_id>/."""
     from specbench_cli.runner import RunConfig, config_from_manifest, default_methods
-    from specbench_cli.store import RunStore
+    from specbench_cli.runfolder import RunFolder
     from specbench_cli.workflow import execute
 
     if resume is not None:
-        store = RunStore.open(resume)
+        store = RunFolder.open(resume)
         cfg = config_from_manifest(store.read_manifest())
         cfg.validate()
         err.print(f"resuming {resume} ({len(store.rows())} rows already there)")
@@ -152,15 +152,15 @@ def list_(what: str = typer.Argument(..., help="methods, tasks or models")) -> N
         from specbench_cli import methods as reg
 
         t = Table("name", "lossless", "needs training", "summary")
-        for n in reg.names():
-            cls = reg.get(n)
-            t.add_row(n, "yes" if cls.lossless else "no", "yes" if cls.needs_training else "no", cls.summary)
+        for n in reg.names():  # read from source: listing imports no method (and no torch)
+            d = reg.describe(n)
+            t.add_row(n, "yes" if d["lossless"] else "no", "yes" if d["needs_training"] else "no", d["summary"])
     elif what == "tasks":
         from specbench_cli import tasks as reg
 
         t = Table("name", "summary")
         for n in reg.names():
-            t.add_row(n, reg.get(n).SUMMARY)
+            t.add_row(n, reg.describe(n)["summary"])
     elif what == "models":
         from specbench_cli.models import ALIASES, DEFAULT_MODEL
 

@@ -1,7 +1,7 @@
 """Metrics over result rows (docs/metrics.md has every formula and the reasons for it).
 
 Everything here is a pure function of the rows of `samples.jsonl` (optionally tagged with
-`run_id`, `model` and `target_params` by `results_io.Run.tagged_rows`). Nothing reads files.
+`run_id`, `model` and `target_params` by `runfolder.Run.tagged_rows`). Nothing reads files.
 
 Units:
 - a *question* is (run, model, task, question_id, repeat) with all its turns; its throughput is
@@ -18,24 +18,10 @@ from typing import Iterable, Sequence
 import numpy as np
 import pandas as pd
 
-AR_METHOD = "ar"
-OVERALL = "overall"
+from specbench_cli.categories import OVERALL, canonical_category, display_category, order_categories  # noqa: F401
+from specbench_cli.rows import defaults as _row_defaults
 
-# Spec-Bench's six categories, in its table order, with the names its papers print.
-CATEGORY_NAMES: dict[str, str] = {
-    "mt_bench": "MT-bench",
-    "translation": "Translation",
-    "summarization": "Summarization",
-    "qa": "QA",
-    "math_reasoning": "Math",
-    "rag": "RAG",
-    OVERALL: "Overall",
-}
-# Spec-Bench's speed.py folds these MT-bench sub-categories into "mt_bench".
-MT_BENCH_SUBCATEGORIES = frozenset(
-    {"writing", "roleplay", "reasoning", "math", "coding", "extraction", "stem", "humanities"}
-)
-SPEC_BENCH_TASK = "spec_bench"
+AR_METHOD = "ar"
 
 QUESTION_KEY = ["run_id", "model", "task", "category", "question_id", "repeat"]
 METHOD_KEY = ["method", "method_label", "block_complexity"]
@@ -43,47 +29,16 @@ REPLICATE_KEY = ["run_id", "repeat"]
 DEFAULT_BY = ("model", "method_label", "block_complexity", "category")
 GROUPABLE = frozenset(QUESTION_KEY + METHOD_KEY)
 
-# Defaults for keys a row may lack (untagged rows, error rows, older writers).
+# Defaults for keys a row may lack (untagged rows, error rows, older writers): the run tags,
+# then the sample row's own defaults for the keys metrics read.
 ROW_DEFAULTS = {
     "run_id": "",
     "model": "",
     "target_params": None,
-    "task": "",
-    "block_complexity": 0,
-    "extra_params": 0,
-    "lossless": None,
-    "method_params": None,
-    "new_tokens": 0,
-    "wall_time": 0.0,
-    "steps": 0,
-    "accept_lengths": None,
-    "draft_sizes": None,
-    "ar_match": None,
+    **{k: v for k, v in _row_defaults().items()
+       if k in ("task", "block_complexity", "extra_params", "lossless", "method_params", "structure",
+                "new_tokens", "wall_time", "steps", "accept_lengths", "draft_sizes", "ar_match")},
 }
-
-
-# ----------------------------------------------------------------------------- categories
-
-
-def display_category(category: str) -> str:
-    """Paper name of a category (`math_reasoning` -> `Math`); unknown names are kept."""
-    return CATEGORY_NAMES.get(category, category)
-
-
-def order_categories(categories: Iterable[str]) -> list[str]:
-    """Spec-Bench order first, then unknown categories alphabetically, `overall` last."""
-    known = [c for c in CATEGORY_NAMES if c != OVERALL]
-    present = set(categories)
-    ordered = [c for c in known if c in present]
-    ordered += sorted(c for c in present if c not in CATEGORY_NAMES)
-    return ordered + ([OVERALL] if OVERALL in present else [])
-
-
-def canonical_category(task: str, category: str) -> str:
-    """Fold MT-bench sub-categories of the Spec-Bench suite into `mt_bench`, as speed.py does."""
-    if task == SPEC_BENCH_TASK and category in MT_BENCH_SUBCATEGORIES:
-        return "mt_bench"
-    return category
 
 
 # ----------------------------------------------------------------------------- frames
@@ -381,7 +336,9 @@ def position_acceptance_by_method(
     curves = {}
     for key, g in df.groupby(list(by), sort=False):
         params = next((p for p in g["method_params"] if isinstance(p, dict)), {})
-        if (g["method"] == AR_METHOD).all() or not is_chain(params):
+        structure = next((s for s in g["structure"] if isinstance(s, str)), None)
+        chain = structure == "chain" if structure is not None else is_chain(params)
+        if (g["method"] == AR_METHOD).all() or not chain:
             continue
         rates = position_acceptance(g["accept_lengths"], g["draft_sizes"], max_k)
         if rates:
@@ -390,7 +347,7 @@ def position_acceptance_by_method(
 
 
 def is_chain(method_params: dict | None) -> bool:
-    """Whether a drafter proposes one chain (per-position acceptance is meaningful).
+    """Whether a drafter proposes one chain, for rows written before the `structure` field.
 
     Uses `method_params["structure"]` (or `"draft_structure"`) when present; otherwise a
     drafter whose parameters mention a tree (e.g. `tree`, `tree_choices`) counts as a tree.

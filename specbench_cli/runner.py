@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import os
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
@@ -21,7 +20,9 @@ from specbench_cli import methods as method_registry
 from specbench_cli import tasks as task_registry
 from specbench_cli.errors import UsageError
 from specbench_cli.models import DEFAULT_MODEL, DTYPES, check_device
-from specbench_cli.store import RunStore, now_iso, row_key
+from specbench_cli.prompting import ChatPrompter, stop_token_ids, user_turn
+from specbench_cli.rows import SampleRow
+from specbench_cli.runfolder import RunFolder, now_iso, row_key
 
 DEFAULT_BUDGET = 10
 
@@ -66,18 +67,35 @@ class RunConfig:
             raise UsageError(f"--repeats must be at least 1 (got {self.repeats})")
         if self.threads is not None and self.threads < 1:
             raise UsageError(f"--threads must be at least 1 (got {self.threads})")
-        for m in self.methods:
-            method_registry.get(m)
         for m in self.method_options:
             if m not in self.methods:
                 raise UsageError(f"options given for method '{m}', which is not in --methods")
         for t in self.tasks:
             task_registry.get(t)
         check_device(self.device)
+        plan_methods(self)
+
+
+def method_context(cfg: RunConfig, model=None, tokenizer=None):
+    """The settings every method is planned against (and the target once loaded)."""
+    from specbench_cli.engine.verify import SamplingConfig
+    from specbench_cli.methods.base import MethodContext
+
+    return MethodContext(model=model, tokenizer=tokenizer, budget=cfg.block_complexity, device=cfg.device,
+                         dtype=cfg.dtype, sampling=SamplingConfig(cfg.temperature, cfg.top_p), seed=cfg.seed,
+                         draft_model=cfg.draft_model)
+
+
+def plan_methods(cfg: RunConfig) -> dict:
+    """Every method of the run, planned (options parsed and checked against the run's BC and
+    sampling) but not bound: no model is loaded, so bad options fail in well under a second."""
+    ctx = method_context(cfg)
+    return {name: method_registry.get(name)(ctx, **cfg.method_options.get(name, {}))
+            for name in method_order(cfg.methods)}
 
 
 def default_methods() -> list[str]:
-    return [n for n in method_registry.names() if not method_registry.get(n).needs_training]
+    return [n for n in method_registry.names() if not method_registry.describe(n)["needs_training"]]
 
 
 def load_questions(cfg: RunConfig):
@@ -99,33 +117,6 @@ def method_order(names: list[str]) -> list[str]:
 def sample_seed(seed: int, question_id: str, turn: int, repeat: int) -> int:
     h = hashlib.sha256(f"{seed}|{question_id}|{turn}|{repeat}".encode()).digest()
     return int.from_bytes(h[:8], "little") & 0x7FFFFFFFFFFFFFFF
-
-
-class ChatPrompter:
-    """Conversation -> prompt ids with the tokenizer's chat template (plain text without one)."""
-
-    def __init__(self, tokenizer) -> None:
-        self.tok = tokenizer
-        self.has_template = bool(getattr(tokenizer, "chat_template", None))
-
-    def __call__(self, messages: list[dict]) -> list[int]:
-        if self.has_template:
-            out = self.tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
-            if hasattr(out, "keys"):
-                out = out["input_ids"]
-            return list(out)
-        text = "\n\n".join(m["content"] for m in messages) + "\n\n"
-        return self.tok(text)["input_ids"]
-
-
-def eos_ids(tokenizer, model) -> set[int]:
-    ids = set()
-    for v in (tokenizer.eos_token_id, getattr(model.generation_config, "eos_token_id", None)):
-        if isinstance(v, int):
-            ids.add(v)
-        elif isinstance(v, (list, tuple)):
-            ids.update(int(x) for x in v)
-    return ids
 
 
 @dataclass
@@ -156,31 +147,25 @@ class Live:
 
 
 class Runner:
-    def __init__(self, cfg: RunConfig, store: RunStore, on_row: Callable[[dict, Live], None] | None = None) -> None:
+    def __init__(self, cfg: RunConfig, store: RunFolder, on_row: Callable[[dict, Live], None] | None = None) -> None:
         self.cfg = cfg
         self.store = store
         self.on_row = on_row or (lambda row, live: None)
         self.live = Live()
 
     # -- set-up -------------------------------------------------------------------------------
-    def setup(self, lm) -> None:
+    def setup(self, lm, planned: Optional[dict] = None) -> None:
+        """Bind the planned methods (`plan_methods`) to the loaded target."""
         import torch
 
         from specbench_cli.engine.loop import Decoder
-        from specbench_cli.engine.verify import SamplingConfig
-        from specbench_cli.methods.base import MethodContext
 
-        cfg = self.cfg
         self.lm = lm
-        self.sampling = SamplingConfig(cfg.temperature, cfg.top_p)
-        self.decoder = Decoder(lm.model, eos_ids(lm.tokenizer, lm.model), self.sampling)
+        self.sampling = method_context(self.cfg).sampling
+        self.decoder = Decoder(lm.model, stop_token_ids(lm.tokenizer, lm.model), self.sampling)
         self.prompter = ChatPrompter(lm.tokenizer)
-        ctx = MethodContext(model=lm.model, tokenizer=lm.tokenizer, budget=cfg.block_complexity, device=cfg.device,
-                            dtype=cfg.dtype, sampling=self.sampling, seed=cfg.seed, draft_model=cfg.draft_model)
-        self.methods = {}
-        for name in method_order(cfg.methods):
-            cls = method_registry.get(name)
-            self.methods[name] = cls(ctx, **cfg.method_options.get(name, {}))
+        planned = planned if planned is not None else plan_methods(self.cfg)
+        self.methods = {name: m.bind(lm.model, lm.tokenizer) for name, m in planned.items()}
         self.torch = torch
 
     # -- one generation -----------------------------------------------------------------------
@@ -189,35 +174,29 @@ class Runner:
         return self.decoder.generate(method, prompt_ids, max_new, self.cfg.block_complexity, gen)
 
     def warmup(self, question) -> None:
-        messages = [{"role": "user", "content": question.turns[0]}]
-        ids = self.prompter(messages)
+        ids = self.prompter(user_turn(question.turns[0]))
         for m in self.methods.values():
             self._generate(m, ids, 0, min(16, self.cfg.max_new_tokens))
 
     def _row(self, name: str, method, q, turn: int, repeat: int, gen=None, error: str | None = None,
              prompt_tokens: int = 0) -> dict:
-        base = {
-            "method": name, "method_label": method.label(), "method_params": method.params(),
-            "lossless": method.lossless, "extra_params": method.extra_params,
-            "task": q.task, "category": q.category, "subcategory": q.subcategory,
-            "question_id": q.id, "turn": turn, "repeat": repeat,
-            "block_complexity": self.cfg.block_complexity,
-            "temperature": self.cfg.temperature, "top_p": self.cfg.top_p,
-        }
-        if gen is None:
-            return {**base, "status": "error", "error": error, "prompt_tokens": prompt_tokens, "new_tokens": 0,
-                    "wall_time": 0.0, "prefill_time": 0.0, "steps": 0, "accept_lengths": [], "draft_sizes": [],
-                    "budget_used": [], "step_draft_ms": [], "step_verify_ms": [], "draft_time": 0.0, "verify_time": 0.0, "overhead_time": 0.0,
-                    "output_ids": [], "output_text": "", "ar_match": None, "first_mismatch": None,
-                    "timestamp": now_iso()}
-        text = self.lm.tokenizer.decode(gen.output_ids, skip_special_tokens=True)
-        return {**base, "status": "ok", "error": None, "prompt_tokens": gen.prompt_tokens,
-                "new_tokens": len(gen.output_ids), "wall_time": gen.wall_time, "prefill_time": gen.prefill_time,
-                "steps": gen.steps, "accept_lengths": gen.accept_lengths, "draft_sizes": gen.draft_sizes,
-                "budget_used": gen.budget_used, "step_draft_ms": gen.step_draft_ms,
-                "step_verify_ms": gen.step_verify_ms, "draft_time": gen.draft_time, "verify_time": gen.verify_time,
-                "overhead_time": gen.overhead_time, "output_ids": gen.output_ids, "output_text": text,
-                "ar_match": None, "first_mismatch": None, "timestamp": now_iso()}
+        """The SampleRow of one turn: measured from `gen`, or an error row."""
+        row = SampleRow(
+            method=name, method_label=method.label(), method_params=method.params(), lossless=method.lossless,
+            extra_params=method.extra_params, structure=method.structure.value, task=q.task, category=q.category,
+            subcategory=q.subcategory, question_id=q.id, turn=turn, repeat=repeat,
+            block_complexity=self.cfg.block_complexity, temperature=self.cfg.temperature, top_p=self.cfg.top_p,
+            status="error" if gen is None else "ok", error=error, prompt_tokens=prompt_tokens)
+        if gen is not None:
+            row.prompt_tokens, row.new_tokens, row.steps = gen.prompt_tokens, len(gen.output_ids), gen.steps
+            row.wall_time, row.prefill_time = gen.wall_time, gen.prefill_time
+            row.accept_lengths, row.draft_sizes, row.budget_used = gen.accept_lengths, gen.draft_sizes, gen.budget_used
+            row.step_draft_ms, row.step_verify_ms = gen.step_draft_ms, gen.step_verify_ms
+            row.draft_time, row.verify_time, row.overhead_time = gen.draft_time, gen.verify_time, gen.overhead_time
+            row.output_ids = gen.output_ids
+            row.output_text = self.lm.tokenizer.decode(gen.output_ids, skip_special_tokens=True)
+        row.timestamp = now_iso()
+        return row.to_dict()
 
     def _run_question(self, name: str, q, repeat: int, done: dict[tuple, dict], ar_rows: dict[tuple, dict]) -> None:
         method = self.methods[name]
@@ -302,15 +281,3 @@ def compare_ids(out: list[int], ref: list[int]) -> tuple[bool, Optional[int]]:
 def config_from_manifest(manifest: dict) -> RunConfig:
     fields = {f.name for f in dataclasses.fields(RunConfig)}
     return RunConfig(**{k: v for k, v in manifest.get("config", {}).items() if k in fields})
-
-
-def set_threads(threads: Optional[int]) -> int:
-    import torch
-
-    n = threads or default_threads()
-    torch.set_num_threads(n)
-    return n
-
-
-def default_threads() -> int:
-    return max(1, min(os.cpu_count() or 1, 2))

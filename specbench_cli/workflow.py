@@ -12,8 +12,9 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from specbench_cli.console import err
 from specbench_cli.errors import RuntimeFailure
-from specbench_cli.runner import RunConfig, Runner, load_questions, set_threads
-from specbench_cli.store import RunStore, environment, now_iso
+from specbench_cli.prompting import default_threads, set_threads
+from specbench_cli.runner import RunConfig, Runner, load_questions, plan_methods
+from specbench_cli.runfolder import RunFolder, environment, now_iso
 
 
 class RunProgress(Progress):
@@ -27,22 +28,23 @@ class RunProgress(Progress):
             yield Text(self.stats, style="dim")
 
 
-def execute(cfg: RunConfig, store: Optional[RunStore] = None, report: bool = True) -> Path:
+def execute(cfg: RunConfig, store: Optional[RunFolder] = None, report: bool = True) -> Path:
     from specbench_cli.models import load_model
 
     questions = load_questions(cfg)           # bad input fails before the model loads
-    threads = set_threads(cfg.threads)
+    planned = plan_methods(cfg)               # so do bad method options
+    threads = set_threads(cfg.threads, default_threads())
     err.print(f"[dim]loading {cfg.model} ({cfg.dtype}, {cfg.device}, {threads} threads)[/dim]")
     lm = load_model(cfg.model, device=cfg.device, dtype=cfg.dtype)
     runner = Runner(cfg, store)  # store set below
-    runner.setup(lm)
+    runner.setup(lm, planned)
     if store is None:
         manifest = {"config": {**dataclasses.asdict(cfg), "threads": threads,
                                "methods": list(runner.methods)},
                     "model": lm.manifest(), **environment(),
                     "methods": {n: {"label": m.label(), "params": m.params(), "lossless": m.lossless,
                                     "extra_params": m.extra_params} for n, m in runner.methods.items()}}
-        store = RunStore.create(Path(cfg.output_dir), manifest)
+        store = RunFolder.create(Path(cfg.output_dir), manifest)
     else:
         store.repair_tail()
     runner.store = store
@@ -77,6 +79,6 @@ def execute(cfg: RunConfig, store: Optional[RunStore] = None, report: bool = Tru
 
 def summarize(run_dir: Path) -> None:
     """Print the summary table and write table files + plots to RUN_DIR/report."""
-    from specbench_cli.report_cli import report_command
+    from specbench_cli.reporting import write_report
 
-    report_command([run_dir], fmt=None, output=None, columns="median,agree", no_plots=False)
+    write_report([run_dir], columns="median,agree")

@@ -17,7 +17,7 @@ PROMPT = [2, 5, 9, 14, 7, 3, 2, 6]
 
 
 def make(budget, tok=None, **opts) -> Jacobi:
-    return Jacobi(MethodContext(None, tok, budget=budget), **opts)
+    return Jacobi.create(MethodContext(None, tok, budget=budget), **opts)
 
 
 def state(ids, budget):
@@ -133,7 +133,7 @@ def test_sampling_results_without_preds_refresh_from_the_logits():
 def test_equals_ar_on_the_tiny_model_for_every_init(init, tiny_model, tiny_tok):
     dec = Decoder(tiny_model, {EOS})
     ctx = MethodContext(tiny_model, tiny_tok, budget=6)
-    ref = dec.generate(methods.get("ar")(ctx), PROMPT, 24, 6)
-    got = dec.generate(Jacobi(ctx, init=init), PROMPT, 24, 6)
+    ref = dec.generate(methods.get("ar").create(ctx), PROMPT, 24, 6)
+    got = dec.generate(Jacobi.create(ctx, init=init), PROMPT, 24, 6)
     assert got.output_ids == ref.output_ids
     assert max(got.budget_used) <= 6

@@ -20,7 +20,7 @@ PROMPT = [2, 5, 9, 14, 7, 3, 2, 6]
 
 
 def make(budget, **opts) -> Lookahead:
-    return Lookahead(MethodContext(None, None, budget=budget), **opts)
+    return Lookahead.create(MethodContext(None, None, budget=budget), **opts)
 
 
 def state(ids, budget):
@@ -237,7 +237,7 @@ def test_equals_ar_and_only_accepts_candidates(opts, tiny_model, tiny_tok):
 
     method.observe = spy
     prompt = [2, 40, 41, 42, 40, 41, 42, 40, 41]
-    ref = dec.generate(methods.get("ar")(ctx), prompt, 32, budget)
+    ref = dec.generate(methods.get("ar").create(ctx), prompt, 32, budget)
     got = dec.generate(method, prompt, 32, budget)
     assert got.output_ids == ref.output_ids
     assert max(got.budget_used) <= budget

@@ -50,8 +50,8 @@ def test_registry_has_the_baseline_and_pld():
 def test_lossless_method_equals_ar_greedy(name, budget, tiny_model, tiny_tok, draft_dir):
     dec = Decoder(tiny_model, {EOS})
     ctx = MethodContext(tiny_model, tiny_tok, budget=budget, draft_model=draft_dir)
-    ar = methods.get("ar")(ctx)
-    method = methods.get(name)(ctx)
+    ar = methods.get("ar").create(ctx)
+    method = methods.get(name).create(ctx)
     accepted_extra = 0
     for prompt in PROMPTS:
         ref = dec.generate(ar, prompt, 48, budget)

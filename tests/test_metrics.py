@@ -15,7 +15,7 @@ import pytest
 
 from specbench_cli import metrics as m
 from specbench_cli.errors import UsageError
-from specbench_cli.results_io import load_run, load_runs, all_rows
+from specbench_cli.runfolder import load_run, load_runs, all_rows
 
 TARGET_PARAMS = 134_515_008  # SmolLM2-135M
 DRAFT_PARAMS = 33_000_000

@@ -45,14 +45,14 @@ DRAFT_FREE_LOSSLESS = [n for n in methods.names() if methods.get(n).lossless and
 @pytest.mark.parametrize("name", [n for n in DRAFT_FREE_LOSSLESS if n != "ar"])
 def test_method_equals_ar_on_the_real_model(smol, name):
     from specbench_cli import tasks
-    from specbench_cli.runner import ChatPrompter
+    from specbench_cli.prompting import ChatPrompter
 
     prompter = ChatPrompter(smol.tokenizer)
     qs = {q.id: q for q in tasks.get("mini").load()}
     dec = Decoder(smol.model, {smol.tokenizer.eos_token_id})
     for budget in (10, 30):
         ctx = MethodContext(smol.model, smol.tokenizer, budget=budget)
-        ar, method = methods.get("ar")(ctx), methods.get(name)(ctx)
+        ar, method = methods.get("ar").create(ctx), methods.get(name).create(ctx)
         for qid in ("s1", "t1"):  # summarization and translation: copy-heavy, drafts get accepted
             ids = prompter([{"role": "user", "content": qs[qid].turns[0]}])
             ref = dec.generate(ar, ids, 40, budget)

@@ -105,7 +105,7 @@ def run_method(target, name: str, budget: int, max_new: int, n: int, draft_dir: 
     """Outcomes and acceptance counts of `n` generations, generation i with verifier seed i."""
     dec = loop.Decoder(target, {EOS}, CFG)
     ctx = MethodContext(target, make_tokenizer(), budget=budget, sampling=CFG, seed=0, draft_model=draft_dir)
-    method = methods.get(name)(ctx)
+    method = methods.get(name).create(ctx)
     outcomes, accepted, rejected = [], 0, 0
     for i in range(n):
         g = dec.generate(method, PROMPT, max_new, budget, torch.Generator().manual_seed(i))

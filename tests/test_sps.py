@@ -63,7 +63,7 @@ def noisy_dir(target, tmp_path_factory):
 def make_sps(target, draft_dir, budget, sampling=None, **options) -> SpeculativeSampling:
     ctx = MethodContext(target, make_tokenizer(), budget=budget, draft_model=draft_dir,
                         sampling=sampling or SamplingConfig())
-    return methods.get("sps")(ctx, **options)
+    return methods.get("sps").create(ctx, **options)
 
 
 class SyncProbe:
@@ -113,7 +113,7 @@ def run(target, drafter, budget, max_new=48, sampling=None, seed=0):
 
 
 def ar_output(target, max_new=48):
-    return run(target, methods.get("ar")(MethodContext(target, None, budget=1)), 1, max_new).output_ids
+    return run(target, methods.get("ar").create(MethodContext(target, None, budget=1)), 1, max_new).output_ids
 
 
 @pytest.mark.parametrize("budget", [2, 5, 9])
@@ -185,7 +185,7 @@ def test_params_label_and_extra_params(target, noisy_dir):
 
 def test_the_draft_model_option_overrides_the_context(target, noisy_dir, target_dir):
     ctx = MethodContext(target, make_tokenizer(), budget=4, draft_model=noisy_dir)
-    sps = methods.get("sps")(ctx, draft_model=target_dir)
+    sps = methods.get("sps").create(ctx, draft_model=target_dir)
     assert sps.params()["draft_model"] == target_dir
     g = run(target, sps, 4, max_new=1 + 4 * 4)
     assert g.accept_lengths == [4] * 4  # the target as its own draft: everything accepted
@@ -193,7 +193,7 @@ def test_the_draft_model_option_overrides_the_context(target, noisy_dir, target_
 
 def test_missing_draft_model_is_a_usage_error(target):
     with pytest.raises(UsageError, match="--draft-model"):
-        methods.get("sps")(MethodContext(target, make_tokenizer(), budget=5))
+        methods.get("sps").create(MethodContext(target, make_tokenizer(), budget=5))
 
 
 def test_missing_draft_model_on_the_command_line_exits_2(tiny_model_dir, tmp_path, capsys):

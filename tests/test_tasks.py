@@ -22,7 +22,7 @@ def test_mini_suite_covers_the_six_categories_and_has_multi_turn_prompts():
 
 
 def test_real_spec_bench_file(spec_bench_questions):
-    qs = read_jsonl_questions(spec_bench_questions, "spec_bench")
+    qs = tasks.get("spec_bench").load(spec_bench_questions)
     assert len(qs) == 480
     counts = {c: sum(q.category == c for q in qs) for c in SPEC_BENCH_CATEGORIES}
     assert counts == {c: 80 for c in SPEC_BENCH_CATEGORIES}
@@ -30,7 +30,7 @@ def test_real_spec_bench_file(spec_bench_questions):
 
 
 def test_limit_is_per_category_and_spreads_over_mt_bench_subcategories(spec_bench_questions):
-    qs = tasks.select(read_jsonl_questions(spec_bench_questions, "spec_bench"), limit=3)
+    qs = tasks.select(tasks.get("spec_bench").load(spec_bench_questions), limit=3)
     assert len(qs) == 18
     mt = [q for q in qs if q.category == "mt_bench"]
     assert len({q.subcategory for q in mt}) == 3

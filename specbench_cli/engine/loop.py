@@ -9,67 +9,25 @@
        e. the drafter sees the result (`observe`); metrics are recorded.
 
 The root of every step is the last accepted token, which is not yet in the KV cache.
+The drafter contract (`Drafter`, `DecodeState`, `VerifyResult`) is in `engine/drafter.py`.
 """
 
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any, Optional, Protocol
+from typing import Any, Optional
 
 import torch
 
 from specbench_cli.engine.cache import KVCache
+from specbench_cli.engine.drafter import DecodeState, Drafter, VerifyResult  # noqa: F401 (re-exported)
 from specbench_cli.engine.tree import Draft, tree_inputs
 from specbench_cli.engine.verify import SamplingConfig, Verdict, verify_greedy, verify_sampling
 
 
 class BudgetExceeded(RuntimeError):
     """A drafter proposed more tokens than the block complexity allows (a bug in the drafter)."""
-
-
-@dataclass
-class DecodeState:
-    """What a drafter sees when it proposes.
-
-    ids:       prompt + generated tokens so far; `ids[-1]` is the root (last accepted token).
-    budget:    block complexity: the forward may process at most `budget` tokens, root
-               included, so a draft has at most `budget - 1` nodes.
-    remaining: tokens still allowed before the length cap (including the root's successor).
-    """
-
-    ids: list[int]
-    prompt_len: int
-    budget: int
-    remaining: int
-    step: int = 0
-
-
-@dataclass
-class VerifyResult:
-    """What a drafter observes after each verify forward.
-
-    logits: `[n+1, V]` target logits at root (row 0) and every node (row i+1).
-    hidden: `[n+1, H]` last hidden states (only if the drafter asked for them), else None.
-    preds:  greedy argmax per row, when decoding greedily.
-    """
-
-    draft: Draft
-    accepted: list[int]
-    new_tokens: list[int]
-    logits: torch.Tensor
-    hidden: Optional[torch.Tensor]
-    preds: Optional[list[int]]
-    state: DecodeState
-
-
-class Drafter(Protocol):
-    name: str
-    needs_hidden_states: bool
-
-    def reset(self, prompt_ids: list[int]) -> None: ...
-    def propose(self, state: DecodeState) -> Draft: ...
-    def observe(self, result: VerifyResult) -> None: ...
 
 
 @dataclass
@@ -111,6 +69,20 @@ class Decoder:
         self.embed = model.get_input_embeddings()
 
     # -- one target forward ---------------------------------------------------------------
+    def _run(self, kwargs: dict, want_hidden: bool) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
+        """One target forward: `[T, V]` logits and, if wanted, `[T, H]` last hidden states.
+
+        With hidden states it runs the decoder body and then the output head on the body's
+        last hidden state (after the final norm), which is what the causal-LM forward does
+        itself, so the logits are the same; no per-layer states are kept. (A model whose
+        causal-LM forward post-processes logits, e.g. Gemma-2's soft-capping, would need that
+        step here too; the Llama-family targets used here have none.)
+        """
+        if not want_hidden:
+            return self.model(**kwargs).logits[0], None
+        hidden = self.model.get_decoder()(**kwargs).last_hidden_state
+        return self.model.get_output_embeddings()(hidden)[0], hidden[0]
+
     def _forward(self, cache: KVCache, root: int, draft: Draft, want_hidden: bool):
         past = cache.length
         ids = torch.tensor([[root] + draft.tokens], dtype=torch.long, device=self.device)
@@ -126,12 +98,9 @@ class Decoder:
             mask, pos = tree_inputs(draft.parents, past, self.dtype, self.device)
             kwargs["attention_mask"] = mask
             kwargs["position_ids"] = pos
-        if want_hidden:
-            kwargs["output_hidden_states"] = True
         t_model = time.perf_counter()
-        out = self.model(**kwargs)
-        hidden = out.hidden_states[-1][0] if want_hidden else None
-        return out.logits[0], hidden, past, t_model
+        logits, hidden = self._run(kwargs, want_hidden)
+        return logits, hidden, past, t_model
 
     def _choose(self, draft: Draft, logits: torch.Tensor, generator) -> Verdict:
         if self.sampling.greedy:
@@ -142,10 +111,15 @@ class Decoder:
     @torch.inference_mode()
     def generate(self, drafter: Drafter, prompt_ids: list[int], max_new_tokens: int, budget: int,
                  generator: Optional[torch.Generator] = None) -> Generation:
+        """Decode up to `max_new_tokens` after `prompt_ids` with at most `budget` tokens per forward.
+
+        Kept as one function (~65 lines) on purpose: the clock reads t0..t4 that split each
+        step into drafting, verifying and overhead must be read top to bottom in one place.
+        """
         if budget < 1:
             raise ValueError("block complexity must be at least 1")
         g = Generation(prompt_tokens=len(prompt_ids))
-        want_hidden = bool(getattr(drafter, "needs_hidden_states", False))
+        want_hidden = drafter.needs_hidden_states
         cache = KVCache()
         clock = time.perf_counter
         _sync(self.device)
@@ -154,11 +128,8 @@ class Decoder:
         # 1. prefill
         drafter.reset(list(prompt_ids))
         ids = torch.tensor([prompt_ids], dtype=torch.long, device=self.device)
-        out = self.model(input_ids=ids, past_key_values=cache.hf, use_cache=True,
-                         output_hidden_states=want_hidden)
-        first = self._choose(Draft(), out.logits[0, -1:], generator).new_tokens[0]
-        if hasattr(drafter, "observe_prefill"):
-            drafter.observe_prefill(out.logits[0], out.hidden_states[-1][0] if want_hidden else None)
+        logits, fresh = self._run({"input_ids": ids, "past_key_values": cache.hf, "use_cache": True}, want_hidden)
+        first = self._choose(Draft(), logits[-1:], generator).new_tokens[0]
         seq = list(prompt_ids) + [first]
         produced = [first]
         t_now = clock()
@@ -168,11 +139,11 @@ class Decoder:
         while len(produced) < max_new_tokens and produced[-1] not in self.eos_ids:
             t0 = clock()
             state = DecodeState(ids=seq, prompt_len=len(prompt_ids), budget=budget,
-                                remaining=max_new_tokens - len(produced), step=g.steps)
+                                remaining=max_new_tokens - len(produced), step=g.steps, hidden=fresh)
             draft = drafter.propose(state)                                   # 2a
             t1 = clock()
             if 1 + len(draft) > budget:
-                raise BudgetExceeded(f"{getattr(drafter, 'name', drafter)} proposed {len(draft)} tokens "
+                raise BudgetExceeded(f"{drafter.name or type(drafter).__name__} proposed {len(draft)} tokens "
                                      f"at block complexity {budget} (at most {budget - 1})")
             logits, hidden, past, t_model = self._forward(cache, seq[-1], draft, want_hidden)  # 2b
             verdict = self._choose(draft, logits, generator)                 # 2c
@@ -181,7 +152,9 @@ class Decoder:
             new = verdict.new_tokens
             seq.extend(new)
             produced.extend(new)
-            result = VerifyResult(draft, verdict.accepted, new, logits, hidden, verdict.preds, state)
+            if hidden is not None:  # root + accepted path, in path order
+                fresh = hidden[[0] + [a + 1 for a in verdict.accepted]]
+            result = VerifyResult(draft, verdict.accepted, new, logits, fresh, verdict.preds, state)
             t3 = clock()
             drafter.observe(result)                                          # 2e
             t4 = clock()

@@ -67,12 +67,5 @@ def read_text_file(path: Path, what: str = "text file") -> str:
     return text
 
 
-def set_threads(threads: int | None) -> None:
-    """Limit torch intra-op threads (None: leave torch's default)."""
-    if threads is None:
-        return
-    if threads < 1:
-        raise UsageError("--threads must be >= 1")
-    import torch
-
-    torch.set_num_threads(threads)
+# One definition with the benchmark's (None leaves torch's default here).
+from specbench_cli.prompting import set_threads  # noqa: E402,F401

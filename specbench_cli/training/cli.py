@@ -253,7 +253,8 @@ def evaluate_cmd(
 ):
     """Agreement of drafter and target on the responses: top-1, TVD (1-TVD = expected acceptance), KL."""
     from specbench_cli.training import set_threads, write_json
-    from specbench_cli.training.distill_data import load_jsonl, stop_token_ids
+    from specbench_cli.prompting import stop_token_ids
+    from specbench_cli.training.distill_data import load_jsonl
     from specbench_cli.training.finetune import agreement, build_examples, check_distill_rows, \
         check_same_vocab, split_rows
 
@@ -272,7 +273,7 @@ def evaluate_cmd(
     t = _load(target, device, dtype)
     check_same_vocab(d.model, t.model)
     examples = build_examples(chosen, t.tokenizer, t.model, max_len)
-    pad = t.tokenizer.pad_token_id if t.tokenizer.pad_token_id is not None else stop_token_ids(t.model, t.tokenizer)[0]
+    pad = t.tokenizer.pad_token_id if t.tokenizer.pad_token_id is not None else stop_token_ids(t.tokenizer, t.model)[0]
     res = agreement(d.model, t.model, examples, pad, batch_size)
     res = {"drafter": drafter, "target": target, "split": split, "rows": len(chosen), **res}
     if json_out:

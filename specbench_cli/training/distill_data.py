@@ -12,7 +12,7 @@ prompt added) and answered by the target with ancestral sampling at each tempera
 Rows are appended and flushed as soon as a batch finishes; re-running with the same output
 skips (id, temperature) pairs already written, so an interrupted run resumes.
 
-The shipped seed set (specbench_cli/tasks/data/seed_instructions.jsonl) is written for this
+The shipped seed set (tasks/data/seed_instructions.jsonl) is written for this
 project and shares no question with Spec-Bench, so drafters trained on it can be evaluated on
 Spec-Bench without overlap.
 """
@@ -24,9 +24,11 @@ from pathlib import Path
 from typing import Any, Callable
 
 from specbench_cli.errors import UsageError
+from specbench_cli import tasks as _tasks_package
 from specbench_cli.jsonl import read_objects
+from specbench_cli.prompting import encode_chat, stop_token_ids, user_turn
 
-SEEDS_FILE = Path(__file__).resolve().parent.parent / "tasks" / "data" / "seed_instructions.jsonl"
+SEEDS_FILE = Path(_tasks_package.__file__).resolve().parent / "data" / "seed_instructions.jsonl"
 DEFAULT_TEMPERATURES = (0.0, 0.3, 0.7, 1.0)
 
 
@@ -73,21 +75,8 @@ def load_seeds(path: Path | None = None, limit: int | None = None) -> list[dict]
 
 
 def chat_prompt(tokenizer: Any, instruction: str) -> list[int]:
-    """Token ids of the chat-templated prompt for one user turn (generation prompt included)."""
-    if getattr(tokenizer, "chat_template", None):
-        text = tokenizer.apply_chat_template([{"role": "user", "content": instruction}],
-                                             add_generation_prompt=True, tokenize=False)
-    else:
-        text = instruction + "\n"
-    return tokenizer(text, add_special_tokens=False)["input_ids"]
-
-
-def stop_token_ids(model: Any, tokenizer: Any) -> list[int]:
-    """End-of-turn ids: the tokenizer's eos plus the model's generation eos (deduplicated)."""
-    ids = []
-    for src in (tokenizer.eos_token_id, getattr(model.generation_config, "eos_token_id", None)):
-        ids += src if isinstance(src, list) else [src]
-    return list(dict.fromkeys(i for i in ids if i is not None))
+    """Token ids of the prompt for one user turn, encoded exactly as `specbench run` does."""
+    return encode_chat(tokenizer, user_turn(instruction))
 
 
 def generate_batch(model: Any, tokenizer: Any, prompts: list[list[int]], temperature: float, top_p: float,
@@ -96,7 +85,7 @@ def generate_batch(model: Any, tokenizer: Any, prompts: list[list[int]], tempera
     stop token, finished flag)."""
     import torch
 
-    stops = stop_token_ids(model, tokenizer)
+    stops = stop_token_ids(tokenizer, model)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else stops[0]
     width = max(len(p) for p in prompts)
     ids = torch.full((len(prompts), width), pad, dtype=torch.long)

@@ -26,7 +26,8 @@ from typing import Any, Callable
 
 from specbench_cli.errors import RuntimeFailure, UsageError
 from specbench_cli.training import DRAFTER_META, save_model_folder, write_json
-from specbench_cli.training.distill_data import chat_prompt, stop_token_ids
+from specbench_cli.prompting import stop_token_ids
+from specbench_cli.training.distill_data import chat_prompt
 from specbench_cli.training.losses import LOSSES, distill_loss, kld, tvd
 
 CKPT_DIR = "checkpoints"
@@ -47,7 +48,7 @@ class Example:
 def build_examples(rows: list[dict], tokenizer: Any, model: Any, max_len: int = 384) -> list[Example]:
     """Tokenise distillation rows; responses are truncated so the whole sequence fits `max_len`.
     Rows whose prompt alone leaves no room for a response token are dropped."""
-    eos = stop_token_ids(model, tokenizer)[:1]
+    eos = stop_token_ids(tokenizer, model)[:1]
     examples = []
     for row in rows:
         prompt = chat_prompt(tokenizer, row["instruction"])

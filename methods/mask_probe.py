@@ -43,7 +43,7 @@ from typing import Optional
 
 import torch
 
-from specbench_cli.engine.loop import DecodeState, VerifyResult
+from specbench_cli.engine.drafter import DecodeState, Structure, VerifyResult
 from specbench_cli.engine.tree import Draft
 from specbench_cli.errors import UsageError
 from specbench_cli.methods.base import Method
@@ -131,9 +131,10 @@ def best_first_tree(cands: list[tuple[list[int], list[float]]], root_token: int,
 class MaskProbe(Method):
     name = "mask-probe"
     summary = "mask-token probing in embedding space: training-free multi-token prediction tree"
+    structure = Structure.TREE
     Options = MaskProbeOptions
 
-    def configure(self) -> None:
+    def plan(self) -> None:
         o = self.opts
         if o.init not in INITS:
             raise UsageError(f"mask-probe init must be one of {', '.join(INITS)} (got '{o.init}')")
@@ -148,6 +149,9 @@ class MaskProbe(Method):
         self.steps = mask_steps(self.ctx.budget, m, o.steps)
         self.n_masks = m * self.steps
         self.n_nodes = max(0, self.ctx.budget - 1 - self.n_masks)
+
+    def setup(self) -> None:
+        o, m = self.opts, self.chains
         model = self.ctx.model
         embed = model.get_input_embeddings()
         self.table = embed.weight.detach()                              # [V, H]
@@ -166,7 +170,7 @@ class MaskProbe(Method):
 
     def params(self) -> dict:
         o = self.opts
-        return {"structure": "tree", "init": o.init, "masks_per_step": self.chains, "steps": self.steps,
+        return {"structure": self.structure.value, "init": o.init, "masks_per_step": self.chains, "steps": self.steps,
                 "masks": self.n_masks, "tree_nodes": self.n_nodes, "top_k": o.top_k,
                 "ema": o.ema if o.init == "mean" else None, "prune": o.prune, "seed": o.seed}
 

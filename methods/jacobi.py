@@ -25,7 +25,7 @@ import random
 from dataclasses import dataclass
 from typing import Optional
 
-from specbench_cli.engine.loop import DecodeState, VerifyResult
+from specbench_cli.engine.drafter import DecodeState, Structure, VerifyResult
 from specbench_cli.engine.tree import Draft
 from specbench_cli.errors import UsageError
 from specbench_cli.methods.base import Method
@@ -79,18 +79,22 @@ class Jacobi(Method):
     summary = "Jacobi decoding: a window of guesses refined by each verify pass (fixed-point iteration)"
     Options = JacobiOptions
 
-    def configure(self) -> None:
+    structure = Structure.CHAIN
+
+    def plan(self) -> None:
         o = self.opts
         cap = self.ctx.budget - 1
         if o.window is not None and o.window < 0:
             raise UsageError(f"jacobi window must be >= 0 (got {o.window})")
         self.k = cap if o.window is None else min(o.window, cap)
-        self.filler = GuessFiller(o.init, pad_token_id(self.ctx.tokenizer), self.ctx.seed)
         # The chain template never changes: one parents list shared by every draft.
         self.parents = list(range(-1, self.k - 1))
 
+    def setup(self) -> None:
+        self.filler = GuessFiller(self.opts.init, pad_token_id(self.ctx.tokenizer), self.ctx.seed)
+
     def params(self) -> dict:
-        return {"structure": "chain", "window": self.k, "init": self.opts.init}
+        return {"structure": self.structure.value, "window": self.k, "init": self.opts.init}
 
     def reset(self, prompt_ids: list[int]) -> None:
         self.filler.reset(prompt_ids)

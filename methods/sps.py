@@ -28,7 +28,7 @@ from typing import Optional
 import torch
 
 from specbench_cli.engine.cache import KVCache
-from specbench_cli.engine.loop import DecodeState, VerifyResult
+from specbench_cli.engine.drafter import DecodeState, Structure, VerifyResult
 from specbench_cli.engine.tree import Draft
 from specbench_cli.engine.verify import target_probs
 from specbench_cli.errors import UsageError
@@ -78,12 +78,11 @@ class SpeculativeSampling(Method):
     summary = "speculative sampling with a draft model (--draft-model): gamma = BC-1 draft tokens per step"
     lossless = True
     needs_training = True  # needs a draft model: not in the default method list
+    structure = Structure.CHAIN
     Options = SpSOptions
 
     # -- configuration ----------------------------------------------------------------------
-    def configure(self) -> None:
-        from specbench_cli.models import load_model
-
+    def plan(self) -> None:
         ctx = self.ctx
         self.draft_ref = self.opts.draft_model or ctx.draft_model
         if not self.draft_ref:
@@ -93,11 +92,17 @@ class SpeculativeSampling(Method):
         if g is not None and g < 0:
             raise UsageError(f"sps.gamma must be >= 0 (got {g})")
         self.gamma = max(0, ctx.budget - 1) if g is None else min(g, max(0, ctx.budget - 1))
+        self.draft_name = Path(str(self.draft_ref)).name or str(self.draft_ref)
+
+    def setup(self) -> None:
+        """Load the draft model (the heavy part) and check it shares the target's tokenizer."""
+        from specbench_cli.models import load_model
+
+        ctx = self.ctx
         lm = load_model(self.draft_ref, device=ctx.device, dtype=ctx.dtype)
         if ctx.tokenizer is not None:
             check_tokenizers(ctx.tokenizer, lm.tokenizer, self.draft_ref)
         self.draft = lm.model
-        self.draft_name = Path(str(self.draft_ref)).name or str(self.draft_ref)
         self.draft_params = lm.params
         self.device = next(self.draft.parameters()).device
         # Rows of `Draft.probs` must be as wide as the target's logits; identical tokenizers can
@@ -115,7 +120,7 @@ class SpeculativeSampling(Method):
         return int(self.draft_params)
 
     def params(self) -> dict:
-        return {"structure": "chain", "gamma": self.gamma, "draft_model": str(self.draft_ref)}
+        return {"structure": self.structure.value, "gamma": self.gamma, "draft_model": str(self.draft_ref)}
 
     def label(self) -> str:
         return f"sps({self.draft_name},g={self.gamma})"

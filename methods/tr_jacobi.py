@@ -19,7 +19,7 @@ After verification the greedy verifier's longest accepted path wins; the continu
 that path through the rejected nodes (at each level the child the target scored highest)
 supplies the next table's rows: one `topk` over those few rows only.
 
-The template is derived from the block complexity BC once, in `configure`: `r` retrieval
+The template is derived from the block complexity BC once, in `plan`: `r` retrieval
 nodes (`min(5, max(1, (BC-1)//2))`) and the `BC-1-r` Jacobi paths of highest prior value,
 where a path's value is the product over its ranks of `q_k = 0.5 (k+1)^-1.3` (a prior for
 "rank k of a Jacobi row is right"; MSN's hand-written template follows the same shape),
@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Optional
 
-from specbench_cli.engine.loop import DecodeState, VerifyResult
+from specbench_cli.engine.drafter import DecodeState, Structure, VerifyResult
 from specbench_cli.engine.tree import Draft, children_lists, paths_to_parents
 from specbench_cli.errors import UsageError
 from specbench_cli.methods.base import Method
@@ -108,9 +108,10 @@ def template(budget: int, top_k: int = 10, max_depth: int = 4,
 class TRJacobi(Method):
     name = "tr-jacobi"
     summary = "TR-Jacobi (Make Some Noise): Jacobi top-K token tree + one prompt-lookup path + context noise"
+    structure = Structure.TREE
     Options = TRJacobiOptions
 
-    def configure(self) -> None:
+    def plan(self) -> None:
         o = self.opts
         if o.top_k < 1 or o.max_depth < 1 or o.max_ngram < 1:
             raise UsageError("tr-jacobi needs top_k, max_depth and max_ngram >= 1")
@@ -128,7 +129,7 @@ class TRJacobi(Method):
 
     def params(self) -> dict:
         o = self.opts
-        return {"structure": "tree", "top_k": o.top_k, "max_depth": o.max_depth,
+        return {"structure": self.structure.value, "top_k": o.top_k, "max_depth": o.max_depth,
                 "retrieval_len": self.retrieval_len, "max_ngram": o.max_ngram, "tree_nodes": len(self.parents),
                 "seed": o.seed}
 

@@ -1,24 +1,28 @@
-"""The drafter contract every method implements, and option parsing shared by all of them."""
+"""A method: a drafter (engine/drafter.py) with a name, options, and a plan/bind life cycle;
+and the option parsing shared by all of them."""
 
 from __future__ import annotations
 
 import dataclasses
+import typing
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Optional
 
-from specbench_cli.engine.loop import DecodeState, VerifyResult
-from specbench_cli.engine.tree import Draft
+from specbench_cli.engine.drafter import Drafter
 from specbench_cli.engine.verify import SamplingConfig
 from specbench_cli.errors import UsageError, did_you_mean
 
 
 @dataclass
 class MethodContext:
-    """What a method may use when it is built (once per run, not per question)."""
+    """The run a method is planned against, and the target once it is bound.
 
-    model: Any
-    tokenizer: Any
-    budget: int
+    `plan` may read everything except `model` and `tokenizer` (None until `bind`).
+    """
+
+    model: Any = None
+    tokenizer: Any = None
+    budget: int = 10
     device: str = "cpu"
     dtype: str = "float32"
     sampling: SamplingConfig = field(default_factory=SamplingConfig)
@@ -31,30 +35,50 @@ class NoOptions:
     pass
 
 
-class Method:
-    """Base drafter. AR is this class unchanged: it proposes nothing.
+class Method(Drafter):
+    """A drafter with a name, options and a two-step life. AR is this class unchanged.
 
-    Subclasses set `name`, `summary`, `Options` (a dataclass of tunables with defaults) and
-    override `propose` / `observe` / `reset`. `configure()` may derive options from the
-    block complexity (`self.ctx.budget`) when the user left them unset (None).
+    1. `Method(ctx, **options)` plans: parses the options into `Options` (a dataclass of
+       tunables with defaults) and calls `plan()`, which resolves budget-dependent defaults
+       and raises UsageError on impossible settings. Cheap and model-free: the CLI plans every
+       method before it loads a model, so bad options exit 2 at once.
+    2. `bind(model, tokenizer)` attaches the target and calls `setup()`, the heavy part
+       (a draft model, embedding statistics, tokenizer-derived ids).
+
+    `create(ctx, **options)` does both (tests, scripts). Subclasses set `name`, `summary`,
+    `structure` (engine.drafter.Structure), `Options`, and override `plan` / `setup` and the
+    drafter contract (`reset`, `propose`, `observe`) they need.
     """
 
-    name: ClassVar[str] = ""
     summary: ClassVar[str] = ""
     lossless: ClassVar[bool] = True
     needs_training: ClassVar[bool] = False
-    needs_hidden_states: ClassVar[bool] = False
     Options: ClassVar[type] = NoOptions
 
     def __init__(self, ctx: MethodContext, **options: Any) -> None:
         self.ctx = ctx
         self.opts = parse_options(self.name, self.Options, options)
-        self.configure()
+        self.plan()
 
-    # -- configuration ----------------------------------------------------------------------
-    def configure(self) -> None:
-        """Resolve budget-dependent defaults; raise UsageError on impossible settings."""
+    @classmethod
+    def create(cls, ctx: MethodContext, **options: Any) -> "Method":
+        """Plan and bind in one go, with the target in `ctx`."""
+        return cls(ctx, **options).bind(ctx.model, ctx.tokenizer)
 
+    # -- life cycle -------------------------------------------------------------------------
+    def plan(self) -> None:
+        """Resolve budget-dependent defaults; raise UsageError on impossible settings. No model."""
+
+    def bind(self, model: Any, tokenizer: Any) -> "Method":
+        """Attach the target model and tokenizer, then run `setup`; returns self."""
+        self.ctx = dataclasses.replace(self.ctx, model=model, tokenizer=tokenizer)
+        self.setup()
+        return self
+
+    def setup(self) -> None:
+        """Heavy, model-dependent set-up (runs once per run, in `bind`)."""
+
+    # -- description ------------------------------------------------------------------------
     @property
     def extra_params(self) -> int:
         """Parameters this method adds beyond the target (draft model, heads)."""
@@ -71,16 +95,6 @@ class Method:
             return self.name
         return f"{self.name}(" + ",".join(f"{k}={v}" for k, v in given.items()) + ")"
 
-    # -- the drafter contract -----------------------------------------------------------------
-    def reset(self, prompt_ids: list[int]) -> None:
-        """Start a new generation for this prompt."""
-
-    def propose(self, state: DecodeState) -> Draft:
-        return Draft()
-
-    def observe(self, result: VerifyResult) -> None:
-        """See what the target accepted and its logits at every node."""
-
 
 def user_options(opts) -> dict:
     """Options whose value differs from the dataclass default (what the user set)."""
@@ -89,11 +103,20 @@ def user_options(opts) -> dict:
             if getattr(opts, f.name) != getattr(default, f.name)}
 
 
+def _type_name(typ: Any) -> str:
+    """'int' for int, Optional[int], int | None, or their string forms (modules with or
+    without `from __future__ import annotations` annotate differently)."""
+    if not isinstance(typ, str):
+        args = [a for a in typing.get_args(typ) if a is not type(None)]
+        typ = args[0] if len(args) == 1 else typ
+        return getattr(typ, "__name__", str(typ))
+    return typ.replace("Optional[", "").replace("]", "").replace(" | None", "").replace("None | ", "")
+
+
 def _coerce(value: Any, typ: Any, method: str, key: str) -> Any:
     if not isinstance(value, str):
         return value
-    t = typ if isinstance(typ, str) else getattr(typ, "__name__", str(typ))
-    t = t.replace("Optional[", "").replace("]", "").replace(" | None", "")
+    t = _type_name(typ)
     try:
         if t == "int":
             return int(value)

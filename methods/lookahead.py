@@ -53,7 +53,7 @@ from dataclasses import dataclass
 from itertools import islice
 from typing import Optional
 
-from specbench_cli.engine.loop import DecodeState, VerifyResult
+from specbench_cli.engine.drafter import DecodeState, Structure, VerifyResult
 from specbench_cli.engine.tree import Draft
 from specbench_cli.errors import UsageError
 from specbench_cli.methods.base import Method
@@ -167,9 +167,10 @@ class LookaheadOptions:
 class Lookahead(Method):
     name = "lookahead"
     summary = "lookahead decoding: Jacobi window fills an n-gram pool; pool n-grams verified as a trie"
+    structure = Structure.TREE
     Options = LookaheadOptions
 
-    def configure(self) -> None:
+    def plan(self) -> None:
         o = self.opts
         budget = self.ctx.budget
         dw, dn, dg = default_config(budget)
@@ -205,7 +206,7 @@ class Lookahead(Method):
         self.rng = random.Random(self.ctx.seed)
 
     def params(self) -> dict:
-        return {"structure": "tree", "W": self.W, "N": self.N, "G": self.G, "pool_cap": self.cap,
+        return {"structure": self.structure.value, "W": self.W, "N": self.N, "G": self.G, "pool_cap": self.cap,
                 "pool_from_prompt": self.opts.pool_from_prompt, "pool_from_output": self.opts.pool_from_output,
                 "shift": self.opts.shift, "tokens_per_step": step_cost(self.W, self.N, self.G)}
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
-from specbench_cli.engine.loop import DecodeState
+from specbench_cli.engine.drafter import DecodeState, Structure
 from specbench_cli.engine.tree import Draft
 from specbench_cli.errors import UsageError
 from specbench_cli.methods.base import Method
@@ -57,9 +57,10 @@ class NgramIndex:
 class PromptLookup(Method):
     name = "pld"
     summary = "prompt lookup: copy the continuation of the latest matching n-gram (Spec-Bench defaults)"
+    structure = Structure.CHAIN
     Options = PLDOptions
 
-    def configure(self) -> None:
+    def plan(self) -> None:
         o = self.opts
         if not 1 <= o.min_ngram <= o.max_ngram:
             raise UsageError(f"pld needs 1 <= min_ngram <= max_ngram (got {o.min_ngram}, {o.max_ngram})")

@@ -1,0 +1,31 @@
+"""Methods: short name -> "module:Class" (a `specbench_cli.methods.base.Method` subclass).
+
+Built-ins are listed here in the order `specbench list methods` shows them; other packages
+add methods through the `specbench.methods` entry-point group (see `specbench_cli/registry.py`).
+Modules are imported on first use only.
+"""
+
+from __future__ import annotations
+
+from specbench_cli.registry import Registry
+
+_REGISTRY = Registry("method", "specbench.methods", "specbench_cli.methods.base:Method", {
+    "ar": "specbench_cli.methods.ar:AutoRegressive",
+    "pld": "specbench_cli.methods.pld:PromptLookup",
+    "jacobi": "specbench_cli.methods.jacobi:Jacobi",
+    "lookahead": "specbench_cli.methods.lookahead:Lookahead",
+    "tr-jacobi": "specbench_cli.methods.tr_jacobi:TRJacobi",
+    "mask-probe": "specbench_cli.methods.mask_probe:MaskProbe",
+    "sps": "specbench_cli.methods.sps:SpeculativeSampling",
+})
+REGISTRY = _REGISTRY.entries  # name -> "module:Class" (mutable: tests add entries)
+DESCRIBED = {"summary": "", "lossless": True, "needs_training": False}
+
+names = _REGISTRY.names
+get = _REGISTRY.get
+register = _REGISTRY.register
+
+
+def describe(name: str) -> dict:
+    """summary / lossless / needs_training of a method, without importing it when possible."""
+    return _REGISTRY.describe(name, DESCRIBED)

@@ -1,0 +1,93 @@
+"""The drafter contract: what the decoding loop calls, and what it hands over. Defined once.
+
+Every method is a `Drafter`. Per generation the loop calls `reset(prompt_ids)`, then per
+step `propose(state) -> Draft` before the target forward and `observe(result)` after the
+verdict. A drafter declares, as class attributes, what it is and what it needs:
+
+- `structure`: `CHAIN` when every draft is one chain (per-position acceptance, k-alpha, is
+  meaningful), `TREE` when drafts branch, `NONE` when it never drafts (AR).
+- `needs_hidden_states`: the loop then also hands it the target's last hidden state (after
+  the final norm) at every position that became part of the sequence, from the same forward
+  that produced the logits: no second forward and no per-layer states. Drafters that leave
+  it False pay nothing.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import ClassVar, Optional
+
+import torch
+
+from specbench_cli.engine.tree import Draft
+
+
+class Structure(str, enum.Enum):
+    """Shape of a drafter's proposals (a str, so it serialises as "chain" / "tree" / "none")."""
+
+    NONE = "none"
+    CHAIN = "chain"
+    TREE = "tree"
+
+
+@dataclass
+class DecodeState:
+    """What a drafter sees when it proposes.
+
+    ids:       prompt + generated tokens so far; `ids[-1]` is the root (last accepted token).
+    budget:    block complexity: the forward may process at most `budget` tokens, root
+               included, so a draft has at most `budget - 1` nodes.
+    remaining: tokens still allowed before the length cap (including the root's successor).
+    hidden:    `[k, H]` target last hidden states (after the final norm) of the k positions
+               that joined the sequence since the previous `propose` (the whole prompt at
+               step 0; the previous root and accepted nodes afterwards): row j is the
+               state at position `len(ids) - 1 - k + j`, whose logits predicted the token
+               after it. None unless the drafter declares `needs_hidden_states`.
+    """
+
+    ids: list[int]
+    prompt_len: int
+    budget: int
+    remaining: int
+    step: int = 0
+    hidden: Optional[torch.Tensor] = None
+
+
+@dataclass
+class VerifyResult:
+    """What a drafter observes after each verify forward.
+
+    logits:   `[n+1, V]` target logits at root (row 0) and every node (row i+1).
+    accepted: node indices of the accepted path, root excluded.
+    hidden:   `[1 + len(accepted), H]` target last hidden states (after the final norm) of the
+              root and the accepted nodes, in path order; None unless the drafter declares
+              `needs_hidden_states`. Its last row is the state whose logits gave the bonus token.
+    preds:    greedy argmax per row, when decoding greedily.
+    """
+
+    draft: Draft
+    accepted: list[int]
+    new_tokens: list[int]
+    logits: torch.Tensor
+    hidden: Optional[torch.Tensor]
+    preds: Optional[list[int]]
+    state: DecodeState
+
+
+class Drafter:
+    """Base drafter: proposes nothing (so it decodes exactly like AR)."""
+
+    name: ClassVar[str] = ""
+    structure: ClassVar[Structure] = Structure.NONE
+    needs_hidden_states: ClassVar[bool] = False
+
+    def reset(self, prompt_ids: list[int]) -> None:
+        """Start a new generation for this prompt."""
+
+    def propose(self, state: DecodeState) -> Draft:
+        """The draft for this step: at most `state.budget - 1` nodes."""
+        return Draft()
+
+    def observe(self, result: VerifyResult) -> None:
+        """See what the target accepted and its logits at every node."""

@@ -1,0 +1,80 @@
+"""Spec-Bench answer files from result rows (`specbench export`): plain functions."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from datetime import datetime
+from pathlib import Path
+
+import pandas as pd
+
+from specbench_cli.errors import RuntimeFailure
+
+EXPORT_FORMATS = ("spec-bench",)
+
+
+def safe_name(text: str) -> str:
+    """A file-name-safe version of a label: 'lookahead(W=5,N=3)' -> 'lookahead_W=5_N=3_'."""
+    return re.sub(r"[^A-Za-z0-9._=+-]+", "_", text)
+
+
+def _question_id(qid: str) -> int | str:
+    """Spec-Bench question ids are ints; keep strings that are not."""
+    return int(qid) if str(qid).isdigit() else qid
+
+
+def _epoch(timestamp: str | None) -> float | None:
+    """ISO-8601 -> seconds since the epoch (Spec-Bench's `tstamp`)."""
+    try:
+        return datetime.fromisoformat(str(timestamp).replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
+
+
+def spec_bench_answers(rows: list[dict]) -> tuple[dict[str, list[dict]], int]:
+    """Spec-Bench answer lines per file name, and the number of questions skipped for errors.
+
+    One file per (model, method_label, repeat) — the repeat is in the name only when a run
+    has several. One line per question with all turns ok; lists run over turns except
+    `accept_lengths`, which is concatenated over turns (as Spec-Bench writes it).
+    """
+    frame = pd.DataFrame(rows)
+    multi_repeat = frame.groupby(["run_id", "method_label"])["repeat"].nunique().gt(1).any()
+    files: dict[str, list[dict]] = {}
+    skipped = 0
+    keys = ["run_id", "model", "method_label", "repeat", "question_id"]
+    for (run_id, model, label, repeat, qid), group in frame.groupby(keys, sort=False):
+        group = group.sort_values("turn")
+        if (group["status"] != "ok").any():
+            skipped += 1
+            continue
+        name = f"{safe_name(model)}-{safe_name(label)}" + (f"-r{repeat}" if multi_repeat else "") + ".jsonl"
+        files.setdefault(name, []).append({
+            "question_id": _question_id(qid),
+            "category": group["category"].iloc[0],
+            "answer_id": hashlib.sha1(f"{run_id}/{label}/{qid}/{repeat}".encode()).hexdigest()[:22],
+            "model_id": f"{model}-{label}",
+            "choices": [{
+                "index": 0,
+                "turns": list(group["output_text"].fillna("")),
+                "new_tokens": [int(v) for v in group["new_tokens"]],
+                "wall_time": [float(v) for v in group["wall_time"]],
+                "accept_lengths": [int(a) for row in group["accept_lengths"] for a in row],
+                "decoding_steps": [int(v) for v in group["steps"]],
+            }],
+            "tstamp": _epoch(group["timestamp"].iloc[-1]) if "timestamp" in group else None,
+        })
+    return files, skipped
+
+
+def write_answers(files: dict[str, list[dict]], output: Path) -> None:
+    """Write one JSONL file per name into `output`."""
+    try:
+        output.mkdir(parents=True, exist_ok=True)
+        for name, lines in files.items():
+            text = "".join(json.dumps(line, ensure_ascii=False) + "\n" for line in lines)
+            (output / name).write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise RuntimeFailure(f"cannot write to {output}: {exc}") from exc
