@@ -115,7 +115,7 @@ def cost(
     if threads is not None and threads < 1:
         raise UsageError(f"--threads must be at least 1, got {threads}")
     from specbench_cli.models import load_model
-    from specbench_cli.runner import set_threads
+    from specbench_cli.prompting import set_threads
 
     n_threads = set_threads(threads)
     lm = load_model(model, device=device, dtype=dtype)
