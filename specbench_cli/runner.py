@@ -176,7 +176,8 @@ class Runner:
         self.decoder = Decoder(lm.model, eos_ids(lm.tokenizer, lm.model), self.sampling)
         self.prompter = ChatPrompter(lm.tokenizer)
         ctx = MethodContext(model=lm.model, tokenizer=lm.tokenizer, budget=cfg.block_complexity, device=cfg.device,
-                            dtype=cfg.dtype, sampling=self.sampling, seed=cfg.seed, draft_model=cfg.draft_model)
+                            dtype=cfg.dtype, sampling=self.sampling, seed=cfg.seed, draft_model=cfg.draft_model,
+                            trust_remote_code=getattr(lm, "trust_remote_code", False))
         self.methods = {}
         for name in method_order(cfg.methods):
             cls = method_registry.get(name)

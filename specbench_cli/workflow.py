@@ -27,13 +27,14 @@ class RunProgress(Progress):
             yield Text(self.stats, style="dim")
 
 
-def execute(cfg: RunConfig, store: Optional[RunStore] = None, report: bool = True) -> Path:
+def execute(cfg: RunConfig, store: Optional[RunStore] = None, report: bool = True,
+            trust_remote_code: bool = False) -> Path:
     from specbench_cli.models import load_model
 
     questions = load_questions(cfg)           # bad input fails before the model loads
     threads = set_threads(cfg.threads)
     err.print(f"[dim]loading {cfg.model} ({cfg.dtype}, {cfg.device}, {threads} threads)[/dim]")
-    lm = load_model(cfg.model, device=cfg.device, dtype=cfg.dtype)
+    lm = load_model(cfg.model, device=cfg.device, dtype=cfg.dtype, trust_remote_code=trust_remote_code)
     runner = Runner(cfg, store)  # store set below
     runner.setup(lm)
     if store is None:

@@ -93,7 +93,7 @@ class SpeculativeSampling(Method):
         if g is not None and g < 0:
             raise UsageError(f"sps.gamma must be >= 0 (got {g})")
         self.gamma = max(0, ctx.budget - 1) if g is None else min(g, max(0, ctx.budget - 1))
-        lm = load_model(self.draft_ref, device=ctx.device, dtype=ctx.dtype)
+        lm = load_model(self.draft_ref, device=ctx.device, dtype=ctx.dtype, trust_remote_code=ctx.trust_remote_code)
         if ctx.tokenizer is not None:
             check_tokenizers(ctx.tokenizer, lm.tokenizer, self.draft_ref)
         self.draft = lm.model
