@@ -190,6 +190,7 @@ def ensure_entry(entry: Path, build: Callable[[Path], None], say: Callable[[str]
         tmp = Path(tempfile.mkdtemp(prefix=f".{entry.name}.tmp-", dir=entry.parent))
         try:
             build(tmp)
+            os.chmod(tmp, 0o755)  # mkdtemp makes it private; the cache may be shared
             write_record(tmp)
             if entry.exists():  # move the damaged entry aside first: the rename below must not fail
                 trash = Path(tempfile.mkdtemp(prefix=f".{entry.name}.tmp-", dir=entry.parent))

@@ -262,6 +262,10 @@ SCRIPT = textwrap.dedent("""
     from pathlib import Path
     from specbench_cli.model_cache import ensure_entry
     entry, log, pause = Path(sys.argv[1]), Path(sys.argv[2]), float(sys.argv[3])
+    go = Path(sys.argv[4]) if len(sys.argv) > 4 else None
+    print("ready", flush=True)
+    while go is not None and not go.exists():  # start line: both processes race from here
+        time.sleep(0.01)
     def build(tmp):
         with open(log, "a") as f:
             f.write(f"{os.getpid()}\\n")
@@ -275,14 +279,23 @@ SCRIPT = textwrap.dedent("""
 """)
 
 
-def _builder_proc(entry: Path, log: Path, pause: float) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-c", SCRIPT, str(entry), str(log), str(pause)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+def _builder_proc(entry: Path, log: Path, pause: float, go: Path | None = None) -> subprocess.Popen:
+    args = [str(entry), str(log), str(pause)] + ([str(go)] if go else [])
+    return subprocess.Popen([sys.executable, "-c", SCRIPT, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+
+
+def _start_together(procs: list[subprocess.Popen], go: Path) -> None:
+    """Wait until every process is imported and waiting, then let them all go at once."""
+    for p in procs:
+        assert p.stdout.readline().strip() == "ready"
+    go.touch()
 
 
 def test_two_first_builds_at_once_build_once(tmp_path):
-    entry, log = tmp_path / "models" / "m", tmp_path / "builds.log"
-    procs = [_builder_proc(entry, log, 1.0) for _ in range(2)]
+    entry, log, go = tmp_path / "models" / "m", tmp_path / "builds.log", tmp_path / "go"
+    procs = [_builder_proc(entry, log, 1.0, go) for _ in range(2)]
+    _start_together(procs, go)
     outs = [p.communicate(timeout=120) for p in procs]
     assert [p.returncode for p in procs] == [0, 0], outs
     assert all(o[0].strip().endswith(f"ok {1 << 20}") for o in outs)
@@ -294,6 +307,7 @@ def test_two_first_builds_at_once_build_once(tmp_path):
 def test_kill_9_during_first_build_then_next_run_rebuilds_cleanly(tmp_path):
     entry, log = tmp_path / "models" / "m", tmp_path / "builds.log"
     proc = _builder_proc(entry, log, 60.0)
+    assert proc.stdout.readline().strip() == "ready"
     assert proc.stdout.readline().strip() == "building"  # it is inside build(), holding the lock
     proc.send_signal(signal.SIGKILL)
     proc.wait(timeout=30)
@@ -344,3 +358,38 @@ def test_gguf_cache_rebuilt_through_load_model(tmp_path, isolated_cache, monkeyp
     assert len(conversions) == 2 and again.params == first.params
     err = capsys.readouterr().err
     assert f"cache entry {folder} damaged (model.safetensors is 1000 bytes" in " ".join(err.split())
+
+
+# ----------------------------------------------------------------------------- real GGUF conversion
+
+LOAD_GGUF = textwrap.dedent("""
+    import sys, time
+    from pathlib import Path
+    import transformers, torch
+    from specbench_cli.models import load_model
+    print("ready", flush=True)
+    while not Path(sys.argv[2]).exists():  # start line: both processes race from here
+        time.sleep(0.01)
+    lm = load_model(sys.argv[1])
+    print("params", lm.params, lm.resolved, flush=True)
+""")
+
+
+def test_two_first_gguf_conversions_at_once(tmp_path):
+    """Two processes load the same never-converted GGUF at the same moment: one converts, the
+    other waits on the lock and reuses the result; both load the same weights."""
+    from tiny_gguf import write_tiny_gguf
+
+    gguf = write_tiny_gguf(tmp_path / "tiny.gguf")
+    env = {**os.environ, "SPECBENCH_CACHE": str(tmp_path / "cache"), "OMP_NUM_THREADS": "1"}
+    go = tmp_path / "go"
+    procs = [subprocess.Popen([sys.executable, "-c", LOAD_GGUF, str(gguf), str(go)], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True, env=env) for _ in range(2)]
+    _start_together(procs, go)
+    outs = [p.communicate(timeout=300) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outs
+    assert len({o[0].strip() for o in outs}) == 1  # same parameter count, same cache folder
+    assert sum(o[1].count("converting tiny.gguf") for o in outs) == 1
+    folder = Path(outs[0][0].split()[2])
+    assert model_cache.problem(folder, deep=True) is None
+    assert sorted(p.name for p in folder.parent.iterdir()) == [f".{folder.name}.lock", folder.name]
