@@ -28,6 +28,7 @@ class MethodContext:
     sampling: SamplingConfig = field(default_factory=SamplingConfig)
     seed: int = 0
     draft_model: Optional[str] = None
+    trust_remote_code: bool = False  # from --trust-remote-code: may a draft model run its own code
 
 
 @dataclass

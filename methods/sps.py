@@ -99,7 +99,7 @@ class SpeculativeSampling(Method):
         from specbench_cli.models import load_model
 
         ctx = self.ctx
-        lm = load_model(self.draft_ref, device=ctx.device, dtype=ctx.dtype)
+        lm = load_model(self.draft_ref, device=ctx.device, dtype=ctx.dtype, trust_remote_code=ctx.trust_remote_code)
         if ctx.tokenizer is not None:
             check_tokenizers(ctx.tokenizer, lm.tokenizer, self.draft_ref)
         self.draft = lm.model

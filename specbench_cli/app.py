@@ -69,6 +69,7 @@ def run(
     resume: Optional[Path] = typer.Option(None, "--resume", help="Continue an interrupted run folder (its manifest's settings are used)."),
     no_warmup: bool = typer.Option(False, "--no-warmup", help="Skip the untimed warm-up generation."),
     no_report: bool = typer.Option(False, "--no-report", help="Do not print/write the summary table at the end."),
+    trust_remote_code: bool = typer.Option(False, "--trust-remote-code", help="Let a model (or draft model) run the Python code it ships (auto_map). Off by default: such a model is refused. Never stored in the run folder, so give it again with --resume."),
 ) -> None:
     """Run methods on a task suite and write results/<run_id>/."""
     from specbench_cli.runner import RunConfig, config_from_manifest, default_methods
@@ -89,7 +90,7 @@ def run(
             dtype=dtype, device=device, threads=threads, temperature=temperature, top_p=top_p, seed=seed,
             repeats=repeats, warmup=not no_warmup, draft_model=draft_model, output_dir=str(output_dir))
         cfg.validate()
-    execute(cfg, store, report=not no_report)
+    execute(cfg, store, report=not no_report, trust_remote_code=trust_remote_code)
 
 
 @app.command()
@@ -199,7 +200,7 @@ def main() -> None:
     except SpecBenchError as e:
         if STATE["debug"]:
             raise
-        err.print(f"[red]error:[/red] {e}", highlight=False)
+        err.print(f"[red]error:[/red] {e}", highlight=False, soft_wrap=True)  # one line, even in an 80-column log
         sys.exit(e.exit_code)
     except KeyboardInterrupt:
         err.print("[yellow]interrupted[/yellow]")

@@ -14,10 +14,11 @@ from __future__ import annotations
 
 import hashlib
 import importlib.metadata
+import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 from specbench_cli.errors import RuntimeFailure, UsageError, unknown
 
@@ -44,6 +45,7 @@ class LoadedModel:
     resolved: str
     name: str
     params: int
+    trust_remote_code: bool = False  # how it was loaded: a draft model loaded for it inherits this
 
     def manifest(self) -> dict:
         return {"ref": self.ref, "resolved": self.resolved, "name": self.name, "params": self.params}
@@ -62,15 +64,27 @@ def torch_dtype(name: str):
 
 
 def check_device(device: str) -> str:
+    """`device` if it names a device torch can use here (cpu, cuda, cuda:N, mps), else UsageError.
+    Runs before any model loads, so a typo costs no load time."""
+    import re
+
     import torch
 
-    kind = device.split(":")[0]
-    if kind not in DEVICES:
+    m = re.fullmatch(r"(cpu|cuda|mps)(?::(\d+))?", device or "")
+    if m is None:
+        kind = (device or "").split(":")[0]
+        if kind in DEVICES:
+            raise UsageError(f"--device '{device}': expected {kind} or {kind}:N with N a device number")
         raise unknown("device", device, DEVICES)
+    kind, index = m.group(1), m.group(2)
     if kind == "cuda" and not torch.cuda.is_available():
         raise UsageError("--device cuda was asked for, but torch sees no CUDA device on this machine")
+    if kind == "cuda" and index is not None and int(index) >= torch.cuda.device_count():
+        raise UsageError(f"--device {device}: torch sees only {torch.cuda.device_count()} CUDA device(s) (cuda:0..)")
     if kind == "mps" and not torch.backends.mps.is_available():
         raise UsageError("--device mps was asked for, but torch sees no MPS device on this machine")
+    if kind in ("cpu", "mps") and index not in (None, "0"):
+        raise UsageError(f"--device {device}: {kind} has only device 0")
     return device
 
 
@@ -107,60 +121,138 @@ def resolve(ref: str) -> tuple[str, str]:
 
 
 def converted_gguf_dir(gguf_path: str) -> Path:
-    """Convert a GGUF file to a safetensors folder once; return the folder."""
+    """Convert a GGUF file to a safetensors folder once; return the folder.
+
+    The cache entry is keyed by the file's path, size and mtime and written atomically under a
+    lock (see model_cache.py): concurrent first runs build it once, a killed conversion leaves
+    nothing behind for later runs to trip on, a damaged entry is rebuilt with one line saying so."""
+    from specbench_cli.console import err
+    from specbench_cli.model_cache import ensure_entry
+
     p = Path(gguf_path)
     st = p.stat()
     key = hashlib.sha256(f"{p.resolve()}|{st.st_size}|{int(st.st_mtime)}".encode()).hexdigest()[:12]
     out = cache_root() / "models" / f"{p.stem}-{key}"
-    if (out / "config.json").is_file() and any(out.glob("*.safetensors")):
-        return out
+
+    def build(tmp: Path) -> None:
+        err.print(f"[dim]converting {p.name} to safetensors once (about 20 s); cached in {out}[/dim]")
+        _convert_gguf(p, tmp)
+
+    try:
+        return ensure_entry(out, build, say=lambda line: err.print(f"[yellow]{line}[/yellow]", highlight=False, soft_wrap=True))
+    except OSError as e:
+        raise RuntimeFailure(f"cannot write the model cache under {cache_root()} (set SPECBENCH_CACHE to a "
+                             f"writable folder): {e}") from e
+
+
+def _convert_gguf(p: Path, dest: Path) -> None:
+    """De-quantise GGUF file `p` and save it as a Hugging Face safetensors folder in `dest`."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from specbench_cli.console import err
-
-    err.print(f"[dim]converting {p.name} to safetensors once (about 20 s); cached in {out}[/dim]")
     try:
-        tok = AutoTokenizer.from_pretrained(str(p.parent), gguf_file=p.name)
-        model = AutoModelForCausalLM.from_pretrained(str(p.parent), gguf_file=p.name, dtype=torch.float32)
+        tok = AutoTokenizer.from_pretrained(str(p.parent), gguf_file=p.name, trust_remote_code=False)
+        model = AutoModelForCausalLM.from_pretrained(str(p.parent), gguf_file=p.name, dtype=torch.float32,
+                                                     trust_remote_code=False)
     except ImportError as e:
         raise RuntimeFailure(f"loading GGUF needs the 'gguf' package: {e}") from e
     # The de-quantised weights are plain tensors: drop the quantiser so save_pretrained writes them.
     model.hf_quantizer = None
     if hasattr(model.config, "quantization_config"):
         del model.config.quantization_config
-    tmp = out.with_name(out.name + ".tmp")
-    model.save_pretrained(tmp)
-    tok.save_pretrained(tmp)
-    if out.exists():
-        import shutil
+    model.save_pretrained(dest)
+    tok.save_pretrained(dest)
 
-        shutil.rmtree(out)
-    tmp.rename(out)
-    return out
+
+def needs_remote_code(folder: str) -> Optional[str]:
+    """The file of a local model folder that asks for the folder's own Python code (an
+    `auto_map` for a model type transformers does not know), or None."""
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+
+    for name in ("config.json", "tokenizer_config.json"):
+        try:
+            data = json.loads((Path(folder) / name).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        if isinstance(data, dict) and data.get("auto_map") and (
+                name != "config.json" or data.get("model_type") not in CONFIG_MAPPING):
+            return name
+    return None
+
+
+def hub_reachable(timeout: float = 1.5) -> bool:
+    """Whether the Hugging Face endpoint accepts a TCP connection within `timeout` seconds.
+
+    False at once with HF_HUB_OFFLINE=1. The connect runs in a daemon thread so that a hanging
+    DNS lookup (not covered by socket timeouts) cannot stall the caller either."""
+    import socket
+    import threading
+    from urllib.parse import urlparse
+
+    from huggingface_hub import constants
+
+    if constants.HF_HUB_OFFLINE or os.environ.get("HF_HUB_OFFLINE", "") in ("1", "true", "TRUE", "yes"):
+        return False
+    url = urlparse(constants.ENDPOINT)
+    host, port = url.hostname, url.port or (443 if url.scheme == "https" else 80)
+    ok: list[bool] = []
+
+    def probe() -> None:
+        try:
+            socket.create_connection((host, port), timeout=timeout).close()
+            ok.append(True)
+        except OSError:
+            pass
+
+    t = threading.Thread(target=probe, daemon=True)
+    t.start()
+    t.join(timeout + 0.5)
+    return bool(ok)
+
+
+def remote_code_refused(where: str) -> UsageError:
+    return UsageError(f"model {where} ships its own Python code; specbench does not run it unless you pass "
+                      f"--trust-remote-code (only do so if you trust its author)")
 
 
 def load_model(ref: str = DEFAULT_MODEL, device: str = "cpu", dtype: str = "float32",
-               attn_implementation: str = "sdpa") -> LoadedModel:
-    """Load a causal LM and its tokenizer, in eval mode on `device` with `dtype`."""
+               attn_implementation: str = "sdpa", *, trust_remote_code: bool = False) -> LoadedModel:
+    """Load a causal LM and its tokenizer, in eval mode on `device` with `dtype`.
+
+    A model's own Python code (`auto_map`) runs only with `trust_remote_code`; without it such a
+    model is refused with a UsageError (transformers is never left to ask on stdin). A hub id is
+    looked up in the local Hugging Face cache only when the hub is unreachable (fails fast)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     tdtype = torch_dtype(dtype)
     check_device(device)
     kind, location = resolve(ref)
     folder = str(converted_gguf_dir(location)) if kind == "gguf" else location
+    if kind == "folder" and not trust_remote_code and (culprit := needs_remote_code(folder)):
+        raise remote_code_refused(f"folder {folder} ({culprit} has an auto_map)")
+    offline = kind == "hub" and not hub_reachable()
+    kwargs = {"trust_remote_code": trust_remote_code, "local_files_only": offline}
     try:
-        tokenizer = AutoTokenizer.from_pretrained(folder)
-        model = AutoModelForCausalLM.from_pretrained(folder, dtype=tdtype, attn_implementation=attn_implementation)
+        tokenizer = AutoTokenizer.from_pretrained(folder, **kwargs)
+        model = AutoModelForCausalLM.from_pretrained(folder, dtype=tdtype, attn_implementation=attn_implementation,
+                                                     **kwargs)
     except OSError as e:
+        if kind == "hub" and offline:
+            raise UsageError(f"model '{ref}' is not in the local Hugging Face cache and the hub is unreachable; "
+                             f"pass a local model folder or .gguf file instead (--model /path/to/folder)") from e
         if kind == "hub":
             raise UsageError(f"could not load model '{ref}': not a local folder, not a .gguf file, and not "
                              f"reachable on the Hugging Face hub or in its cache ({str(e).splitlines()[0]})") from e
         raise RuntimeFailure(f"could not load model from {folder}: {str(e).splitlines()[0]}") from e
+    except ValueError as e:
+        if "trust_remote_code" in str(e):
+            raise remote_code_refused(f"'{ref}'") from e
+        raise
     model.to(device)
     model.eval()
     name = ref if kind != "gguf" else Path(location).stem
     if ref in ALIASES:
         name = ref
     params = sum(p.numel() for p in model.parameters())
-    return LoadedModel(model=model, tokenizer=tokenizer, ref=ref, resolved=folder, name=name, params=params)
+    return LoadedModel(model=model, tokenizer=tokenizer, ref=ref, resolved=folder, name=name, params=params,
+                       trust_remote_code=trust_remote_code)

@@ -165,7 +165,11 @@ class Runner:
         self.decoder = Decoder(lm.model, stop_token_ids(lm.tokenizer, lm.model), self.sampling)
         self.prompter = ChatPrompter(lm.tokenizer)
         planned = planned if planned is not None else plan_methods(self.cfg)
-        self.methods = {name: m.bind(lm.model, lm.tokenizer) for name, m in planned.items()}
+        self.methods = {}
+        for name, m in planned.items():
+            # a draft model loaded for a method inherits how the target was loaded (--trust-remote-code)
+            m.ctx = dataclasses.replace(m.ctx, trust_remote_code=getattr(lm, "trust_remote_code", False))
+            self.methods[name] = m.bind(lm.model, lm.tokenizer)
         self.torch = torch
 
     # -- one generation -----------------------------------------------------------------------

@@ -323,6 +323,105 @@ def test_checkpoint_resume_continues_at_the_right_step(tmp_path, tok):
         train_loop(make_model(5), tok, tmp_path / "c", cfg, lambda s: None, {}, resume=True, progress=False)
 
 
+def _ce(model, ids):
+    loss = next_token_loss(model, ids)
+    return loss, {"ce": loss.item()}
+
+
+def test_checkpoint_holds_no_pickle_and_state_round_trips(tmp_path, tok):
+    import random
+
+    import numpy as np
+
+    from specbench_cli.training.state_io import JSON_FILE, TENSORS_FILE, load_state, save_state
+
+    model = make_model(5)
+    ids = torch.randint(4, VOCAB, (4, 9), generator=torch.Generator().manual_seed(0))
+    cfg = TrainConfig(steps=2, batch_size=4, lr=1e-2, warmup=1, save_every=2, keep=1, seed=0)
+    train_loop(model, tok, tmp_path / "o", cfg, lambda s: _ce(model, ids), {}, progress=False)
+    ck = tmp_path / "o" / "checkpoints" / "step-0000002"
+    names = sorted(p.name for p in ck.iterdir())
+    assert TENSORS_FILE in names and JSON_FILE in names
+    assert not [n for n in names if n.endswith((".pt", ".bin", ".pkl", ".pickle"))]
+    state = {"step": 7, "history": [{"step": 1, "loss": 0.5}], "scheduler": {"base_lrs": [0.1]},
+             "optimizer": {"state": {0: {"exp_avg": torch.randn(3, 2), "step": torch.tensor(4.0)}},
+                           "param_groups": [{"betas": (0.9, 0.95), "params": [0]}]},
+             "rng": {"torch": torch.get_rng_state(), "python": random.getstate(), "numpy": np.random.get_state()},
+             "odd": {"__tensor__": "not a tag"}}
+    save_state(tmp_path, state)
+    back = load_state(tmp_path)
+    assert back["optimizer"]["param_groups"][0]["betas"] == (0.9, 0.95)
+    assert torch.equal(back["optimizer"]["state"][0]["exp_avg"], state["optimizer"]["state"][0]["exp_avg"])
+    assert back["rng"]["python"] == state["rng"]["python"] and torch.equal(back["rng"]["torch"], state["rng"]["torch"])
+    assert all(np.array_equal(a, b) if isinstance(a, np.ndarray) else a == b
+               for a, b in zip(back["rng"]["numpy"], state["rng"]["numpy"]))
+    assert back["odd"] == {"__tensor__": "not a tag"} and back["step"] == 7
+    with pytest.raises(TypeError, match="without pickle"):
+        save_state(tmp_path, {"f": lambda: 0})
+
+
+class _Payload:
+    """Unpickling this runs code: what a hostile trainer_state.pt would contain."""
+
+    def __init__(self, marker):
+        self.marker = str(marker)
+
+    def __reduce__(self):
+        return (exec, (f"open({self.marker!r}, 'w').write('pwned')",))
+
+
+def test_resume_never_unpickles_code_from_a_checkpoint(tmp_path, tok):
+    """An old-format checkpoint (trainer_state.pt) holding a code-running pickle is refused with
+    a one-line UsageError, and the payload does not run."""
+    ids = torch.randint(4, VOCAB, (4, 9), generator=torch.Generator().manual_seed(0))
+    cfg = TrainConfig(steps=2, batch_size=4, lr=1e-2, warmup=1, save_every=1, keep=1, seed=0)
+    model = make_model(5)
+    train_loop(model, tok, tmp_path / "o", cfg, lambda s: _ce(model, ids), {}, progress=False)
+    ck = tmp_path / "o" / "checkpoints" / "step-0000002"
+    for name in ("trainer_state.json", "trainer_state.safetensors"):
+        (ck / name).unlink()
+    marker = tmp_path / "pwned"
+    torch.save({"step": 1, "evil": _Payload(marker)}, ck / "trainer_state.pt")
+    with pytest.raises(UsageError, match="refusing .*trainer_state.pt") as e:
+        train_loop(make_model(5), tok, tmp_path / "o", cfg, lambda s: None, {}, resume=True, progress=False)
+    assert "\n" not in str(e.value) and not marker.exists()
+
+
+def test_resume_reads_an_old_plain_pt_checkpoint(tmp_path, tok):
+    """Checkpoints of earlier versions (trainer_state.pt of tensors, numbers and the numpy RNG
+    key) still resume, through torch.load(weights_only=True)."""
+    from specbench_cli.training.state_io import load_state
+
+    ids = torch.randint(4, VOCAB, (4, 9), generator=torch.Generator().manual_seed(0))
+    cfg = TrainConfig(steps=3, batch_size=4, lr=1e-2, warmup=1, save_every=2, keep=1, seed=0)
+    model = make_model(5)
+    with pytest.raises(KeyboardInterrupt):
+        train_loop(model, tok, tmp_path / "o", cfg,
+                   lambda s: _ce(model, ids) if s < 2 else (_ for _ in ()).throw(KeyboardInterrupt()), {},
+                   progress=False)
+    ck = tmp_path / "o" / "checkpoints" / "step-0000002"
+    torch.save(load_state(ck), ck / "trainer_state.pt")
+    for name in ("trainer_state.json", "trainer_state.safetensors"):
+        (ck / name).unlink()
+    model = make_model(5)
+    summary = train_loop(model, tok, tmp_path / "o", cfg, lambda s: _ce(model, ids), {}, resume=True, progress=False)
+    assert summary["resumed_from"] == 2 and summary["steps_done"] == 3
+
+
+def test_resume_refuses_a_mangled_trainer_state(tmp_path, tok):
+    ids = torch.randint(4, VOCAB, (4, 9), generator=torch.Generator().manual_seed(0))
+    cfg = TrainConfig(steps=3, batch_size=4, lr=1e-2, warmup=1, save_every=1, keep=1, seed=0)
+    model = make_model(5)
+    train_loop(model, tok, tmp_path / "o", cfg, lambda s: _ce(model, ids), {}, progress=False)
+    ck = tmp_path / "o" / "checkpoints" / "step-0000003"
+    (ck / "trainer_state.json").write_text('{"format": 1, "state": {"step": "three"}}')
+    with pytest.raises(UsageError, match="trainer state lacks"):
+        train_loop(make_model(5), tok, tmp_path / "o", cfg, lambda s: None, {}, resume=True, progress=False)
+    (ck / "trainer_state.safetensors").write_bytes(b"garbage")
+    with pytest.raises(UsageError, match="cannot read the trainer state"):
+        train_loop(make_model(5), tok, tmp_path / "o", cfg, lambda s: None, {}, resume=True, progress=False)
+
+
 # ----------------------------------------------------------------------------- distillation data + CLI
 
 def test_distill_data_generation(tmp_path, tok):

@@ -27,12 +27,14 @@ _DTYPE = typer.Option("float32", help="float32 | bfloat16 | float16.")
 _DEVICE = typer.Option("cpu", help="cpu | cuda | mps.")
 _THREADS = typer.Option(None, help="torch CPU threads (1 is fastest on a busy 2-core machine).")
 _QUIET = typer.Option(False, "--quiet", "-q", help="No progress bar.")
+_TRUST = typer.Option(False, "--trust-remote-code",
+                      help="Let the models run the Python code they ship (auto_map); off: such a model is refused.")
 
 
-def _load(ref: str, device: str, dtype: str):
+def _load(ref: str, device: str, dtype: str, trust_remote_code: bool = False):
     from specbench_cli.models import load_model
 
-    return load_model(ref, device=device, dtype=dtype)
+    return load_model(ref, device=device, dtype=dtype, trust_remote_code=trust_remote_code)
 
 
 def _print_table(title: str, rows: dict) -> None:
@@ -78,6 +80,7 @@ def subclone_cmd(
     narrow_ffn: float = typer.Option(1.0, help="Keep this fraction of MLP channels (by weight norm); 1 = all."),
     dtype: str = _DTYPE,
     force: bool = typer.Option(False, help="Overwrite a model already in --output."),
+    trust_remote_code: bool = _TRUST,
 ):
     """Cut a drafter out of the target: embeddings + first K layers + final norm + lm_head."""
     from specbench_cli.training import check_new_output, save_model_folder
@@ -85,7 +88,7 @@ def subclone_cmd(
 
     out = check_new_output(output, force)
     t0 = time.time()
-    lm = _load(target, "cpu", dtype)
+    lm = _load(target, "cpu", dtype, trust_remote_code)
     draft = subclone(lm.model, layers, narrow_ffn)
     meta = subclone_meta(target, lm.resolved, lm.model, draft, narrow_ffn)
     save_model_folder(draft, lm.tokenizer, out, meta)
@@ -110,12 +113,14 @@ def scratch_cmd(
     resume: bool = typer.Option(False, help="Continue from the latest checkpoint in --output."),
     force: bool = typer.Option(False, help="Overwrite a model already in --output."),
     device: str = _DEVICE, threads: Optional[int] = _THREADS, quiet: bool = _QUIET,
+    trust_remote_code: bool = _TRUST,
 ):
     """Build a small Llama from scratch (target's tokenizer) and pretrain it on --text."""
     import torch
     from transformers import AutoConfig, AutoTokenizer, LlamaForCausalLM
 
-    from specbench_cli.models import check_device, converted_gguf_dir, resolve
+    from specbench_cli.models import check_device, converted_gguf_dir, hub_reachable, needs_remote_code, \
+        remote_code_refused, resolve
     from specbench_cli.training import read_text_file, set_threads
     from specbench_cli.training.scratch import pretrain_scratch, scratch_config
 
@@ -126,9 +131,16 @@ def scratch_cmd(
     body = read_text_file(text, "--text file")
     kind, loc = resolve(tokenizer_from)
     folder = str(converted_gguf_dir(loc)) if kind == "gguf" else loc
+    if kind == "folder" and not trust_remote_code and (culprit := needs_remote_code(folder)):
+        raise remote_code_refused(f"folder {folder} ({culprit} has an auto_map)")
     try:
-        tok = AutoTokenizer.from_pretrained(folder)
-        tcfg = AutoConfig.from_pretrained(folder)
+        kwargs = {"trust_remote_code": trust_remote_code, "local_files_only": kind == "hub" and not hub_reachable()}
+        tok = AutoTokenizer.from_pretrained(folder, **kwargs)
+        tcfg = AutoConfig.from_pretrained(folder, **kwargs)
+    except ValueError as e:
+        if "trust_remote_code" not in str(e):
+            raise
+        raise remote_code_refused(f"'{tokenizer_from}'") from e
     except OSError as e:
         raise UsageError(f"cannot load the tokenizer of '{tokenizer_from}': {str(e).splitlines()[0]}") from e
     mcfg = scratch_config(tcfg.vocab_size, layers, hidden, heads, kv_heads, intermediate,
@@ -156,6 +168,7 @@ def distill_data_cmd(
     batch_size: int = typer.Option(8, help="Prompts generated together."),
     seed: int = typer.Option(0),
     dtype: str = _DTYPE, device: str = _DEVICE, threads: Optional[int] = _THREADS, quiet: bool = _QUIET,
+    trust_remote_code: bool = _TRUST,
 ):
     """Generate the distillation dataset: the target answers seed instructions at each temperature."""
     from rich.progress import Progress
@@ -170,7 +183,7 @@ def distill_data_cmd(
     if output.expanduser().is_dir():
         raise UsageError(f"--output {output} is a folder; give a .jsonl file path")
     t0 = time.time()
-    lm = _load(target, device, dtype)
+    lm = _load(target, device, dtype, trust_remote_code)
     with Progress(console=err, disable=quiet) as bar:
         task = bar.add_task("distill-data", total=len(seed_rows) * len(temps))
         stats = generate_distill_data(lm.model, lm.tokenizer, seed_rows, output, target, temps, top_p,
@@ -199,6 +212,7 @@ def finetune_cmd(
     resume: bool = typer.Option(False, help="Continue from the latest checkpoint in --output."),
     force: bool = typer.Option(False, help="Start over in an --output that already holds a model/checkpoints."),
     dtype: str = _DTYPE, device: str = _DEVICE, threads: Optional[int] = _THREADS, quiet: bool = _QUIET,
+    trust_remote_code: bool = _TRUST,
 ):
     """White-box distillation of the target into the drafter (KLD, TVD or TVD++)."""
     from specbench_cli.training import read_text_file, set_threads
@@ -218,8 +232,8 @@ def finetune_cmd(
     target = target or _data_target(rows, data)
     text = read_text_file(pretrain_text, "--pretrain-text file") if pretrain_text else None
     mix = pretrain_mix if pretrain_mix is not None else (0.2 if text else 0.0)
-    d = _load(drafter, device, dtype)
-    t = _load(target, device, dtype)
+    d = _load(drafter, device, dtype, trust_remote_code)
+    t = _load(target, device, dtype, trust_remote_code)
     summary = finetune(d.model, t.model, d.tokenizer, rows, out, loss, cfg, text, mix, max_len, holdout,
                        meta={"drafter_init": drafter, "target": target, "data": str(data),
                              "pretrain_text": str(pretrain_text) if pretrain_text else None},
@@ -250,6 +264,7 @@ def evaluate_cmd(
     max_len: int = typer.Option(384), batch_size: int = typer.Option(8),
     json_out: Optional[Path] = typer.Option(None, "--json", help="Also write the numbers to this JSON file."),
     dtype: str = _DTYPE, device: str = _DEVICE, threads: Optional[int] = _THREADS,
+    trust_remote_code: bool = _TRUST,
 ):
     """Agreement of drafter and target on the responses: top-1, TVD (1-TVD = expected acceptance), KL."""
     from specbench_cli.training import set_threads, write_json
@@ -269,8 +284,8 @@ def evaluate_cmd(
     train_rows, held = split_rows(rows, holdout)
     chosen = {"heldout": held, "train": train_rows, "all": rows}[split]
     target = target or _data_target(rows, data)
-    d = _load(drafter, device, dtype)
-    t = _load(target, device, dtype)
+    d = _load(drafter, device, dtype, trust_remote_code)
+    t = _load(target, device, dtype, trust_remote_code)
     check_same_vocab(d.model, t.model)
     examples = build_examples(chosen, t.tokenizer, t.model, max_len)
     pad = t.tokenizer.pad_token_id if t.tokenizer.pad_token_id is not None else stop_token_ids(t.tokenizer, t.model)[0]

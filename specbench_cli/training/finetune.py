@@ -29,9 +29,9 @@ from specbench_cli.training import DRAFTER_META, save_model_folder, write_json
 from specbench_cli.prompting import stop_token_ids
 from specbench_cli.training.distill_data import chat_prompt
 from specbench_cli.training.losses import LOSSES, distill_loss, kld, tvd
+from specbench_cli.training.state_io import has_state, load_state, save_state
 
 CKPT_DIR = "checkpoints"
-STATE_FILE = "trainer_state.pt"
 
 
 # ----------------------------------------------------------------------------- data
@@ -239,7 +239,7 @@ class TrainConfig:
 def checkpoints(out: Path) -> list[Path]:
     """Complete checkpoints under out/checkpoints, oldest first."""
     root = Path(out) / CKPT_DIR
-    found = [p for p in root.glob("step-*") if (p / STATE_FILE).is_file()] if root.is_dir() else []
+    found = [p for p in root.glob("step-*") if has_state(p) and p.name[5:].isdigit()] if root.is_dir() else []
     return sorted(found, key=lambda p: int(p.name.split("-")[1]))
 
 
@@ -269,15 +269,13 @@ def _set_rng_state(state: dict) -> None:
 
 
 def _save_checkpoint(out: Path, step: int, model, tokenizer, opt, sched, history, meta, keep: int) -> Path:
-    import torch
-
     ck = Path(out) / CKPT_DIR / f"step-{step:07d}"
     tmp = ck.with_name(ck.name + ".tmp")
     if tmp.exists():
         shutil.rmtree(tmp)
     save_model_folder(model, tokenizer, tmp, {**meta, "step": step})
-    torch.save({"step": step, "optimizer": opt.state_dict(), "scheduler": sched.state_dict(),
-                "rng": _rng_state(), "history": history}, tmp / STATE_FILE)
+    save_state(tmp, {"step": step, "optimizer": opt.state_dict(), "scheduler": sched.state_dict(),
+                     "rng": _rng_state(), "history": history})
     if ck.exists():
         shutil.rmtree(ck)
     tmp.rename(ck)
@@ -325,7 +323,7 @@ def train_loop(model: Any, tokenizer: Any, out: Path, cfg: TrainConfig, step_fn:
 
     `step_fn(step)` returns (scalar loss tensor with grad, dict of floats to log). Every
     `cfg.save_every` steps (and at the end) a checkpoint is written to
-    out/checkpoints/step-NNNNNNN/ as a Hugging Face folder + trainer_state.pt (optimizer,
+    out/checkpoints/step-NNNNNNN/ as a Hugging Face folder + trainer_state.{json,safetensors} (optimizer,
     scheduler, step, RNG states, history); the last `cfg.keep` are kept. With `resume`, the
     latest checkpoint's weights and state are loaded and training continues at its step (a
     checkpoint already at `cfg.steps` is just exported).
@@ -352,10 +350,11 @@ def train_loop(model: Any, tokenizer: Any, out: Path, cfg: TrainConfig, step_fn:
     start = 0
     if resume:
         ck = found[-1]
-        loaded = type(model).from_pretrained(ck, dtype=next(model.parameters()).dtype)
+        state = load_state(ck)  # no pickle: a checkpoint folder may come from anyone
+        # use_safetensors: never fall back to a pickled pytorch_model.bin found in the folder
+        loaded = type(model).from_pretrained(ck, dtype=next(model.parameters()).dtype, use_safetensors=True)
         model.load_state_dict(loaded.state_dict())
         del loaded
-        state = torch.load(ck / STATE_FILE, weights_only=False)
         opt.load_state_dict(state["optimizer"])
         sched.load_state_dict(state["scheduler"])
         _set_rng_state(state["rng"])
