@@ -256,3 +256,24 @@ def test_cli_trains_tiny(tmp_path, capsys, tiny_model_dir):
     assert json.loads((tmp_path / "m" / "training.json").read_text())["steps_done"] == 4
     code, err = cli(args, capsys)  # same --out again without --resume
     assert code == 2 and "--resume" in err
+
+
+def test_eagle2_tree_scores_equal_path_unrolls(tiny_model):
+    """Every node's score is the log-prob of its path when the head runs that path alone: the tree
+    masks and positions give each node exactly its ancestors."""
+    head = _eagle(tiny_model)
+    feats, toks = torch.randn(4, 32), torch.randint(4, 128, (4,))
+    tree = eagle2_tree(head, head.new_cache(), feats, toks, budget=15, depth=4, top_k=3)
+    assert max(tree.depths) >= 3 and len(set(tree.parents)) > 3
+    for i in range(len(tree.tokens)):
+        path, a = [], i
+        while a >= 0:
+            path.insert(0, tree.tokens[a])
+            a = tree.parents[a]
+        cache = head.new_cache()
+        out, logits = head.step(cache, feats, toks, torch.arange(4))
+        state, total = out[-1:], 0.0
+        for d, tok in enumerate(path):
+            total += torch.log_softmax(logits[-1], -1)[tok].item()
+            state, logits = head.step(cache, state, torch.tensor([tok]), torch.tensor([4 + d]))
+        assert total == pytest.approx(tree.scores[i], abs=1e-4)
