@@ -253,6 +253,7 @@ def test_cli_trains_tiny(tmp_path, capsys, tiny_model_dir):
     code, err = cli(args, capsys)
     assert code == 0, err
     assert (tmp_path / "d.jsonl.features" / "features.safetensors").is_file()
+    assert (tmp_path / "d.jsonl.features" / "vocab.safetensors").is_file()
     assert json.loads((tmp_path / "m" / "training.json").read_text())["steps_done"] == 4
     code, err = cli(args, capsys)  # same --out again without --resume
     assert code == 2 and "--resume" in err

@@ -53,7 +53,8 @@ def run_heads(data: Path, out: Path, recipe: HeadsRecipe, features: Path | None,
     meta = {"target": target, "data": str(data), "features": str(cache_dir), "dtype": dtype,
             "data_sequences": len(cache), "data_tokens": int(cache.meta.get("tokens", 0)),
             "data_response_tokens": int(cache.meta.get("response_tokens", 0))}
-    summary = train_heads(lm.model, cache, recipe, out, meta, resume=resume, progress=progress)
+    summary = train_heads(lm.model, cache, recipe, out, meta, resume=resume, progress=progress,
+                          vocab_file=cache_dir / "vocab.safetensors")
     table = {"head": summary["label"], "params": summary["params"], "steps": summary["steps_done"],
              "tokens seen": summary["tokens_seen"], "training seconds": summary["training_seconds"],
              "total seconds": round(time.time() - t0, 1)}

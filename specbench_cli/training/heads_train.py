@@ -90,6 +90,19 @@ def data_vocab(cache: FeatureCache, lm_head_weight: torch.Tensor, chunk: int = 4
     return torch.cat(tops).unique()
 
 
+def cached_vocab(cache: FeatureCache, lm_head_weight: torch.Tensor, path: Path | None) -> torch.Tensor:
+    """`data_vocab`, stored in / read from the safetensors file `path` when given (one pass over
+    the features with the 49k-wide LM head takes minutes on a busy CPU)."""
+    from safetensors.torch import load_file, save_file
+
+    if path is not None and Path(path).is_file():
+        return load_file(str(path))["vocab"]
+    vocab = data_vocab(cache, lm_head_weight)
+    if path is not None:
+        save_file({"vocab": vocab}, str(path))
+    return vocab
+
+
 def _lr(step: int, recipe: HeadsRecipe, base: float) -> float:
     """Linear warmup, then cosine to 10 %."""
     if step < recipe.warmup:
@@ -193,7 +206,7 @@ def evaluate(head, cache: FeatureCache, seqs: list[int], weight, recipe: HeadsRe
 
 
 def train_heads(target: Any, cache: FeatureCache, recipe: HeadsRecipe, out: Path, meta: dict,
-                resume: bool = False, progress: bool = True) -> dict:
+                resume: bool = False, progress: bool = True, vocab_file: Path | None = None) -> dict:
     """Train one head on `cache` (see the module docstring); returns the training.json dict."""
     from specbench_cli.training.heads_plot import plot_curves, progress_bar
 
@@ -207,7 +220,7 @@ def train_heads(target: Any, cache: FeatureCache, recipe: HeadsRecipe, out: Path
     for p in target.parameters():
         p.requires_grad_(False)
     lm_w = target.get_output_embeddings().weight
-    vocab = data_vocab(cache, lm_w) if recipe.sub_vocab else None
+    vocab = cached_vocab(cache, lm_w, vocab_file) if recipe.sub_vocab else None
     weight = lm_w[vocab].float() if vocab is not None else lm_w.float()
     head = build_head(recipe, target)
     head.train()
