@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# Long run of issue 11 (phase 1): self-distillation data for the embedded model, then draft heads at
+# equal budget (same data, steps and batch): EAGLE K=1, Medusa H=3 K=1, KOALA variants (K=2, adversarial).
+# Checkpoints go to $HEADS_OUT (default /work/heads_ckpt, never the repo); the small histories, curves
+# and training.json files are copied to benchmarks/results/heads-training/<name>/.
+# Every stage resumes: re-running the script skips finished heads and continues interrupted ones.
+#   usage: benchmarks/train_heads.sh [names...]     (default: all, in the order below)
+#   env:   HEADS_OUT, STEPS (default 400), BATCH (default 4), GEN_MAX_NEW (160), SKIP_GEN=1
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export OMP_NUM_THREADS=1
+OUT=${HEADS_OUT:-/work/heads_ckpt}
+RES=benchmarks/results/heads-training
+STEPS=${STEPS:-400}
+BATCH=${BATCH:-4}
+DATA=$OUT/data/selfdistill.jsonl
+mkdir -p "$OUT/data" "$RES"
+
+if [ "${SKIP_GEN:-0}" != 1 ]; then
+  python - "$OUT/data/prompts.jsonl" <<'PY'
+import json, sys
+from specbench_cli.training.heads_data import heads_prompts
+with open(sys.argv[1], "w") as f:
+    for r in heads_prompts():
+        f.write(json.dumps(r) + "\n")
+PY
+  specbench train drafter distill-data --target smollm2-135m --seeds "$OUT/data/prompts.jsonl" \
+    --temperatures 0 --max-new-tokens "${GEN_MAX_NEW:-160}" --batch-size 24 --threads 1 -q -o "$DATA"
+fi
+
+train() {  # name, then `train heads` options
+  local name=$1; shift
+  local dir=$OUT/$name resume=()
+  if [ -f "$dir/training.json" ]; then echo "== $name: done"; else
+    [ -d "$dir/checkpoints" ] && resume=(--resume)
+    echo "== $name: $* ($(date +%H:%M:%S))"
+    specbench train heads --data "$DATA" --out "$dir" --steps "$STEPS" --batch-size "$BATCH" \
+      --threads 1 -q "${resume[@]}" "$@"
+  fi
+  mkdir -p "$RES/$name"
+  cp "$dir/history.json" "$dir/training.json" "$dir/curves.png" "$RES/$name/"
+}
+
+ALL=(eagle-k1 medusa-h3-k1 eagle-k2-adv medusa-h3-k2-adv eagle-k2 eagle-k1-adv)
+for name in "${@:-${ALL[@]}}"; do
+  case $name in
+    eagle-k1)         train "$name" --kind eagle --layers 1 --lr 1e-3 ;;
+    eagle-k2)         train "$name" --kind eagle --layers 2 --lr 1e-3 ;;
+    eagle-k1-adv)     train "$name" --kind eagle --layers 1 --lr 1e-3 --adversarial --lambda 0.1 --disc-layers 1 ;;
+    eagle-k2-adv)     train "$name" --kind eagle --layers 2 --lr 1e-3 --adversarial --lambda 0.1 --disc-layers 2 ;;
+    medusa-h3-k1)     train "$name" --kind medusa --heads-count 3 --layers 1 --lr 1e-3 ;;
+    medusa-h3-k2-adv) train "$name" --kind medusa --heads-count 3 --layers 2 --lr 1e-3 --adversarial --lambda 0.1 --disc-layers 2 ;;
+    *) echo "unknown head run $name" >&2; exit 2 ;;
+  esac
+done

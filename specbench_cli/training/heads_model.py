@@ -1,0 +1,283 @@
+"""Draft heads on the target's last hidden state (after the final norm): Medusa and EAGLE(-2),
+with KOALA's K-layer variants, plus their checkpoint IO (safetensors + JSON; loading never runs code).
+
+Both heads reuse the target's frozen LM head (and EAGLE its frozen token embedding). They are
+bound to the target with `bind(target)`, held outside `state_dict()`, so checkpoints hold only
+the head's own weights, in the public formats:
+
+- Medusa (v2 / TGI form, `FasterDecoding/Medusa`): `config.json` (`medusa_num_heads`,
+  `medusa_num_layers`, `version: "2"`) + `medusa_lm_head.safetensors` with `{head}.{layer}.linear.*`.
+- EAGLE-1/2 (`SafeAILab/EAGLE`): `config.json` = a LlamaConfig with `num_hidden_layers = K`,
+  `bias: true` + `model.safetensors` with `fc.*`, `layers.{k}.*` (layer 0 has no input norm).
+
+Our provenance (target, data, recipe, tokens seen, time, kind, K, adversarial, lambda) sits
+under the `"specbench"` key of `config.json`. Inference APIs are documented on each class;
+the EAGLE-2 tree and the Medusa tree builders live in heads_tree.py.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from specbench_cli.errors import UsageError
+
+MEDUSA_FILE = "medusa_lm_head.safetensors"
+EAGLE_FILE = "model.safetensors"
+CONFIG_FILE = "config.json"
+
+
+def _target_parts(target: Any) -> tuple[nn.Module, nn.Module]:
+    """(output head [h -> V], input embedding [V -> h]) of a causal LM."""
+    return target.get_output_embeddings(), target.get_input_embeddings()
+
+
+class ResBlock(nn.Module):
+    """x + SiLU(Linear(x)); the weight starts at zero so a new block is the identity (+ SiLU(bias))."""
+
+    def __init__(self, hidden: int) -> None:
+        super().__init__()
+        self.linear = nn.Linear(hidden, hidden)
+        nn.init.zeros_(self.linear.weight)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + F.silu(self.linear(x))
+
+
+class MedusaHeads(nn.ModuleList):
+    """H heads of K distinct ResBlocks each; head i predicts token t+2+i from the feature at t.
+
+    State-dict keys are exactly Medusa's `{i}.{j}.linear.weight|bias`.
+    Inference: `head_logits(hidden [..., h]) -> [..., H, V]` (through the target's LM head).
+    """
+
+    kind = "medusa"
+
+    def __init__(self, hidden: int, heads: int, layers: int) -> None:
+        if heads < 1 or layers < 1:
+            raise UsageError("Medusa needs --heads-count >= 1 and --layers >= 1")
+        super().__init__([nn.Sequential(*[ResBlock(hidden) for _ in range(layers)]) for _ in range(heads)])
+        self.hidden, self.n_heads, self.n_layers = hidden, heads, layers
+        self.__dict__["lm_head"] = None  # bound target part, kept out of state_dict/parameters
+
+    def bind(self, target: Any) -> "MedusaHeads":
+        self.__dict__["lm_head"] = _target_parts(target)[0]
+        return self
+
+    def head_states(self, hidden: torch.Tensor) -> torch.Tensor:
+        """[..., h] -> [..., H, h] (pre-LM-head states of every head)."""
+        return torch.stack([head(hidden) for head in self], dim=-2)
+
+    def head_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """[..., h] target feature(s) -> [..., H, V] logits; [H, V] for one position."""
+        return self.lm_head(self.head_states(hidden.to(self.lm_head.weight.dtype)))
+
+    def config_dict(self) -> dict:
+        return {"medusa_num_heads": self.n_heads, "medusa_num_layers": self.n_layers, "hidden_size": self.hidden,
+                "version": "2", "architectures": ["MedusaHeads"]}
+
+
+class HeadKV:
+    """Minimal KV cache of the EAGLE head: per layer [1, kv_heads, S, d] keys and values.
+
+    Implements the one method transformers' attention calls (`update`), plus `crop`/`keep`."""
+
+    def __init__(self) -> None:
+        self.k: dict[int, torch.Tensor] = {}
+        self.v: dict[int, torch.Tensor] = {}
+
+    def update(self, k: torch.Tensor, v: torch.Tensor, layer_idx: int, *args, **kwargs):
+        if layer_idx in self.k:
+            k, v = torch.cat([self.k[layer_idx], k], dim=-2), torch.cat([self.v[layer_idx], v], dim=-2)
+        self.k[layer_idx], self.v[layer_idx] = k, v
+        return k, v
+
+    @property
+    def length(self) -> int:
+        return next(iter(self.k.values())).shape[-2] if self.k else 0
+
+    def crop(self, length: int) -> None:
+        """Keep the first `length` entries (drop drafted nodes / rejected tokens)."""
+        for i in self.k:
+            self.k[i], self.v[i] = self.k[i][..., :length, :], self.v[i][..., :length, :]
+
+    def keep(self, start: int, rows: list[int]) -> None:
+        """Keep entries [:start] plus entries start + r for r in `rows` (an accepted tree path)."""
+        idx = torch.tensor(list(range(start)) + [start + r for r in rows])
+        for i in self.k:
+            self.k[i], self.v[i] = self.k[i].index_select(-2, idx), self.v[i].index_select(-2, idx)
+
+
+def eagle_config(target_config: Any, layers: int):
+    """LlamaConfig of a K-layer EAGLE head for a Llama-style target (its widths, K layers, bias)."""
+    from transformers import LlamaConfig
+
+    if layers < 1:
+        raise UsageError("EAGLE needs --layers >= 1")
+    t = target_config
+    cfg = LlamaConfig(vocab_size=t.vocab_size, hidden_size=t.hidden_size, intermediate_size=t.intermediate_size,
+                      num_hidden_layers=layers, num_attention_heads=t.num_attention_heads,
+                      num_key_value_heads=getattr(t, "num_key_value_heads", t.num_attention_heads),
+                      max_position_embeddings=t.max_position_embeddings, rms_norm_eps=t.rms_norm_eps,
+                      rope_theta=getattr(t, "rope_theta", None) or 10000.0, hidden_act=t.hidden_act)
+    cfg.rope_parameters = getattr(t, "rope_parameters", None) or cfg.rope_parameters
+    cfg.bias = True
+    cfg.architectures = ["LlamaForCausalLM"]
+    return cfg
+
+
+class EagleHead(nn.Module):
+    """EAGLE-1/2 draft head with K decoder layers (KOALA K > 1).
+
+    Input pair at position t: (feature_t [h], token_{t+1}); output: predicted feature_{t+1} [h]
+    and its logits lm_head(feature_{t+1}) [V] (the distribution of token t+2).
+    Training: `forward(features [B,T,h], tokens [B,T], mask [B,1,T,T] bool) -> [B,T,h]`.
+    Inference: `new_cache()`, then `step(cache, features [n,h], tokens [n], positions [n],
+    mask [n, cache.length + n] bool | None) -> (features [n,h], logits [n,V])`, which appends
+    the n pairs to the cache (mask None = causal over the n new pairs).
+    """
+
+    kind = "eagle"
+
+    def __init__(self, config: Any) -> None:
+        from transformers.models.llama.modeling_llama import LlamaDecoderLayer, LlamaRotaryEmbedding
+
+        super().__init__()
+        config._attn_implementation = "sdpa"
+        self.config = config
+        h = config.hidden_size
+        self.fc = nn.Linear(2 * h, h, bias=getattr(config, "bias", True))
+        self.layers = nn.ModuleList([LlamaDecoderLayer(config, k) for k in range(config.num_hidden_layers)])
+        self.layers[0].input_layernorm = nn.Identity()  # EAGLE: layer 0 has no input norm (no weight saved)
+        self.rotary = LlamaRotaryEmbedding(config)
+        self.n_layers = config.num_hidden_layers
+        self.__dict__["lm_head"] = None
+        self.__dict__["embed"] = None
+
+    def bind(self, target: Any) -> "EagleHead":
+        self.__dict__["lm_head"], self.__dict__["embed"] = _target_parts(target)
+        return self
+
+    def _run(self, features, tokens, positions, mask, cache=None) -> torch.Tensor:
+        """features [B,T,h], tokens [B,T], positions [B,T], mask [B,1,T,S] bool -> [B,T,h]."""
+        emb = self.embed(tokens).to(self.fc.weight.dtype)
+        x = self.fc(torch.cat([emb, features.to(self.fc.weight.dtype)], dim=-1))  # EAGLE's order: (emb, feature)
+        pos_emb = self.rotary(x, positions)
+        for layer in self.layers:
+            x = layer(x, attention_mask=mask, position_ids=positions, past_key_values=cache,
+                      position_embeddings=pos_emb)
+        return x
+
+    def forward(self, features: torch.Tensor, tokens: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """Teacher-forced training pass over whole sequences (positions 0..T-1)."""
+        positions = torch.arange(tokens.shape[1], device=tokens.device).expand(tokens.shape[0], -1)
+        return self._run(features, tokens, positions, mask)
+
+    def logits(self, states: torch.Tensor) -> torch.Tensor:
+        """[..., h] -> [..., V] through the target's LM head."""
+        return self.lm_head(states.to(self.lm_head.weight.dtype))
+
+    @staticmethod
+    def new_cache() -> HeadKV:
+        return HeadKV()
+
+    @torch.no_grad()
+    def step(self, cache: HeadKV, features: torch.Tensor, tokens: torch.Tensor, positions: torch.Tensor,
+             mask: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """Feed n pairs (see class doc); returns (next features [n,h], logits [n,V])."""
+        n, past = tokens.shape[0], cache.length
+        if mask is None:
+            mask = torch.ones(n, past + n, dtype=torch.bool, device=tokens.device)
+            mask[:, past:] = torch.ones(n, n, dtype=torch.bool, device=tokens.device).tril()
+        out = self._run(features[None], tokens[None], positions[None], mask[None, None], cache)[0]
+        return out, self.logits(out)
+
+    def config_dict(self) -> dict:
+        return self.config.to_dict()
+
+
+def causal_mask(valid: torch.Tensor) -> torch.Tensor:
+    """valid [B,T] bool -> [B,1,T,T] bool: causal over real tokens; padded rows see themselves
+    (an all-False row would give NaN in SDPA)."""
+    t = valid.shape[1]
+    m = torch.ones(t, t, dtype=torch.bool, device=valid.device).tril()[None] & valid[:, None, :]
+    m |= torch.eye(t, dtype=torch.bool, device=valid.device)[None]
+    return m[:, None]
+
+
+def count_params(head: nn.Module) -> int:
+    return sum(p.numel() for p in head.parameters())
+
+
+# ----------------------------------------------------------------------------- checkpoints
+
+def save_heads(head: nn.Module, folder: Path, meta: dict) -> Path:
+    """Write `config.json` (public fields + "specbench": meta) and the head's safetensors."""
+    from safetensors.torch import save_file
+
+    folder = Path(folder).expanduser()
+    folder.mkdir(parents=True, exist_ok=True)
+    state = {k: v.detach().contiguous().cpu() for k, v in head.state_dict().items() if not k.startswith("rotary.")}
+    cfg = {**head.config_dict(), "specbench": {**meta, "kind": head.kind, "layers": head.n_layers,
+                                               "params": count_params(head)}}
+    if head.kind == "medusa":
+        cfg["specbench"]["heads"] = head.n_heads
+    save_file(state, str(folder / (MEDUSA_FILE if head.kind == "medusa" else EAGLE_FILE)),
+              metadata={"format": "pt"})
+    (folder / CONFIG_FILE).write_text(json.dumps(cfg, indent=2, default=str) + "\n")
+    return folder
+
+
+def read_heads_config(folder: Path) -> tuple[str, dict]:
+    """(kind, config dict) of a heads folder; UsageError when it is not one."""
+    folder = Path(folder).expanduser()
+    if not (folder / CONFIG_FILE).is_file():
+        raise UsageError(f"{folder} is not a heads folder (no {CONFIG_FILE})")
+    try:
+        cfg = json.loads((folder / CONFIG_FILE).read_text())
+    except json.JSONDecodeError as e:
+        raise UsageError(f"{folder / CONFIG_FILE} is not valid JSON: {e}") from None
+    if (folder / MEDUSA_FILE).is_file():
+        return "medusa", cfg
+    if (folder / EAGLE_FILE).is_file() and "num_hidden_layers" in cfg:
+        return "eagle", cfg
+    raise UsageError(f"{folder} holds neither {MEDUSA_FILE} nor an EAGLE {EAGLE_FILE}")
+
+
+def load_heads(folder: Path, target: Any | None = None, dtype: torch.dtype = torch.float32) -> nn.Module:
+    """Load a Medusa or EAGLE heads folder (safetensors + JSON only), bound to `target` if given.
+
+    Medusa: the head and layer counts come from the tensor keys (public configs can lie about
+    them); a v1 per-head vocabulary projection (`{i}.{K}.weight`) is refused: v2 heads only.
+    """
+    from safetensors.torch import load_file
+    from transformers import LlamaConfig
+
+    folder = Path(folder).expanduser()
+    kind, cfg = read_heads_config(folder)
+    if kind == "medusa":
+        state = load_file(str(folder / MEDUSA_FILE))
+        keys = [k.split(".") for k in state]
+        if any(len(k) != 4 or k[2] != "linear" for k in keys):
+            raise UsageError(f"{folder}: not a v2 Medusa head (keys must be {{head}}.{{layer}}.linear.*)")
+        n_heads, n_layers = 1 + max(int(k[0]) for k in keys), 1 + max(int(k[1]) for k in keys)
+        hidden = state["0.0.linear.weight"].shape[0]
+        head = MedusaHeads(hidden, n_heads, n_layers)
+    else:
+        state = load_file(str(folder / EAGLE_FILE))
+        state = {k: v for k, v in state.items() if k != "embed_tokens.weight"}  # EAGLE may ship the target's
+        config = LlamaConfig(**{k: v for k, v in cfg.items() if k != "specbench"})
+        head = EagleHead(config)
+    missing, unexpected = head.load_state_dict(state, strict=False)
+    missing = [k for k in missing if not k.startswith("rotary.")]
+    if missing or unexpected:
+        raise UsageError(f"{folder}: weights do not match the config (missing {missing[:3]}, "
+                         f"unexpected {unexpected[:3]})")
+    head.to(dtype).eval()
+    head.meta = cfg.get("specbench", {})
+    return head.bind(target) if target is not None else head

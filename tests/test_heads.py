@@ -1,0 +1,280 @@
+"""Draft heads (Medusa, EAGLE, KOALA): modules, checkpoints, trees, data, trainer, CLI."""
+
+import json
+import sys
+import pytest
+import torch
+
+from specbench_cli.app import main
+from specbench_cli.training.heads_data import build_feature_cache, heads_prompts, load_feature_cache, \
+    spec_bench_overlap
+from specbench_cli.training.heads_model import EagleHead, MedusaHeads, causal_mask, eagle_config, load_heads, \
+    save_heads
+from specbench_cli.training.heads_train import HeadsRecipe, train_heads
+from specbench_cli.training.heads_tree import default_medusa_paths, eagle2_tree, medusa_tree
+
+WORDS = ["sea", "sun", "dog", "cat", "red", "blue", "one", "two", "poem", "story"]
+
+
+def _rows():
+    return [{"instruction": f"write a poem about the {w}", "response": " ".join(["the cat sat on mat", w] * 5),
+             "finished": True} for w in WORDS]
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory, tiny_model, tiny_tok):
+    folder = tmp_path_factory.mktemp("features")
+    build_feature_cache(tiny_model, tiny_tok, _rows(), folder, batch_size=4, meta={"target": "tiny"})
+    return load_feature_cache(folder)
+
+
+def _eagle(model, layers=2, seed=0):
+    torch.manual_seed(seed)
+    head = EagleHead(eagle_config(model.config, layers)).bind(model)
+    for p in head.parameters():  # random, not the default init, so that trees branch
+        torch.nn.init.normal_(p, std=0.3)
+    return head.eval()
+
+
+def test_medusa_shapes_and_distinct_blocks(tiny_model):
+    heads = MedusaHeads(32, heads=3, layers=2).bind(tiny_model)
+    assert heads.head_logits(torch.randn(32)).shape == (3, 128)
+    assert heads.head_logits(torch.randn(5, 32)).shape == (5, 3, 128)
+    blocks = [blk for head in heads for blk in head]
+    assert len({id(b) for b in blocks}) == 6
+    assert len({b.linear.weight.data_ptr() for b in blocks}) == 6
+    assert set(heads.state_dict()) == {f"{i}.{j}.linear.{w}" for i in range(3) for j in range(2)
+                                       for w in ("weight", "bias")}
+    # zero-initialised weights: each block is x + SiLU(bias)
+    assert all(float(b.linear.weight.detach().abs().sum()) == 0 for b in blocks)
+
+
+def test_eagle_step_matches_full_forward(tiny_model):
+    head = _eagle(tiny_model)
+    assert "layers.0.input_layernorm.weight" not in head.state_dict()
+    assert "layers.1.input_layernorm.weight" in head.state_dict()
+    feats, toks = torch.randn(1, 7, 32), torch.randint(4, 128, (1, 7))
+    full = head(feats, toks, causal_mask(torch.ones(1, 7, dtype=torch.bool)))[0]
+    cache = head.new_cache()
+    a, la = head.step(cache, feats[0, :4], toks[0, :4], torch.arange(4))
+    b, lb = head.step(cache, feats[0, 4:], toks[0, 4:], torch.arange(4, 7))
+    assert cache.length == 7
+    assert torch.allclose(torch.cat([a, b]), full, atol=1e-5)
+    assert lb.shape == (3, 128) and torch.allclose(lb, tiny_model.lm_head(b), atol=1e-5)
+
+
+@pytest.mark.parametrize("kind", ["medusa", "eagle"])
+def test_checkpoint_round_trip(tmp_path, tiny_model, kind):
+    if kind == "medusa":
+        head = MedusaHeads(32, 3, 2).bind(tiny_model)
+        for p in head.parameters():
+            torch.nn.init.normal_(p, std=0.2)
+    else:
+        head = _eagle(tiny_model, layers=3)
+    save_heads(head, tmp_path / "h", {"target": "tiny", "tokens_seen": 10})
+    files = sorted(p.name for p in (tmp_path / "h").iterdir())
+    assert files == ["config.json", "medusa_lm_head.safetensors" if kind == "medusa" else "model.safetensors"]
+    cfg = json.loads((tmp_path / "h" / "config.json").read_text())
+    assert cfg["specbench"]["kind"] == kind and cfg["specbench"]["target"] == "tiny"
+    if kind == "eagle":
+        assert cfg["num_hidden_layers"] == 3 and cfg["bias"] is True
+    back = load_heads(tmp_path / "h", tiny_model)
+    x = torch.randn(4, 32)
+    if kind == "medusa":
+        assert back.n_heads == 3 and back.n_layers == 2
+        assert torch.equal(back.head_logits(x), head.head_logits(x))
+    else:
+        toks = torch.randint(4, 128, (4,))
+        _, l1 = head.step(head.new_cache(), x, toks, torch.arange(4))
+        _, l2 = back.step(back.new_cache(), x, toks, torch.arange(4))
+        assert torch.equal(l1, l2)
+
+
+def test_load_refuses_non_heads(tmp_path):
+    from specbench_cli.errors import UsageError
+
+    (tmp_path / "config.json").write_text("{}")
+    (tmp_path / "medusa_lm_head.pt").write_bytes(b"not loaded")
+    with pytest.raises(UsageError):
+        load_heads(tmp_path)
+
+
+@pytest.mark.parametrize("budget,depth,top_k", [(9, 5, 3), (4, 3, 4), (20, 4, 3), (1, 2, 2)])
+def test_eagle2_tree_budget_and_order(tiny_model, budget, depth, top_k):
+    head = _eagle(tiny_model)
+    cache = head.new_cache()
+    feats, toks = torch.randn(5, 32), torch.randint(4, 128, (5,))
+    tree = eagle2_tree(head, cache, feats, toks, budget=budget, depth=depth, top_k=top_k)
+    assert 1 <= len(tree.tokens) <= budget
+    assert cache.length == 5  # drafted nodes removed, the fed pairs kept
+    for i, p in enumerate(tree.parents):
+        assert -1 <= p < i
+        assert tree.depths[i] == (1 if p < 0 else tree.depths[p] + 1)
+        if p >= 0:
+            assert tree.scores[i] <= tree.scores[p] + 1e-6
+    assert max(tree.depths) <= depth
+    full = top_k + (depth - 1) * top_k * top_k
+    if budget < full:
+        assert len(tree.tokens) == budget
+
+
+def test_eagle2_chain_is_greedy_unroll(tiny_model):
+    """top_k = 1 gives the chain of the head's own greedy predictions."""
+    head = _eagle(tiny_model)
+    feats, toks = torch.randn(3, 32), torch.randint(4, 128, (3,))
+    tree = eagle2_tree(head, head.new_cache(), feats, toks, budget=4, depth=4, top_k=1)
+    assert tree.parents == [-1, 0, 1, 2]
+    cache = head.new_cache()
+    out, logits = head.step(cache, feats, toks, torch.arange(3))
+    state, tok, chain = out[-1:], logits[-1].argmax().view(1), []
+    for d in range(4):
+        chain.append(int(tok))
+        state, lg = head.step(cache, state, tok, torch.tensor([3 + d]))
+        tok = lg[-1].argmax().view(1)
+    assert tree.tokens == chain
+
+
+def test_medusa_tree(tiny_model):
+    heads = MedusaHeads(32, 3, 1).bind(tiny_model)
+    logits = heads.head_logits(torch.randn(32))
+    paths = default_medusa_paths(3)
+    assert paths[0] == [0] and all(p[:-1] in paths[:i] for i, p in enumerate(paths) if len(p) > 1)
+    tree = medusa_tree(logits, paths, budget=12)
+    assert len(tree.tokens) == 12
+    for i, p in enumerate(tree.parents):
+        assert -1 <= p < i
+        depth = tree.depths[i]
+        assert tree.tokens[i] in logits[depth - 1].topk(10).indices.tolist()
+    assert tree.tokens[0] == int(logits[0].argmax())
+
+
+@pytest.fixture
+def questions_file():
+    """Spec-Bench's question file next to the checkout, or at the shared machine path."""
+    from pathlib import Path
+
+    for path in (Path(__file__).resolve().parents[2] / "shared/data/spec_bench/question.jsonl",
+                 Path("/work/shared/data/spec_bench/question.jsonl")):
+        if path.is_file():
+            return path
+    pytest.skip("Spec-Bench question.jsonl not present")
+
+
+def test_prompts_not_spec_bench(questions_file):
+    spec_bench_questions = questions_file
+    prompts = heads_prompts()
+    assert len(prompts) > 250 and len({p["instruction"] for p in prompts}) == len(prompts)
+    assert spec_bench_overlap(prompts, spec_bench_questions) == []
+    # the check itself can fail: a Spec-Bench turn is found
+    first = json.loads(spec_bench_questions.read_text().splitlines()[0])["turns"][0]
+    assert spec_bench_overlap([{"instruction": first.upper()}], spec_bench_questions) == [first.upper()]
+
+
+def test_feature_cache(cache, tiny_model, tiny_tok):
+    assert len(cache) == len(WORDS)
+    assert cache.features.shape == (cache.tokens.shape[0], 32)
+    o0, o1 = int(cache.offsets[0]), int(cache.offsets[1])
+    ids = cache.tokens[o0:o1][None]
+    with torch.no_grad():
+        ref = tiny_model.get_decoder()(input_ids=ids).last_hidden_state[0]
+    assert torch.allclose(cache.features[o0:o1].float(), ref, atol=2e-2, rtol=1e-2)
+
+
+@pytest.mark.parametrize("kind,adv", [("medusa", False), ("eagle", False), ("eagle", True), ("medusa", True)])
+def test_training_loss_decreases(tmp_path, tiny_model, cache, kind, adv):
+    recipe = HeadsRecipe(kind=kind, heads_count=2, layers=2, adversarial=adv, disc_width=16, steps=25,
+                         batch_size=4, lr=3e-3, warmup=2, save_every=100, holdout=0.2)
+    summary = train_heads(tiny_model, cache, recipe, tmp_path / "h", {"target": "tiny"}, progress=False)
+    hist = json.loads((tmp_path / "h" / "history.json").read_text())
+    first = sum(h["distill"] for h in hist[:3]) / 3
+    last = sum(h["distill"] for h in hist[-3:]) / 3
+    assert last < first
+    assert (tmp_path / "h" / "curves.png").stat().st_size > 1000
+    assert summary["adversarial"] is adv and summary["tokens_seen"] > 0
+    if adv:
+        assert all("d_loss" in h and "g_adv" in h for h in hist)
+    assert "eval_top1_h0" in summary
+    assert load_heads(tmp_path / "h", tiny_model).meta["label"] == recipe.label()
+
+
+def test_resume_continues_exactly(tmp_path, tiny_model, cache):
+    def recipe(steps):
+        return HeadsRecipe(kind="eagle", layers=1, adversarial=True, disc_width=16, steps=steps, batch_size=3,
+                           lr=3e-3, warmup=2, save_every=3, holdout=0.2)
+
+    train_heads(tiny_model, cache, recipe(6), tmp_path / "a", {}, progress=False)
+    train_heads(tiny_model, cache, recipe(3), tmp_path / "b", {}, progress=False)
+    (tmp_path / "b" / "training.json").unlink()
+    with pytest.raises(Exception, match="--resume"):
+        train_heads(tiny_model, cache, recipe(6), tmp_path / "b", {}, progress=False)
+    train_heads(tiny_model, cache, recipe(6), tmp_path / "b", {}, resume=True, progress=False)
+    ha = json.loads((tmp_path / "a" / "history.json").read_text())
+    hb = json.loads((tmp_path / "b" / "history.json").read_text())
+    assert [h["step"] for h in hb] == list(range(1, 7))
+    for x, y in zip(ha, hb):
+        assert x["distill"] == pytest.approx(y["distill"], rel=1e-5)
+        assert x["d_loss"] == pytest.approx(y["d_loss"], rel=1e-5)
+    a, b = load_heads(tmp_path / "a"), load_heads(tmp_path / "b")
+    for k, v in a.state_dict().items():
+        assert torch.allclose(v, b.state_dict()[k], atol=1e-6), k
+
+
+@pytest.mark.parametrize("args,msg", [
+    (["--kind", "hydra"], "unknown head kind"),
+    (["--layers", "0"], "--layers"),
+    (["--heads-count", "0", "--kind", "medusa"], "--heads-count"),
+    (["--lambda", "-1", "--adversarial"], "--lambda"),
+    (["--dtype", "fp8"], "dtype"),
+])
+def test_cli_bad_options_exit_2(tmp_path, capsys, args, msg):
+    code, err = cli(["train", "heads", "--data", str(tmp_path / "nope.jsonl"), "--out", str(tmp_path / "o"),
+                     *args], capsys)
+    assert code == 2 and msg in err and "Traceback" not in err
+
+
+def cli(args, capsys):
+    """Run `specbench ARGS` in-process; (exit code, stderr)."""
+    old, sys.argv = sys.argv, ["specbench", *map(str, args)]
+    try:
+        main()
+        code = 0
+    except SystemExit as e:
+        code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+    finally:
+        sys.argv = old
+    return code, " ".join(capsys.readouterr().err.split())
+
+
+def test_cli_trains_tiny(tmp_path, capsys, tiny_model_dir):
+    data = tmp_path / "d.jsonl"
+    data.write_text("".join(json.dumps({**r, "target": str(tiny_model_dir)}) + "\n" for r in _rows()))
+    args = ["train", "heads", "--data", str(data), "--out", str(tmp_path / "m"), "--kind", "medusa",
+            "--heads-count", "2", "--steps", "4", "--save-every", "2", "-q"]
+    code, err = cli(args, capsys)
+    assert code == 0, err
+    assert (tmp_path / "d.jsonl.features" / "features.safetensors").is_file()
+    assert (tmp_path / "d.jsonl.features" / "vocab.safetensors").is_file()
+    assert json.loads((tmp_path / "m" / "training.json").read_text())["steps_done"] == 4
+    code, err = cli(args, capsys)  # same --out again without --resume
+    assert code == 2 and "--resume" in err
+
+
+def test_eagle2_tree_scores_equal_path_unrolls(tiny_model):
+    """Every node's score is the log-prob of its path when the head runs that path alone: the tree
+    masks and positions give each node exactly its ancestors."""
+    head = _eagle(tiny_model)
+    feats, toks = torch.randn(4, 32), torch.randint(4, 128, (4,))
+    tree = eagle2_tree(head, head.new_cache(), feats, toks, budget=15, depth=4, top_k=3)
+    assert max(tree.depths) >= 3 and len(set(tree.parents)) > 3
+    for i in range(len(tree.tokens)):
+        path, a = [], i
+        while a >= 0:
+            path.insert(0, tree.tokens[a])
+            a = tree.parents[a]
+        cache = head.new_cache()
+        out, logits = head.step(cache, feats, toks, torch.arange(4))
+        state, total = out[-1:], 0.0
+        for d, tok in enumerate(path):
+            total += torch.log_softmax(logits[-1], -1)[tok].item()
+            state, logits = head.step(cache, state, torch.tensor([tok]), torch.tensor([4 + d]))
+        assert total == pytest.approx(tree.scores[i], abs=1e-4)
