@@ -146,7 +146,7 @@ def build_feature_cache(target: Any, tokenizer: Any, rows: list[dict], out: Path
     examples = sorted(build_examples(rows, tokenizer, target, max_len), key=lambda e: len(e.input_ids))
     if not examples:
         raise UsageError("no usable row (empty responses?) to compute features on")
-    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else stop_token_ids(target, tokenizer)[0]
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else stop_token_ids(tokenizer, target)[0]
     toks, feats, lens = [], [], []
     decoder = target.get_decoder()
     with torch.no_grad():
