@@ -278,3 +278,9 @@ def evaluate_cmd(
     if json_out:
         write_json(json_out, res)
     _print_table(f"agreement {drafter} vs {target}", res)
+
+
+# `train sft` / `train msn` (Make Some Noise) live in sft_cli.py
+from specbench_cli.training.sft_cli import register as _register_sft  # noqa: E402
+
+_register_sft(train_app)
