@@ -206,3 +206,10 @@ def test_training_prompts_do_not_overlap_spec_bench():
     for p in map(_norm, prompts):
         assert p not in turns
         assert not any(len(p) > 30 and (p in t or t in p) for t in turns)
+
+
+def test_bfloat16_autocast_trains_and_keeps_float32_weights(tmp_path):
+    model, summary, hist = _train(tmp_path, "bf16", NoiseConfig(4, "random", "loss"), steps=3, autocast="bfloat16")
+    assert summary["autocast"] == "bfloat16" and summary["noise"]["position"] == "loss"
+    assert all(p.dtype == torch.float32 for p in model.parameters())
+    assert hist[-1]["loss"] < hist[0]["loss"]
