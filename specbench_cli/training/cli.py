@@ -336,3 +336,9 @@ def heads_cmd(
     from specbench_cli.training.heads_cli import run_heads
 
     run_heads(data, out, recipe, features, target, dtype, device, resume, not quiet)
+
+
+# `train sft` / `train msn` (Make Some Noise) live in sft_cli.py
+from specbench_cli.training.sft_cli import register as _register_sft  # noqa: E402
+
+_register_sft(train_app)

@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# Issue 12 (MSN at small scale): self-distillation data, then SFT vs MSN from SmolLM2-135M-Instruct
+# at equal budget (same data order, steps, lr, seed), then the noise-length ablation.
+#   bash benchmarks/msn_train.sh data          # prompts + the target's own answers (time-capped)
+#   bash benchmarks/msn_train.sh sft|msn4|msn1|msn8   # one training run (resumes if interrupted)
+#   bash benchmarks/msn_train.sh eval NAME     # ar,jacobi,tr-jacobi,lookahead,pld with the trained model
+#   bash benchmarks/msn_train.sh collect       # copy histories/plots into benchmarks/results/msn-training
+# Weights and data live OUTSIDE the repo (MSN_ROOT, default /work/msn_ckpt); only small result
+# files are copied into the repo. Everything runs at 1 thread: the machine is a shared 2-core CPU.
+set -euo pipefail
+root=${MSN_ROOT:-/work/msn_ckpt}
+data_seconds=${DATA_SECONDS:-1440}   # ~24 min of generation; rows are flushed per batch
+steps=${STEPS:-300}
+batch=${BATCH:-8}
+max_len=${MAX_LEN:-256}
+lr=${LR:-1e-5}
+warmup=${WARMUP:-10}
+save_every=${SAVE_EVERY:-25}
+export OMP_NUM_THREADS=1
+mkdir -p "$root"
+here=$(cd "$(dirname "$0")/.." && pwd)
+results="$here/benchmarks/results/msn-training"
+
+train() {  # train NAME COMMAND [noise options]
+  local name=$1 cmd=$2; shift 2
+  local resume=()
+  [ -d "$root/$name/checkpoints" ] && resume=(--resume)
+  /usr/bin/time -v specbench train "$cmd" --data "$root/data.jsonl" -o "$root/$name" \
+    --steps "$steps" --batch-size "$batch" --max-len "$max_len" --lr "$lr" --warmup "$warmup" --seed 0 \
+    --dtype bfloat16 --threads 1 --save-every "$save_every" "${resume[@]}" "$@" --quiet 2> "$root/$name.time.log"
+}
+
+case ${1:-} in
+  data)
+    cat "$here/specbench_cli/tasks/data/seed_instructions.jsonl" > "$root/prompts.jsonl"
+    python -m specbench_cli.training.synth_prompts -o "$root/synth.jsonl"
+    cat "$root/synth.jsonl" >> "$root/prompts.jsonl"
+    # Greedy answers for every prompt first, then sampled ones at T=0.7 while time lasts; the
+    # file is appended batch by batch, so the time cap leaves a valid (shorter) dataset.
+    timeout "$data_seconds" specbench train drafter distill-data -o "$root/data.jsonl" \
+      --seeds "$root/prompts.jsonl" --temperatures 0,0.7 --max-new-tokens 128 --batch-size 16 \
+      --threads 1 --quiet || [ $? -eq 124 ]
+    wc -l "$root/data.jsonl" ;;
+  sft) train sft sft ;;
+  msn4) train msn4 msn --noise-length 4 ;;
+  msn1) train msn1 msn --noise-length 1 ;;
+  msn8) train msn8 msn --noise-length 8 ;;
+  eval)
+    name=${2:?eval needs a model name (sft, msn4, ...)}
+    specbench run --model "$root/$name" --methods ar,jacobi,tr-jacobi,lookahead,pld --tasks spec_bench \
+      --limit "${LIMIT:-1}" --max-new-tokens "${MAX_NEW:-64}" --threads 1 \
+      --output-dir "${RUNS:-/work/msn_runs}/$name" ;;
+  collect)
+    mkdir -p "$results"
+    for d in "$root"/*/; do
+      n=$(basename "$d")
+      [ -f "$d/training.json" ] || continue
+      mkdir -p "$results/$n"
+      cp "$d/training.json" "$d/history.jsonl" "$d/loss_curve.png" "$results/$n/"
+      [ -f "$root/$n.time.log" ] && grep -E "Elapsed|Maximum resident" "$root/$n.time.log" > "$results/$n/time.txt" || true
+    done
+    python - "$root/data.jsonl" > "$results/data_summary.json" <<'EOF'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+temps = {}
+for r in rows:
+    temps[str(r["temperature"])] = temps.get(str(r["temperature"]), 0) + 1
+print(json.dumps({"rows": len(rows), "prompts": len({r["instruction"] for r in rows}),
+                  "response_tokens": sum(r["response_tokens"] for r in rows),
+                  "finished": sum(bool(r["finished"]) for r in rows), "by_temperature": temps}, indent=2))
+EOF
+    ;;
+  *) sed -n 2,9p "$0"; exit 2 ;;
+esac

@@ -1,0 +1,215 @@
+"""`specbench train sft|msn` (Make Some Noise): noise placement and content, equal-budget batches,
+training, resume, export, the CLI's option checks, and the training prompts' independence from
+Spec-Bench. Tiny random Llama (tests/tiny.py); no download."""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+
+import pytest
+import torch
+from specbench_cli.app import main
+from specbench_cli.training.finetune import TrainConfig, batch_indices, build_examples, collate
+from specbench_cli.training.noise import NoiseConfig, apply_noise, window
+from specbench_cli.training.sft import noise_generator, train_sft
+from specbench_cli.training.synth_prompts import make_prompts
+
+from tiny import WORDS, make_model, make_tokenizer  # noqa: E402
+
+def rows_for(n: int, length: int = 14) -> list[dict]:
+    """Deterministic instruction/response rows over the tiny vocabulary (distill-data format)."""
+    rows = []
+    for i in range(n):
+        words = [WORDS[(i * 5 + j * 3) % len(WORDS)] for j in range(length)]
+        rows.append({"id": f"r{i}", "instruction": f"write a poem about the {WORDS[i % len(WORDS)]} {i}",
+                     "response": " ".join(words), "temperature": 0.0, "target": "tiny", "finished": i % 2 == 0})
+    return rows
+
+
+@pytest.fixture(scope="module")
+def tok():
+    return make_tokenizer()
+
+
+@pytest.fixture(scope="module")
+def batch(tok):
+    examples = build_examples(rows_for(6), tok, make_model(0), max_len=64)
+    ids, att, mask = collate(examples, tok.pad_token_id)
+    return examples, ids, att, mask
+
+
+@pytest.mark.parametrize("kind", ["ahead", "random"])
+@pytest.mark.parametrize("length", [1, 4, 8])
+def test_noise_replaces_exactly_L_response_inputs(batch, kind, length):
+    examples, ids, att, mask = batch
+    noisy, nmask = apply_noise(ids, examples, NoiseConfig(length, kind), 128, torch.Generator().manual_seed(3))
+    for b, e in enumerate(examples):
+        where = nmask[b].nonzero().flatten().tolist()
+        assert len(where) == length  # responses here have >= 14 tokens
+        assert where == list(range(where[0], where[0] + length))  # one contiguous segment
+        # inside the response inputs: after the prompt (>= P = start+1) and before the last token
+        assert e.start + 1 <= where[0] and where[-1] <= e.end - 1
+    assert torch.equal(noisy[~nmask], ids[~nmask])  # prompt, rest of the response, padding untouched
+    assert (noisy[nmask] != ids[nmask]).any()  # and something was actually replaced
+    assert (ids == batch[1]).all()  # the gold ids (the labels) are not modified in place
+
+
+def test_window_clamps_to_short_response_and_skips_single_token():
+    g = torch.Generator().manual_seed(0)
+    assert window(9, 12, 8, g) == (10, 12)  # R = 3 -> 2 noisable inputs
+    k, hi = window(9, 10, 4, g)  # R = 1: nothing to noise
+    assert k == hi
+
+
+def test_ahead_noise_draws_only_from_earlier_positions():
+    # a sequence of distinct tokens: every token value identifies its position
+    ids = torch.arange(40, 100).unsqueeze(0)  # (1, 60)
+
+    class Ex:
+        start, end = 19, 59
+
+    for s in range(200):
+        noisy, nmask = apply_noise(ids, [Ex], NoiseConfig(8, "ahead"), 128, torch.Generator().manual_seed(s))
+        for pos in nmask[0].nonzero().flatten().tolist():
+            src = int(noisy[0, pos]) - 40
+            assert 0 <= src < pos
+
+
+def test_loss_position_picks_lowest_loss_segment():
+    ids = torch.arange(40, 70).unsqueeze(0)
+    ce = torch.full((1, 30), 5.0)
+    ce[0, 14:17] = 0.1  # tokens x_15..x_17 are easy (loss of x_i sits at i-1)
+
+    class Ex:
+        start, end = 9, 29
+
+    _, nmask = apply_noise(ids, [Ex], NoiseConfig(3, "random", "loss"), 128, torch.Generator(), ce)
+    assert nmask[0].nonzero().flatten().tolist() == [15, 16, 17]
+
+
+def _cli(args, capsys):
+    """Run `specbench ARGS` through the real entry point; return (exit code, stderr)."""
+    old = sys.argv
+    sys.argv = ["specbench", *args]
+    try:
+        main()
+        code = 0
+    except SystemExit as e:
+        code = e.code
+    finally:
+        sys.argv = old
+    return code, capsys.readouterr().err
+
+
+def test_bad_options_exit_2_before_loading(tmp_path, capsys, monkeypatch):
+    import specbench_cli.training.cli as tcli
+
+    def no_load(*a, **k):
+        raise AssertionError("the model was loaded")
+
+    monkeypatch.setattr(tcli, "_load", no_load)
+    data = tmp_path / "d.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows_for(3)))
+    base = ["train", "msn", "--data", str(data), "-o", str(tmp_path / "o")]
+    for extra, word in ((["--noise", "ahaed"], "--noise"), (["--noise-length", "0"], "--noise-length"),
+                        (["--noise-position", "ppl"], "--noise-position"), (["--dtype", "int8"], "--dtype"),
+                        (["--steps", "0"], "--steps"), (["--max-len", "2"], "--max-len"),
+                        (["--holdout", "1.5"], "--holdout"), (["--device", "tpu"], "device")):
+        code, err = _cli(base + extra, capsys)
+        assert code == 2, err
+        assert word in err and "Traceback" not in err and err.count("error:") == 1
+    code, err = _cli(["train", "sft", "--data", str(tmp_path / "nope.jsonl"), "-o", str(tmp_path / "o")], capsys)
+    assert code == 2 and "nope.jsonl" in err
+
+
+def _train(tmp_path, name, noise, steps=6, **kw):
+    model, tok = make_model(0), make_tokenizer()
+    cfg = TrainConfig(steps=steps, batch_size=4, lr=3e-3, warmup=1, save_every=3, keep=2, seed=0)
+    summary = train_sft(model, tok, rows_for(24), tmp_path / name, cfg, noise, max_len=64, holdout=0.0,
+                        progress=False, **kw)
+    hist = [json.loads(line) for line in (tmp_path / name / "history.jsonl").read_text().splitlines()]
+    return model, summary, hist
+
+
+def test_sft_and_msn_see_the_same_batches_and_differ_only_by_noise(tmp_path, tok, monkeypatch):
+    import specbench_cli.training.sft as sft
+
+    seen = {"sft": [], "msn": []}
+    real = sft.batch_loss
+
+    def spy(model, ids, att, loss_mask, noise_mask=None, inputs=None):
+        key = "sft" if noise_mask is None else "msn"
+        seen[key].append((ids.clone(), loss_mask.clone(), None if inputs is None else inputs.clone(), noise_mask))
+        return real(model, ids, att, loss_mask, noise_mask, inputs)
+
+    monkeypatch.setattr(sft, "batch_loss", spy)
+    _train(tmp_path, "sft", None, steps=3)
+    _train(tmp_path, "msn", NoiseConfig(4), steps=3)
+    assert len(seen["sft"]) == len(seen["msn"]) == 3
+    for (ids_s, lm_s, _, _), (ids_m, lm_m, inp_m, nm) in zip(seen["sft"], seen["msn"]):
+        assert torch.equal(ids_s, ids_m) and torch.equal(lm_s, lm_m)  # same gold batch and labels
+        assert torch.equal(inp_m[~nm], ids_m[~nm]) and nm.sum() == 4 * ids_m.shape[0]
+
+
+def test_loss_decreases_and_resume_is_identical(tmp_path):
+    _, _, full = _train(tmp_path, "full", NoiseConfig(4))
+    losses = [h["loss"] for h in full]
+    assert sum(losses[-2:]) < sum(losses[:2])
+    assert all("noise_loss" in h for h in full)
+    # as if interrupted after the step-3 checkpoint: drop the step-6 one, resume to 6
+    import shutil
+
+    shutil.rmtree(tmp_path / "full" / "checkpoints" / "step-0000006")
+    assert [p.name for p in (tmp_path / "full" / "checkpoints").iterdir()] == ["step-0000003"]
+    _, summary, resumed = _train(tmp_path, "full", NoiseConfig(4), steps=6, resume=True)
+    assert summary["resumed_from"] == 3
+    assert [h["loss"] for h in resumed] == pytest.approx(losses, rel=1e-5)
+
+
+def test_saved_folder_loads_and_generates(tmp_path):
+    from specbench_cli.models import load_model
+
+    _, summary, _ = _train(tmp_path, "out", None, steps=3)
+    assert summary["kind"] == "sft" and summary["steps_done"] == 3
+    assert (tmp_path / "out" / "loss_curve.png").stat().st_size > 0
+    assert list((tmp_path / "out").glob("*.safetensors"))
+    lm = load_model(str(tmp_path / "out"))
+    ids = torch.tensor([lm.tokenizer("the cat sat", add_special_tokens=False)["input_ids"]])
+    gen = lm.model.generate(ids, max_new_tokens=5, min_new_tokens=5, do_sample=False)
+    assert gen.shape[1] == ids.shape[1] + 5
+
+
+def test_noise_generator_depends_only_on_seed_and_step():
+    a = torch.rand(3, generator=noise_generator(0, 5))
+    assert torch.equal(a, torch.rand(3, generator=noise_generator(0, 5)))
+    assert not torch.equal(a, torch.rand(3, generator=noise_generator(0, 6)))
+    assert batch_indices(10, 4, 2, 0) == batch_indices(10, 4, 2, 0)
+
+
+def _norm(text: str) -> str:
+    return re.sub(r"\W+", " ", text.lower()).strip()
+
+
+def test_training_prompts_do_not_overlap_spec_bench():
+    from specbench_cli.tasks.spec_bench import local_candidates
+    from specbench_cli.training.distill_data import load_seeds
+
+    path = next((p for p in local_candidates() if p.is_file()), None)
+    if path is None:
+        pytest.skip("Spec-Bench question.jsonl not found (set SPECBENCH_QUESTIONS)")
+    turns = {_norm(t) for line in path.read_text().splitlines() if line.strip()
+             for t in json.loads(line)["turns"]}
+    prompts = [p["instruction"] for p in make_prompts()] + [s["instruction"] for s in load_seeds()]
+    assert len(prompts) > 400 and len(set(prompts)) == len(prompts)
+    for p in map(_norm, prompts):
+        assert p not in turns
+        assert not any(len(p) > 30 and (p in t or t in p) for t in turns)
+
+
+def test_bfloat16_autocast_trains_and_keeps_float32_weights(tmp_path):
+    model, summary, hist = _train(tmp_path, "bf16", NoiseConfig(4, "random", "loss"), steps=3, autocast="bfloat16")
+    assert summary["autocast"] == "bfloat16" and summary["noise"]["position"] == "loss"
+    assert all(p.dtype == torch.float32 for p in model.parameters())
+    assert hist[-1]["loss"] < hist[0]["loss"]
