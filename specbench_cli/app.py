@@ -132,6 +132,7 @@ def _register_subcommands() -> None:
     from specbench_cli.training.cli import train_app
 
     register(app)
+    from specbench_cli.sweep.cli import register as register_sweep; register_sweep(app)  # noqa: E702
     app.add_typer(train_app, name="train", help="Train drafters (subclone, scratch pretraining, distillation).")
 
 
@@ -148,7 +149,9 @@ def main() -> None:
     except SpecBenchError as e:
         if STATE["debug"]:
             raise
-        err.print(f"[red]error:[/red] {e}", highlight=False)
+        from rich.markup import escape  # messages quote user text: "specbench-cli[ray]" is not markup
+
+        err.print(f"[red]error:[/red] {escape(str(e))}", highlight=False)
         sys.exit(e.exit_code)
     except KeyboardInterrupt:
         err.print("[yellow]interrupted[/yellow]")
