@@ -13,6 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Callable
 
 from specbench_cli.errors import UsageError
+from specbench_cli.sweep import jobs as jobmod
 from specbench_cli.sweep.jobs import run_job
 
 RAY_HINT = "pip install 'specbench-cli[ray]'"
@@ -20,7 +21,7 @@ OnResult = Callable[[dict, bool], None]
 
 
 def _retry(result: dict, attempt: int, retries: int) -> bool:
-    return result["status"] == "failed" and attempt < retries
+    return result["status"] == "failed" and attempt < retries and not jobmod.STOPPING.is_set()
 
 
 def run_local(payloads: list[dict], sweep_dir: str, jobs: int, retries: int, on_result: OnResult) -> list[dict]:
@@ -38,8 +39,14 @@ def run_local(payloads: list[dict], sweep_dir: str, jobs: int, retries: int, on_
                 return result
             attempt += 1
 
-    with ThreadPoolExecutor(max_workers=jobs) as pool:
+    pool = ThreadPoolExecutor(max_workers=jobs)
+    try:
         return list(pool.map(one, payloads))
+    except KeyboardInterrupt:
+        jobmod.stop_all()  # each `run` child stops after writing its current row; rerun the sweep to resume
+        raise
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
 
 
 def require_ray() -> None:

@@ -14,7 +14,6 @@ from typing import Optional
 
 import typer
 from rich.markup import escape
-from rich.table import Table
 
 from specbench_cli.console import err, out
 from specbench_cli.errors import RuntimeFailure, UsageError
@@ -91,7 +90,7 @@ def run_all(job_list: list[Job], sweep_dir: Path, grid_file: Path, jobs: int, ra
         label = escape(names[result["id"]])
         if again:
             err.print(f"[yellow]retry[/] {label}: attempt {result['attempt']} failed "
-                      f"({escape(result['error'])}); resuming", highlight=False)
+                      f"({escape(result['error'])}); trying again (a half-done run folder is resumed)", highlight=False)
             return
         results[result["id"]] = result
         count["done"] += 1
@@ -154,10 +153,9 @@ def estimate(job_list: list[Job], sweep_dir: Path) -> tuple[float, str, list[str
 def show_plan(job_list: list[Job], sweep_dir: Path, parallel: Optional[int]) -> None:
     """The --dry-run listing: one line per job with its state, then the estimate."""
     seconds, rule, states = estimate(job_list, sweep_dir)
-    table = Table("job id", "what", "generations", "token budget", "state", header_style="bold cyan")
     for job, state in zip(job_list, states):
-        table.add_row(job.id, escape(job.describe()), str(job.units), str(job.tokens), state)
-    out.print(table)
+        out.print(f"{state:8} {job.id}\n         {escape(job.describe())}  ({job.units} generations, "
+                  f"<= {job.tokens} tokens)", highlight=False, soft_wrap=True)
     todo = sum(s != "finished" for s in states)
     text = f"{len(job_list)} jobs ({todo} to run) in {sweep_dir}; estimated {_duration(seconds)} one at a time"
     if parallel and parallel > 1:

@@ -18,6 +18,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Optional
@@ -81,6 +82,18 @@ def attempts(job_dir: Path) -> list[dict]:
     return out
 
 
+RUNNING: set = set()          # `run` subprocesses of this process, stopped on Ctrl-C
+STOPPING = threading.Event()  # set on Ctrl-C: no new attempt starts
+
+
+def stop_all() -> None:
+    """Ctrl-C in a local sweep: interrupt every running job (each keeps its finished rows)."""
+    STOPPING.set()
+    for proc in list(RUNNING):
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGINT)
+
+
 def _die_with_parent() -> None:
     """In the child: get SIGKILL when the parent dies (Linux), so a killed Ray worker leaves no
     orphan `run` appending to the folder that the retry is about to resume."""
@@ -121,6 +134,8 @@ def run_job(job: dict, sweep_dir: str, attempt: int = 0) -> dict:
         args = ["run", "--resume", str(run), "--no-report"]
     else:
         args = [*job["args"], "--output-dir", str(job_dir), "--no-report"]
+    if STOPPING.is_set():
+        return {**result, "status": "failed", "error": "interrupted"}
     log = job_dir / "job.log"
     started = time.time()
     with log.open("a", encoding="utf-8") as out:
@@ -131,7 +146,11 @@ def run_job(job: dict, sweep_dir: str, attempt: int = 0) -> dict:
                                 env={**os.environ, "COLUMNS": "200"})
         _log_attempt(job_dir, {"event": "start", "attempt": attempt, "host": host, "pid": os.getpid(),
                                "child_pid": proc.pid, "resume": state == "partial", "time": started})
-        rc = proc.wait()
+        RUNNING.add(proc)
+        try:
+            rc = proc.wait()
+        finally:
+            RUNNING.discard(proc)
     seconds = time.time() - started
     _log_attempt(job_dir, {"event": "end", "attempt": attempt, "host": host, "rc": rc, "seconds": seconds})
     state, run = job_state(job_dir)

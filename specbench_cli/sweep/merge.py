@@ -28,8 +28,7 @@ def write_status(sweep_dir: Path, grid_path: Path, jobs: list, results: dict[str
         "grid": str(grid_path),
         "grid_text": grid_path.read_text(encoding="utf-8"),
         "updated": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        "jobs": [{"id": job.id, "settings": job.settings, **{k: results.get(job.id, {}).get(k) for k in
-                                                             ("status", "run", "attempt", "seconds", "errors", "error")}}
+        "jobs": [{"id": job.id, "settings": job.settings, **_state(results.get(job.id, {}), sweep_dir)}
                  for job in jobs],
     }
     path = sweep_dir / STATUS
@@ -37,3 +36,11 @@ def write_status(sweep_dir: Path, grid_path: Path, jobs: list, results: dict[str
     tmp.write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
     tmp.replace(path)
     return path
+
+
+def _state(result: dict, sweep_dir: Path) -> dict:
+    """A job's result for sweep.json, its run folder relative to the sweep folder (movable)."""
+    state = {k: result.get(k) for k in ("status", "run", "attempt", "seconds", "errors", "error")}
+    if state["run"] and Path(state["run"]).is_relative_to(sweep_dir):
+        state["run"] = str(Path(state["run"]).relative_to(sweep_dir))
+    return state
