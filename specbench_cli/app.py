@@ -184,6 +184,7 @@ def _register_subcommands() -> None:
     from specbench_cli.training.cli import train_app
 
     register(app)
+    from specbench_cli.sweep.cli import register as register_sweep; register_sweep(app)  # noqa: E702
     app.add_typer(train_app, name="train", help="Train drafters (subclone, scratch pretraining, distillation).")
 
 
@@ -200,7 +201,10 @@ def main() -> None:
     except SpecBenchError as e:
         if STATE["debug"]:
             raise
-        err.print(f"[red]error:[/red] {e}", highlight=False, soft_wrap=True)  # one line, even in an 80-column log
+        from rich.markup import escape  # messages quote user text: "specbench-cli[ray]" is not markup
+
+        # one line, even in an 80-column log
+        err.print(f"[red]error:[/red] {escape(str(e))}", highlight=False, soft_wrap=True)
         sys.exit(e.exit_code)
     except KeyboardInterrupt:
         err.print("[yellow]interrupted[/yellow]")

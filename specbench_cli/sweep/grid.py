@@ -1,0 +1,212 @@
+"""A sweep grid: read GRID.toml strictly, then expand it into jobs.
+
+One job = one model x method set x block complexity x dtype x task shard. AR runs inside every
+job (the `run` command always adds it), so each speedup is measured in one process on one device.
+A shard is one category (default), every selected question (`shard = "none"`), or a fixed number
+of questions (`shard = N`).
+
+A job's id is a readable slug plus a hash of every setting that changes what it measures, so the
+same grid always yields the same ids (re-running a sweep finds its finished and half-done jobs)
+and a changed setting yields a new job instead of mixing old rows into it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+from specbench_cli.errors import UsageError
+
+DTYPES = ("float32", "bfloat16", "float16")
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _str_list(v: Any) -> bool:
+    return isinstance(v, list) and bool(v) and all(isinstance(x, str) and x.strip() for x in v)
+
+
+def _int_list(v: Any) -> bool:
+    return isinstance(v, list) and bool(v) and all(_is_int(x) and x >= 1 for x in v)
+
+
+def _method_sets(v: Any) -> bool:
+    """A flat list of names (one set) or a list of non-empty name lists (several sets)."""
+    return _str_list(v) or (isinstance(v, list) and bool(v) and all(_str_list(x) for x in v))
+
+
+def _options(v: Any) -> bool:
+    return isinstance(v, dict) and all(
+        isinstance(opts, dict) and all(isinstance(x, (str, int, float, bool)) for x in opts.values())
+        for opts in v.values())
+
+
+# key -> (check, what the check wants, default)
+SCHEMA: dict[str, tuple[Callable[[Any], bool], str, Any]] = {
+    "models": (_str_list, "a non-empty list of strings", ["smollm2-135m"]),
+    "methods": (_method_sets, "a list of method names, or a list of such lists (one job per set)", None),
+    "bcs": (_int_list, "a non-empty list of integers >= 1", [10]),
+    "dtypes": (lambda v: _str_list(v) and all(x in DTYPES for x in v), f"a list drawn from {', '.join(DTYPES)}",
+               ["float32"]),
+    "tasks": (_str_list, "a non-empty list of task names", ["mini"]),
+    "categories": (_str_list, "a non-empty list of category names", None),
+    "shard": (lambda v: v in ("category", "none") or (_is_int(v) and v >= 1),
+              "'category', 'none' or a number of questions >= 1", "category"),
+    "repeats": (lambda v: _is_int(v) and v >= 1, "an integer >= 1", 1),
+    "max_new_tokens": (lambda v: _is_int(v) and v >= 1, "an integer >= 1", 128),
+    "limit": (lambda v: _is_int(v) and v >= 1, "an integer >= 1 (questions per category)", None),
+    "threads": (lambda v: _is_int(v) and v >= 1, "an integer >= 1", 1),
+    "questions": (lambda v: isinstance(v, str) and bool(v.strip()), "a path (string)", None),
+    "device": (lambda v: isinstance(v, str) and bool(v.strip()), "a string such as 'cpu' or 'cuda'", "cpu"),
+    "seed": (_is_int, "an integer", 0),
+    "options": (_options, "a table of method tables, e.g. [options.pld] max_ngram = 4", {}),
+}
+
+
+@dataclass
+class Grid:
+    path: Path
+    models: list[str]
+    method_sets: list[list[str]]
+    bcs: list[int]
+    dtypes: list[str]
+    tasks: list[str]
+    categories: Optional[list[str]]
+    shard: Any
+    repeats: int
+    max_new_tokens: int
+    limit: Optional[int]
+    threads: int
+    questions: Optional[str]          # as written in the grid
+    questions_path: Optional[str]     # resolved against the grid file's folder
+    device: str
+    seed: int
+    options: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+
+def load_grid(path: Path) -> Grid:
+    """Parse and validate GRID.toml; any problem is one `UsageError` naming the file and key."""
+    path = Path(path)
+    try:
+        doc = tomllib.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise UsageError(f"grid file not found: {path}") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UsageError(f"{path}: cannot read: {exc}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise UsageError(f"{path}: not valid TOML: {exc}") from None
+    for key in doc:
+        if key not in SCHEMA:
+            from specbench_cli.errors import did_you_mean
+
+            raise UsageError(f"{path}: unknown key '{key}'.{did_you_mean(key, SCHEMA)} Known: {', '.join(SCHEMA)}")
+    values = {}
+    for key, (check, wants, default) in SCHEMA.items():
+        if key not in doc:
+            if key == "methods":
+                raise UsageError(f"{path}: 'methods' is required (e.g. methods = [\"pld\", \"lookahead\"])")
+            values[key] = default
+        elif not check(doc[key]):
+            raise UsageError(f"{path}: '{key}' must be {wants}, got {json.dumps(doc[key], default=str)}")
+        else:
+            values[key] = doc[key]
+    methods = values.pop("methods")
+    sets = [methods] if all(isinstance(m, str) for m in methods) else methods
+    for name, opts in values["options"].items():
+        if not any(name in s for s in sets):
+            raise UsageError(f"{path}: 'options.{name}' is for a method that is in no method set")
+    questions = values["questions"]
+    resolved = str((path.parent / questions).resolve()) if questions else None
+    return Grid(path=path, method_sets=[list(dict.fromkeys(s)) for s in sets], questions_path=resolved, **values)
+
+
+@dataclass
+class Job:
+    """One `specbench run`: `settings` are hashed into `id`; `args` are the CLI arguments."""
+
+    id: str
+    settings: dict
+    args: list[str]
+    units: int      # (question, turn) pairs x methods incl. AR x repeats: generations this job makes
+    tokens: int     # upper bound on generated tokens: units x max_new_tokens
+
+    def describe(self) -> str:
+        s = self.settings
+        shard = ",".join(s["categories"]) if s["question_ids"] is None else f"{len(s['question_ids'])} questions"
+        return (f"{s['model']}  ar+{'+'.join(s['methods'])}  bc={s['bc']}  {s['dtype']}  "
+                f"{s['task']}:{shard}")
+
+
+def job_id(settings: dict) -> str:
+    """'<model>-bc<BC>-<dtype>-<task>-<shard>-<10 hex of sha256(settings)>', filesystem safe."""
+    digest = hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:10]
+    shard = settings["categories"][0] if len(settings["categories"]) == 1 else "all"
+    if settings["question_ids"] is not None:
+        shard = f"q{settings['question_ids'][0]}"
+    slug = f"{Path(settings['model']).name}-bc{settings['bc']}-{settings['dtype']}-{settings['task']}-{shard}"
+    return re.sub(r"[^A-Za-z0-9._=+-]+", "_", slug)[:80] + "-" + digest
+
+
+def shards(grid: Grid, questions: list[tuple[str, str, int]]) -> list[tuple[list[str], Optional[list[str]], int]]:
+    """Split one task's selected questions [(id, category, turns)] into (categories, ids, turns)."""
+    if grid.shard == "category":
+        cats = list(dict.fromkeys(c for _, c, _ in questions))
+        return [([c], None, sum(t for _, qc, t in questions if qc == c)) for c in cats]
+    if grid.shard == "none":
+        return [(list(dict.fromkeys(c for _, c, _ in questions)), None, sum(t for *_, t in questions))]
+    out = []
+    for i in range(0, len(questions), grid.shard):
+        part = questions[i:i + grid.shard]
+        out.append((list(dict.fromkeys(c for _, c, _ in part)), [q for q, _, _ in part], sum(t for *_, t in part)))
+    return out
+
+
+def expand(grid: Grid, select: Callable[[str], list[tuple[str, str, int]]]) -> list[Job]:
+    """All jobs of the grid, in a stable order. `select(task)` -> selected [(id, category, turns)]."""
+    jobs = []
+    for task in grid.tasks:
+        task_shards = shards(grid, select(task))
+        for model in grid.models:
+            for methods in grid.method_sets:
+                for bc in grid.bcs:
+                    for dtype in grid.dtypes:
+                        for cats, ids, turns in task_shards:
+                            jobs.append(_job(grid, model, methods, bc, dtype, task, cats, ids, turns))
+    return jobs
+
+
+def _job(grid: Grid, model: str, methods: list[str], bc: int, dtype: str, task: str, cats: list[str],
+         ids: Optional[list[str]], turns: int) -> Job:
+    opts = {m: {k: _option_text(v) for k, v in grid.options[m].items()} for m in methods if m in grid.options}
+    settings = {"model": model, "methods": methods, "bc": bc, "dtype": dtype, "task": task,
+                "questions": grid.questions, "categories": cats, "question_ids": ids,
+                "limit": grid.limit if ids is None else None, "max_new_tokens": grid.max_new_tokens,
+                "repeats": grid.repeats, "threads": grid.threads, "device": grid.device, "seed": grid.seed,
+                "options": opts}
+    args = ["run", "--model", model, "--methods", ",".join(methods), "--block-complexity", str(bc),
+            "--dtype", dtype, "--tasks", task, "--max-new-tokens", str(grid.max_new_tokens),
+            "--repeats", str(grid.repeats), "--threads", str(grid.threads), "--device", grid.device,
+            "--seed", str(grid.seed)]
+    if grid.questions_path:
+        args += ["--questions", grid.questions_path]
+    if ids is None:
+        args += ["--categories", ",".join(cats)] + (["--limit", str(grid.limit)] if grid.limit else [])
+    else:
+        args += ["--question-ids", ",".join(ids)]
+    for m, kv in opts.items():
+        for k, v in kv.items():
+            args += ["--option", f"{m}.{k}={v}"]
+    units = turns * (1 + len([m for m in methods if m != "ar"])) * grid.repeats
+    return Job(id=job_id(settings), settings=settings, args=args, units=units, tokens=units * grid.max_new_tokens)
+
+
+def _option_text(value: Any) -> str:
+    """TOML value -> the text `--option M.K=V` expects (booleans as true/false)."""
+    return str(value).lower() if isinstance(value, bool) else str(value)

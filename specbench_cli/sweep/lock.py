@@ -1,0 +1,84 @@
+"""One sweep per folder: SWEEP/sweep.lock holds the owner's host and pid.
+
+Created with O_EXCL, so two sweeps starting at once cannot both win. A lock whose pid is dead on
+this host is stale (a sweep killed with -9) and is taken over with a note; a live one, or one
+written on another host (whose pid we cannot check), refuses the second sweep with exit 2.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import time
+from pathlib import Path
+from typing import Callable, Optional
+
+from specbench_cli.errors import UsageError
+
+LOCK = "sweep.lock"
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # exists, owned by someone else
+        return True
+    return True
+
+
+class SweepLock:
+    def __init__(self, sweep_dir: Path, note: Callable[[str], None] = lambda msg: None) -> None:
+        self.path = Path(sweep_dir) / LOCK
+        self.note = note
+        self.held = False
+
+    def _create(self) -> bool:
+        try:
+            fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        except FileExistsError:
+            return False
+        with os.fdopen(fd, "w") as f:
+            json.dump({"pid": os.getpid(), "host": socket.gethostname(), "started": time.time()}, f)
+        return True
+
+    def _holder(self) -> Optional[dict]:
+        try:
+            doc = json.loads(self.path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError):
+            return {}
+        return doc if isinstance(doc, dict) else {}
+
+    def acquire(self) -> "SweepLock":
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        for _ in range(3):  # a lost race on a stale lock is retried, then treated as busy
+            if self._create():
+                self.held = True
+                return self
+            holder = self._holder()
+            if holder is None:
+                continue
+            pid, host = holder.get("pid"), holder.get("host")
+            if host == socket.gethostname() and isinstance(pid, int) and not pid_alive(pid):
+                self.note(f"taking over a stale lock {self.path} (pid {pid} is no longer running)")
+                self.path.unlink(missing_ok=True)
+                continue
+            where = f" on {host}" if host and host != socket.gethostname() else ""
+            raise UsageError(f"{self.path.parent} is in use by another sweep (pid {pid}{where}); "
+                             f"wait for it, or delete {self.path} if that process is gone")
+        raise UsageError(f"{self.path.parent} is in use by another sweep (could not take {self.path})")
+
+    def release(self) -> None:
+        if self.held and (self._holder() or {}).get("pid") == os.getpid():
+            self.path.unlink(missing_ok=True)
+        self.held = False
+
+    def __enter__(self) -> "SweepLock":
+        return self.acquire()
+
+    def __exit__(self, *exc) -> None:
+        self.release()
