@@ -5,6 +5,8 @@ Checkpoints (`out/checkpoints/step-NNNNNNN/`) hold only safetensors and JSON: th
 discriminator) and `state.json` (step, history, seconds). Batches and feature noise depend on
 (seed, step) only and the LR is a function of the step, so a resumed run continues exactly.
 At the end: the head in `out/`, `history.json`, `curves.png`, `training.json`.
+`train_heads` is longer than 60 lines because the G step, the D step and the checkpoint of one
+training step read best in one place.
 """
 
 from __future__ import annotations
