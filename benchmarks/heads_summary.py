@@ -1,4 +1,4 @@
-"""Summarise benchmarks/results/heads-training/*/training.json into that folder's table.md.
+"""Summarise results/reference/heads-training/*/training.json into that folder's table.md.
 
 usage: python benchmarks/heads_summary.py [results folder]
 """

@@ -2,7 +2,7 @@
 # Long run of issue 11 (phase 1): self-distillation data for the embedded model, then draft heads at
 # equal budget (same data, steps and batch): EAGLE K=1, Medusa H=3 K=1, KOALA variants (K=2, adversarial).
 # Checkpoints go to $HEADS_OUT (default /work/heads_ckpt, never the repo); the small histories, curves
-# and training.json files are copied to benchmarks/results/heads-training/<name>/.
+# and training.json files are copied to results/reference/heads-training/<name>/.
 # Every stage resumes: re-running the script skips finished heads and continues interrupted ones.
 #   usage: benchmarks/train_heads.sh [names...]     (default: all, in the order below)
 #   env:   HEADS_OUT, STEPS (default 400), BATCH (default 4), GEN_MAX_NEW (160), SKIP_GEN=1
@@ -10,7 +10,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 export OMP_NUM_THREADS=1
 OUT=${HEADS_OUT:-/work/heads_ckpt}
-RES=benchmarks/results/heads-training
+RES=results/reference/heads-training
 STEPS=${STEPS:-400}
 BATCH=${BATCH:-4}
 DATA=$OUT/data/selfdistill.jsonl
