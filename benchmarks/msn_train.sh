@@ -27,7 +27,7 @@ train() {  # train NAME COMMAND [noise options]
   [ -d "$root/$name/checkpoints" ] && resume=(--resume)
   /usr/bin/time -v specbench train "$cmd" --data "$root/data.jsonl" -o "$root/$name" \
     --steps "$steps" --batch-size "$batch" --max-len "$max_len" --lr "$lr" --warmup "$warmup" --seed 0 \
-    --dtype bfloat16 --threads 1 --save-every "$save_every" "${resume[@]}" "$@" --quiet 2> "$root/$name.time.log"
+    --dtype "${DTYPE:-float32}" --threads 1 --save-every "$save_every" "${resume[@]}" "$@" --quiet 2> "$root/$name.time.log"
 }
 
 case ${1:-} in

@@ -16,7 +16,8 @@ _DATA = typer.Option(..., help="Instruction/response JSONL (`train drafter disti
                                "target's own answers).")
 _OUT = typer.Option(..., "--output", "-o", help="Folder for the fine-tuned model (HF format) + checkpoints.")
 _TARGET = typer.Option("smollm2-135m", "--target", "-m", help="Model to fine-tune: alias, .gguf, HF folder.")
-_DTYPE = typer.Option("float32", help="Compute dtype: float32 | bfloat16 (CPU autocast; weights stay float32).")
+_DTYPE = typer.Option("float32", help="Compute dtype: float32 | bfloat16 (autocast; weights stay float32). bfloat16 is "
+                              "only faster on CPUs with native bf16 (AVX512-BF16/AMX) or GPUs.")
 
 
 def sft_cmd(
