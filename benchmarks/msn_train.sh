@@ -4,7 +4,7 @@
 #   bash benchmarks/msn_train.sh data          # prompts + the target's own answers (time-capped)
 #   bash benchmarks/msn_train.sh sft|msn4|msn1|msn8   # one training run (resumes if interrupted)
 #   bash benchmarks/msn_train.sh eval NAME     # ar,jacobi,tr-jacobi,lookahead,pld with the trained model
-#   bash benchmarks/msn_train.sh collect       # copy histories/plots into benchmarks/results/msn-training
+#   bash benchmarks/msn_train.sh collect       # copy histories/plots into results/reference/msn-training
 # Weights and data live OUTSIDE the repo (MSN_ROOT, default /work/msn_ckpt); only small result
 # files are copied into the repo. Everything runs at 1 thread: the machine is a shared 2-core CPU.
 set -euo pipefail
@@ -19,7 +19,7 @@ save_every=${SAVE_EVERY:-25}
 export OMP_NUM_THREADS=1
 mkdir -p "$root"
 here=$(cd "$(dirname "$0")/.." && pwd)
-results="$here/benchmarks/results/msn-training"
+results="$here/results/reference/msn-training"
 
 train() {  # train NAME COMMAND [noise options]
   local name=$1 cmd=$2; shift 2
