@@ -1,11 +1,10 @@
 """Draft heads (Medusa, EAGLE, KOALA): modules, checkpoints, trees, data, trainer, CLI."""
 
 import json
-import sys
 import pytest
 import torch
+from test_cli import cli as run_cli
 
-from specbench_cli.app import main
 from specbench_cli.training.heads_data import build_feature_cache, heads_prompts, load_feature_cache, \
     spec_bench_overlap
 from specbench_cli.training.heads_model import EagleHead, MedusaHeads, causal_mask, eagle_config, load_heads, \
@@ -233,16 +232,9 @@ def test_cli_bad_options_exit_2(tmp_path, capsys, args, msg):
 
 
 def cli(args, capsys):
-    """Run `specbench ARGS` in-process; (exit code, stderr)."""
-    old, sys.argv = sys.argv, ["specbench", *map(str, args)]
-    try:
-        main()
-        code = 0
-    except SystemExit as e:
-        code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
-    finally:
-        sys.argv = old
-    return code, " ".join(capsys.readouterr().err.split())
+    """Run `specbench ARGS` in-process; (exit code, stderr on one line)."""
+    code, _, err = run_cli([str(a) for a in args], capsys)
+    return code, " ".join(err.split())
 
 
 def test_cli_trains_tiny(tmp_path, capsys, tiny_model_dir):

@@ -6,11 +6,10 @@ from __future__ import annotations
 
 import json
 import re
-import sys
 
 import pytest
 import torch
-from specbench_cli.app import main
+from test_cli import cli as run_cli
 from specbench_cli.training.finetune import TrainConfig, batch_indices, build_examples, collate
 from specbench_cli.training.noise import NoiseConfig, apply_noise, window
 from specbench_cli.training.sft import noise_generator, train_sft
@@ -91,16 +90,8 @@ def test_loss_position_picks_lowest_loss_segment():
 
 def _cli(args, capsys):
     """Run `specbench ARGS` through the real entry point; return (exit code, stderr)."""
-    old = sys.argv
-    sys.argv = ["specbench", *args]
-    try:
-        main()
-        code = 0
-    except SystemExit as e:
-        code = e.code
-    finally:
-        sys.argv = old
-    return code, capsys.readouterr().err
+    code, _, err = run_cli(args, capsys)
+    return code, err
 
 
 def test_bad_options_exit_2_before_loading(tmp_path, capsys, monkeypatch):
