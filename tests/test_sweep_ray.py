@@ -76,8 +76,8 @@ def test_ray_sweep_survives_a_killed_worker_and_matches_local(tmp_path, tiny_mod
                               "--ray-address", ray_cluster, "--cpus-per-job", "1", "--retries", "2"],
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     try:
-        killed = kill_a_worker_mid_job(on_ray, time.time() + 180)
-        out, err = sweep.communicate(timeout=300)
+        killed = kill_a_worker_mid_job(on_ray, time.time() + 600)  # generous: a loaded 2-core machine
+        out, err = sweep.communicate(timeout=900)
     finally:
         if sweep.poll() is None:
             sweep.kill()
