@@ -25,10 +25,11 @@ from typing import Optional
 
 import torch
 
-from specbench_cli.engine.drafter import DecodeState
+from specbench_cli.engine.drafter import DecodeState, Structure
 from specbench_cli.engine.tree import Draft
 from specbench_cli.errors import UsageError
-from specbench_cli.methods.heads_common import HeadsMethod
+from specbench_cli.methods.base import Method, user_options
+from specbench_cli.methods.heads_common import HeadsCheckpoint, draws_chains, pick, sampling_rng
 
 
 @dataclass
@@ -39,28 +40,43 @@ class EagleOptions:
     chain: bool = False          # draft the head's greedy chain (KOALA's n-alpha); always a chain under sampling
 
 
-class Eagle(HeadsMethod):
+class Eagle(Method):
     name = "eagle"
-    kind = "eagle"
     summary = "EAGLE-2 head (-o eagle.heads=DIR): dynamic tree of BC-1 nodes from the target's hidden states"
+    lossless = True
+    needs_training = True  # needs a trained heads folder: not in the default method list
+    structure = Structure.TREE
+    needs_hidden_states = True
     Options = EagleOptions
 
-    def plan_kind(self) -> None:
+    def plan(self) -> None:
         for key in ("depth", "top_k"):
             v = getattr(self.opts, key)
             if v is not None and v < 1:
                 raise UsageError(f"eagle.{key} must be >= 1 (got {v})")
-        n = max(1, self.n_draft)
+        n = max(1, self.ctx.budget - 1)
         # Capped at BC-1: deeper levels or wider frontiers can never make the kept BC-1 nodes.
         self.depth = min(n, 5 if self.opts.depth is None else self.opts.depth)
         self.top_k = min(n, 10 if self.opts.top_k is None else self.opts.top_k)
+        self.ckpt = HeadsCheckpoint(self.name, "eagle", self.opts.heads, self.ctx.target)
+        self.chain = draws_chains(self.opts.chain, self.ctx.sampling)
+        if self.chain:
+            self.structure = Structure.CHAIN  # instance attribute: k-alpha is reported for chains
 
-    def shape_text(self) -> str:
-        layers = self.head.n_layers if self.head is not None else self.config.get("num_hidden_layers", "?")
-        return f"K={layers}"
+    def setup(self) -> None:
+        self.head = self.ckpt.load(self.ctx.model)
+        self.device = self.ctx.model.get_output_embeddings().weight.device
+        self.rng = sampling_rng(self.ctx.seed)
 
-    def kind_params(self) -> dict:
-        return {"depth": self.depth, "top_k": self.top_k}
+    @property
+    def extra_params(self) -> int:
+        return self.ckpt.n_params
+
+    def label(self) -> str:
+        return self.ckpt.label(user_options(self.opts))
+
+    def params(self) -> dict:
+        return {**self.ckpt.params(), "structure": self.structure.value, "depth": self.depth, "top_k": self.top_k}
 
     def reset(self, prompt_ids: list[int]) -> None:
         self.cache = self.head.new_cache()
@@ -75,11 +91,11 @@ class Eagle(HeadsMethod):
 
     @torch.inference_mode()
     def propose(self, state: DecodeState) -> Draft:
-        n = min(self.n_draft, state.budget - 1)
+        n = state.budget - 1
         if n <= 0 or state.remaining <= 1:
             return Draft()  # nothing drafted now and (last step or BC 1) never again: no need to feed
         features, tokens = self._pending(state)
-        if self.use_chain:
+        if self.chain:
             return self._chain(features, tokens, n)
         from specbench_cli.training.heads_tree import eagle2_tree
 
@@ -96,7 +112,7 @@ class Eagle(HeadsMethod):
         drafted: list[int] = []
         rows: list[torch.Tensor] = []
         for d in range(n):
-            tok, p = self.pick(row)
+            tok, p = pick(row, self.ctx.sampling, self.rng)
             drafted.append(tok)
             if p is not None:
                 rows.append(p)

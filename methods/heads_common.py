@@ -1,6 +1,11 @@
-"""What the `medusa` and `eagle` methods share: the heads folder option, its checks against the
-target, the label from the checkpoint's metadata, the parameter count, chain drafting under
-sampling. The heads themselves are `specbench_cli/training/heads_model.py` (docs/methods/heads.md).
+"""What the `medusa` and `eagle` methods share: the heads folder (option `heads`), its checks
+against the target, the label from the checkpoint's metadata, the parameter count, and the
+sampled draft token. The heads themselves are `specbench_cli/training/heads_model.py`
+(docs/methods/heads.md).
+
+Shared by composition, not a common base class: `specbench list methods` reads a method's
+literals from its source only when the class derives from `Method` directly (and then
+imports neither torch nor the method).
 
 Checks, as early as each can run:
 - plan (no model): `heads` given, a heads folder of this method's kind, trained for this run's
@@ -11,14 +16,12 @@ Checks, as early as each can run:
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, ClassVar, Optional
+from typing import Any, Optional
 
 import torch
 
-from specbench_cli.engine.drafter import Structure
-from specbench_cli.engine.verify import target_probs
+from specbench_cli.engine.verify import SamplingConfig, target_probs
 from specbench_cli.errors import UsageError
-from specbench_cli.methods.base import Method, user_options
 
 
 def train_command(kind: str) -> str:
@@ -39,86 +42,69 @@ def _same_target(a: str, b: str) -> bool:
     return a == b or key(a) == key(b)
 
 
-class HeadsMethod(Method):
-    """Base of `medusa` / `eagle`: subclasses set `name`, `kind`, `Options` (with `heads` and
-    `chain`) and implement `plan_kind`, `setup_kind`, `tree` and `chain_draft`."""
+class HeadsCheckpoint:
+    """A heads folder opened for method `method` (kind `kind`): read and checked at plan time
+    (config.json only, no weights), loaded onto the target by `load` at setup."""
 
-    kind: ClassVar[str] = ""
-    lossless = True
-    needs_training = True  # needs a trained heads folder: not in the default method list
-    structure = Structure.TREE
-    needs_hidden_states = True
-
-    # -- configuration ----------------------------------------------------------------------
-    def plan(self) -> None:
+    def __init__(self, method: str, kind: str, ref: Optional[str], target: Optional[str]) -> None:
         from specbench_cli.training.heads_model import read_heads_config
 
-        if not self.opts.heads:
-            raise UsageError(f"method {self.name} needs trained heads: pass -o {self.name}.heads=HEADS_DIR "
-                             f"(train them with: {train_command(self.kind)})")
-        self.folder = Path(self.opts.heads).expanduser()
-        kind, self.config = read_heads_config(self.folder)
-        if kind != self.kind:
-            raise UsageError(f"{self.folder} holds {kind} heads, not {self.kind} heads: "
-                             f"run them with -o {kind}.heads={self.opts.heads} (method {kind})")
-        self.meta = self.config.get("specbench", {})
-        trained_for, target = self.meta.get("target"), getattr(self.ctx, "target", None)
+        if not ref:
+            raise UsageError(f"method {method} needs trained heads: pass -o {method}.heads=HEADS_DIR "
+                             f"(train them with: {train_command(kind)})")
+        self.kind, self.folder = kind, Path(ref).expanduser()
+        found, self.config = read_heads_config(self.folder)
+        if found != kind:
+            raise UsageError(f"{self.folder} holds {found} heads, not {kind} heads: "
+                             f"run them with method {found} (-o {found}.heads={ref})")
+        self.meta: dict = self.config.get("specbench", {})
+        trained_for = self.meta.get("target")
         if trained_for and target and not _same_target(str(trained_for), str(target)):
             raise UsageError(f"heads {self.folder} were trained for target '{trained_for}', this run's target is "
-                             f"'{target}'; train heads for it: {train_command(self.kind)} --target {target}")
-        # Speculative sampling needs the drafter's probabilities, which the verifier takes on chains only.
-        self.use_chain = bool(self.opts.chain) or not self.ctx.sampling.greedy
-        if self.use_chain:
-            self.structure = Structure.CHAIN  # instance attribute: k-alpha is reported for chains
-        self.n_draft = max(0, self.ctx.budget - 1)
+                             f"'{target}'; train heads for it: {train_command(kind)} --target {target}")
         self.head: Any = None
-        self.plan_kind()
 
-    def setup(self) -> None:
-        """Load the heads onto the target's device and dtype, check they fit the target."""
+    def load(self, model: Any) -> Any:
+        """The head on the target's device and dtype, bound to it; UsageError if it does not fit."""
         from specbench_cli.training.heads_model import load_heads
 
-        model = self.ctx.model
         weight = model.get_output_embeddings().weight
         head = load_heads(self.folder, model, dtype=weight.dtype).to(weight.device)
         hidden, vocab = int(model.config.hidden_size), int(weight.shape[0])
-        h_head = int(head[0][0].linear.weight.shape[0]) if self.kind == "medusa" else int(head.config.hidden_size)
-        v_head = None if self.kind == "medusa" else int(head.config.vocab_size)  # Medusa v2 has no own vocabulary
+        if self.kind == "medusa":  # v2 heads project through the target's LM head: no vocabulary of their own
+            h_head, v_head = int(head[0][0].linear.weight.shape[0]), None
+        else:
+            h_head, v_head = int(head.config.hidden_size), int(head.config.vocab_size)
         if h_head != hidden or (v_head is not None and v_head != vocab):
             raise UsageError(f"heads {self.folder} (hidden {h_head}, vocab {v_head or 'target'}) do not fit this "
                              f"target (hidden {hidden}, vocab {vocab}): trained for '{self.meta.get('target', '?')}'")
         self.head = head
-        self.device = weight.device
-        # One stream per run, as sps: every drafted token must be a fresh sample.
-        self.rng = torch.Generator(device="cpu").manual_seed((int(self.ctx.seed) * 1_000_003 + 0x4EAD) & 0x7FFFFFFF)
-        self.setup_kind()
+        return head
 
-    def plan_kind(self) -> None:
-        """Resolve kind-specific options (no model)."""
-
-    def setup_kind(self) -> None:
-        """Kind-specific set-up once `self.head` is loaded."""
-
-    # -- description ------------------------------------------------------------------------
     @property
-    def extra_params(self) -> int:
+    def n_params(self) -> int:
+        """The heads' own parameters (the target's embedding and LM head they reuse excluded)."""
         if self.head is not None:
             return sum(p.numel() for p in self.head.parameters())
         return int(self.meta.get("params", 0))
 
+    def shape_text(self) -> str:
+        h, c = self.head, self.config
+        if self.kind == "medusa":
+            heads = h.n_heads if h is not None else c.get("medusa_num_heads", "?")
+            return f"H={heads},K={h.n_layers if h is not None else c.get('medusa_num_layers', '?')}"
+        return f"K={h.n_layers if h is not None else c.get('num_hidden_layers', '?')}"
+
     def head_label(self) -> str:
-        """`eagle(K=3,adv)` / `medusa(H=3,K=2)` from the metadata (or the weights, for public heads)."""
+        """`eagle(K=3,adv)` / `medusa(H=3,K=2)`: from the metadata, else from the weights (public heads)."""
         if self.meta.get("label"):
             return str(self.meta["label"])
         adv = ",adv" if self.meta.get("adversarial") else ""
         return f"{self.kind}({self.shape_text()}{adv})"
 
-    def shape_text(self) -> str:
-        raise NotImplementedError
-
-    def label(self) -> str:
-        """The head's label plus the options the user changed (the folder itself is not shown)."""
-        given = {k: v for k, v in user_options(self.opts).items() if k != "heads"}
+    def label(self, given: dict) -> str:
+        """The head's label plus the options the user changed (`given`; the folder is not shown)."""
+        given = {k: v for k, v in given.items() if k != "heads"}
         base = self.head_label()
         if not given:
             return base
@@ -126,20 +112,27 @@ class HeadsMethod(Method):
         return base[:-1] + "," + extra + ")" if base.endswith(")") else f"{base}({extra})"
 
     def params(self) -> dict:
-        return {"heads": str(self.folder), "head": self.head_label(), "structure": self.structure.value,
-                "trained_for": self.meta.get("target"), "data_tokens": self.meta.get("data_tokens"),
-                "training_seconds": self.meta.get("training_seconds"), **self.kind_params()}
+        return {"heads": str(self.folder), "head": self.head_label(), "trained_for": self.meta.get("target"),
+                "data_tokens": self.meta.get("data_tokens"), "training_seconds": self.meta.get("training_seconds")}
 
-    def kind_params(self) -> dict:
-        return {}
 
-    # -- sampling ---------------------------------------------------------------------------
-    def pick(self, logits: torch.Tensor) -> tuple[int, Optional[torch.Tensor]]:
-        """`[V]` head logits -> (token, `[V]` probabilities it was drawn from | None when greedy).
+def draws_chains(chain_option: bool, sampling: SamplingConfig) -> bool:
+    """Chain drafts when asked, and always under sampling: speculative sampling needs the
+    drafter's probabilities, which the verifier takes on chains only."""
+    return bool(chain_option) or not sampling.greedy
 
-        Under sampling the head's logits get the target's temperature / top-p processing, so
-        speculative sampling compares like with like (as sps does)."""
-        if self.ctx.sampling.greedy:
-            return int(logits.argmax()), None
-        p = target_probs(logits, self.ctx.sampling).to("cpu", torch.float32)
-        return int(torch.multinomial(p, 1, generator=self.rng)), p
+
+def sampling_rng(seed: int) -> torch.Generator:
+    """One stream per run, as sps: every drafted token must be a fresh sample."""
+    return torch.Generator(device="cpu").manual_seed((int(seed) * 1_000_003 + 0x4EAD) & 0x7FFFFFFF)
+
+
+def pick(logits: torch.Tensor, sampling: SamplingConfig, rng: torch.Generator) -> tuple[int, Optional[torch.Tensor]]:
+    """`[V]` head logits -> (token, `[V]` probabilities it was drawn from | None when greedy).
+
+    Under sampling the head's logits get the target's temperature / top-p processing, so
+    speculative sampling compares like with like (as sps does)."""
+    if sampling.greedy:
+        return int(logits.argmax()), None
+    p = target_probs(logits, sampling).to("cpu", torch.float32)
+    return int(torch.multinomial(p, 1, generator=rng)), p

@@ -21,10 +21,11 @@ from typing import Optional
 
 import torch
 
-from specbench_cli.engine.drafter import DecodeState
+from specbench_cli.engine.drafter import DecodeState, Structure
 from specbench_cli.engine.tree import Draft
 from specbench_cli.errors import UsageError
-from specbench_cli.methods.heads_common import HeadsMethod
+from specbench_cli.methods.base import Method, user_options
+from specbench_cli.methods.heads_common import HeadsCheckpoint, draws_chains, pick, sampling_rng
 
 
 @dataclass
@@ -34,38 +35,51 @@ class MedusaOptions:
     chain: bool = False          # draft each head's top-1 as a chain (KOALA's n-alpha); always a chain under sampling
 
 
-class Medusa(HeadsMethod):
+class Medusa(Method):
     name = "medusa"
-    kind = "medusa"
     summary = "Medusa heads (-o medusa.heads=DIR): static top-k tree of BC-1 nodes from the target's hidden state"
+    lossless = True
+    needs_training = True  # needs a trained heads folder: not in the default method list
+    structure = Structure.TREE
+    needs_hidden_states = True
     Options = MedusaOptions
 
-    def plan_kind(self) -> None:
+    def plan(self) -> None:
         if self.opts.width < 1:
             raise UsageError(f"medusa.width must be >= 1 (got {self.opts.width})")
+        self.ckpt = HeadsCheckpoint(self.name, "medusa", self.opts.heads, self.ctx.target)
+        self.chain = draws_chains(self.opts.chain, self.ctx.sampling)
+        if self.chain:
+            self.structure = Structure.CHAIN  # instance attribute: k-alpha is reported for chains
+        self.paths: list[list[int]] = []
 
-    def setup_kind(self) -> None:
+    def setup(self) -> None:
         from specbench_cli.training.heads_tree import default_medusa_paths
 
+        self.head = self.ckpt.load(self.ctx.model)
         self.paths = default_medusa_paths(self.head.n_heads, self.opts.width)
+        self.rng = sampling_rng(self.ctx.seed)
 
-    def shape_text(self) -> str:
-        if self.head is not None:
-            return f"H={self.head.n_heads},K={self.head.n_layers}"
-        return f"H={self.config.get('medusa_num_heads', '?')},K={self.config.get('medusa_num_layers', '?')}"
+    @property
+    def extra_params(self) -> int:
+        return self.ckpt.n_params
 
-    def kind_params(self) -> dict:
-        return {"width": self.opts.width, "paths": len(getattr(self, "paths", []))}
+    def label(self) -> str:
+        return self.ckpt.label(user_options(self.opts))
+
+    def params(self) -> dict:
+        return {**self.ckpt.params(), "structure": self.structure.value, "width": self.opts.width,
+                "paths": len(self.paths)}
 
     @torch.inference_mode()
     def propose(self, state: DecodeState) -> Draft:
-        n = min(self.n_draft, state.budget - 1)
+        n = state.budget - 1
         if n <= 0 or state.remaining <= 1:
             return Draft()
         logits = self.head.head_logits(state.hidden[-1])  # [H, V]: row i = depth i + 1
-        if self.use_chain:
-            picks = [self.pick(row) for row in logits[: min(n, logits.shape[0])]]
-            probs = torch.stack([p for _, p in picks]) if picks and picks[0][1] is not None else None
+        if self.chain:
+            picks = [pick(row, self.ctx.sampling, self.rng) for row in logits[: min(n, logits.shape[0])]]
+            probs = torch.stack([p for _, p in picks]) if picks[0][1] is not None else None
             return Draft.chain([t for t, _ in picks], probs)
         from specbench_cli.training.heads_tree import medusa_tree
 

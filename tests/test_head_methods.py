@@ -165,3 +165,10 @@ def test_cli_run_with_heads(tiny_model_dir, tiny_heads, tmp_path, capsys):
     assert row["status"] == "ok" and row["ar_match"] is True
     assert row["method_label"] == "eagle(K=1)" and row["extra_params"] == cfg["specbench"]["params"] > 0
     assert row["structure"] == "tree"
+
+
+def test_not_in_the_default_method_list():
+    from specbench_cli.runner import default_methods
+
+    assert not {"medusa", "eagle"} & set(default_methods())
+    assert methods.describe("medusa")["needs_training"] is True and methods.describe("eagle")["lossless"] is True
