@@ -17,6 +17,8 @@ _REGISTRY = Registry("method", "specbench.methods", "specbench_cli.methods.base:
     "tr-jacobi": "specbench_cli.methods.tr_jacobi:TRJacobi",
     "mask-probe": "specbench_cli.methods.mask_probe:MaskProbe",
     "sps": "specbench_cli.methods.sps:SpeculativeSampling",
+    "medusa": "specbench_cli.methods.medusa:Medusa",
+    "eagle": "specbench_cli.methods.eagle:Eagle",
 })
 REGISTRY = _REGISTRY.entries  # name -> "module:Class" (mutable: tests add entries)
 DESCRIBED = {"summary": "", "lossless": True, "needs_training": False}

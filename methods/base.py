@@ -29,6 +29,7 @@ class MethodContext:
     seed: int = 0
     draft_model: Optional[str] = None
     trust_remote_code: bool = False  # from --trust-remote-code: may a draft model run its own code
+    target: Optional[str] = None  # the run's --model reference (heads check what they were trained for)
 
 
 @dataclass

@@ -83,7 +83,7 @@ def method_context(cfg: RunConfig, model=None, tokenizer=None):
 
     return MethodContext(model=model, tokenizer=tokenizer, budget=cfg.block_complexity, device=cfg.device,
                          dtype=cfg.dtype, sampling=SamplingConfig(cfg.temperature, cfg.top_p), seed=cfg.seed,
-                         draft_model=cfg.draft_model)
+                         draft_model=cfg.draft_model, target=cfg.model)
 
 
 def plan_methods(cfg: RunConfig) -> dict:

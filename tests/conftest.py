@@ -47,3 +47,11 @@ def spec_bench_questions():
     if not SHARED_QUESTIONS.is_file():
         pytest.skip("../shared/data/spec_bench/question.jsonl not present")
     return SHARED_QUESTIONS
+
+
+@pytest.fixture(scope="session")
+def tiny_heads(tmp_path_factory, tiny_model, tiny_tok):
+    """{"medusa": folder, "eagle": folder}: heads trained a few seconds on the tiny model (tiny_heads.py)."""
+    from tiny_heads import train_tiny_heads
+
+    return train_tiny_heads(tiny_model, tiny_tok, tmp_path_factory.mktemp("tiny-heads"))

@@ -45,13 +45,18 @@ def test_registry_has_the_baseline_and_pld():
     assert {"ar", "pld"} <= set(LOSSLESS)
 
 
+# Methods that draft from trained heads get tiny heads trained on the tiny model (conftest.tiny_heads).
+HEAD_METHODS = {"medusa", "eagle"}
+
+
 @pytest.mark.parametrize("budget", [1, 4, 10, 30])
 @pytest.mark.parametrize("name", LOSSLESS)
-def test_lossless_method_equals_ar_greedy(name, budget, tiny_model, tiny_tok, draft_dir):
+def test_lossless_method_equals_ar_greedy(name, budget, tiny_model, tiny_tok, draft_dir, request):
     dec = Decoder(tiny_model, {EOS})
     ctx = MethodContext(tiny_model, tiny_tok, budget=budget, draft_model=draft_dir)
     ar = methods.get("ar").create(ctx)
-    method = methods.get(name).create(ctx)
+    options = {"heads": request.getfixturevalue("tiny_heads")[name]} if name in HEAD_METHODS else {}
+    method = methods.get(name).create(ctx, **options)
     accepted_extra = 0
     for prompt in PROMPTS:
         ref = dec.generate(ar, prompt, 48, budget)

@@ -1,0 +1,124 @@
+"""EAGLE-2 (Li et al. 2024) with a trained EAGLE head (K decoder layers; KOALA's K = 2-3, plain
+or adversarially trained; `specbench train heads --kind eagle`).
+
+The head reads pairs (target feature at position t, token t+1) and keeps its own KV cache,
+indexed by target position. Each `propose` feeds the pairs that joined the sequence since the
+last one (`state.hidden`: the whole prompt at step 0, then the previous root and the accepted
+path, paired with the tokens after them; the last pair's token is the root), then drafts the
+EAGLE-2 dynamic tree (`heads_tree.eagle2_tree`): expand the top_k frontier by cumulative
+log-probability for `depth` levels, rerank every drafted node, keep the best BC - 1. Drafted
+nodes leave the head's cache again; the committed pairs stay, so the cache always ends at the
+root's position. Greedy verification walks the longest matching path: lossless.
+
+Defaults depth = min(5, BC-1) and top_k = min(10, BC-1) (EAGLE-2's 5 and 10): a frontier
+node ranked below BC-1 on its level, or a level deeper than BC-1, can never be kept.
+
+Under sampling (or `-o eagle.chain=true`) the draft is a chain of BC - 1 tokens: each sampled
+from the head's distribution after the target's temperature / top-p and fed back to the head,
+with the rows as `Draft.probs` for the speculative-sampling verifier.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+import torch
+
+from specbench_cli.engine.drafter import DecodeState, Structure
+from specbench_cli.engine.tree import Draft
+from specbench_cli.errors import UsageError
+from specbench_cli.methods.base import Method, user_options
+from specbench_cli.methods.heads_common import HeadsCheckpoint, draws_chains, pick, sampling_rng
+
+
+@dataclass
+class EagleOptions:
+    heads: Optional[str] = None  # heads folder from `specbench train heads --kind eagle`
+    depth: Optional[int] = None  # tree levels; None: min(5, BC-1)
+    top_k: Optional[int] = None  # children per node and frontier width; None: min(10, BC-1)
+    chain: bool = False          # draft the head's greedy chain (KOALA's n-alpha); always a chain under sampling
+
+
+class Eagle(Method):
+    name = "eagle"
+    summary = "EAGLE-2 head (-o eagle.heads=DIR): dynamic tree of BC-1 nodes from the target's hidden states"
+    lossless = True
+    needs_training = True  # needs a trained heads folder: not in the default method list
+    structure = Structure.TREE
+    needs_hidden_states = True
+    Options = EagleOptions
+
+    def plan(self) -> None:
+        for key in ("depth", "top_k"):
+            v = getattr(self.opts, key)
+            if v is not None and v < 1:
+                raise UsageError(f"eagle.{key} must be >= 1 (got {v})")
+        n = max(1, self.ctx.budget - 1)
+        # Capped at BC-1: deeper levels or wider frontiers can never make the kept BC-1 nodes.
+        self.depth = min(n, 5 if self.opts.depth is None else self.opts.depth)
+        self.top_k = min(n, 10 if self.opts.top_k is None else self.opts.top_k)
+        self.ckpt = HeadsCheckpoint(self.name, "eagle", self.opts.heads, self.ctx.target)
+        self.chain = draws_chains(self.opts.chain, self.ctx.sampling)
+        if self.chain:
+            self.structure = Structure.CHAIN  # instance attribute: k-alpha is reported for chains
+
+    def setup(self) -> None:
+        self.head = self.ckpt.load(self.ctx.model)
+        self.device = self.ctx.model.get_output_embeddings().weight.device
+        self.rng = sampling_rng(self.ctx.seed)
+
+    @property
+    def extra_params(self) -> int:
+        return self.ckpt.n_params
+
+    def label(self) -> str:
+        return self.ckpt.label(user_options(self.opts))
+
+    def params(self) -> dict:
+        return {**self.ckpt.params(), "structure": self.structure.value, "depth": self.depth, "top_k": self.top_k}
+
+    def reset(self, prompt_ids: list[int]) -> None:
+        self.cache = self.head.new_cache()
+
+    def _pending(self, state: DecodeState) -> tuple[torch.Tensor, torch.Tensor]:
+        """(features [k, h], tokens [k]) of the pairs not yet in the head's cache; tokens[-1] = root."""
+        k, root_pos = state.hidden.shape[0], len(state.ids) - 1
+        if self.cache.length != root_pos - k:  # the loop hands every accepted position exactly once
+            raise RuntimeError(f"eagle: head cache holds {self.cache.length} positions, expected {root_pos - k}")
+        tokens = torch.tensor(state.ids[root_pos - k + 1:], dtype=torch.long, device=self.device)
+        return state.hidden, tokens
+
+    @torch.inference_mode()
+    def propose(self, state: DecodeState) -> Draft:
+        n = state.budget - 1
+        if n <= 0 or state.remaining <= 1:
+            return Draft()  # nothing drafted now and (last step or BC 1) never again: no need to feed
+        features, tokens = self._pending(state)
+        if self.chain:
+            return self._chain(features, tokens, n)
+        from specbench_cli.training.heads_tree import eagle2_tree
+
+        tree = eagle2_tree(self.head, self.cache, features, tokens, budget=n, depth=self.depth, top_k=self.top_k)
+        return Draft(tokens=tree.tokens, parents=tree.parents)
+
+    def _chain(self, features: torch.Tensor, tokens: torch.Tensor, n: int) -> Draft:
+        """n tokens, each from the head's distribution given the ones before (greedy or sampled)."""
+        base = self.cache.length
+        root_pos = base + tokens.shape[0]  # the pair (feature at root_pos - 1, root) sits at root_pos - 1
+        out, logits = self.head.step(self.cache, features, tokens, torch.arange(base, root_pos, device=self.device))
+        committed = self.cache.length
+        feat, row = out[-1:], logits[-1]
+        drafted: list[int] = []
+        rows: list[torch.Tensor] = []
+        for d in range(n):
+            tok, p = pick(row, self.ctx.sampling, self.rng)
+            drafted.append(tok)
+            if p is not None:
+                rows.append(p)
+            if d < n - 1:  # the last token's successor is never needed
+                feat, lg = self.head.step(self.cache, feat, torch.tensor([tok], device=self.device),
+                                          torch.tensor([root_pos + d], device=self.device))
+                row = lg[-1]
+        self.cache.crop(committed)  # drafted tokens leave the cache; the target may reject them
+        return Draft.chain(drafted, torch.stack(rows) if rows else None)

@@ -1,0 +1,87 @@
+"""Medusa (Cai et al. 2024) with trained heads on the target's last hidden state (v2 heads: K
+ResBlocks per head feeding the target's own LM head; `specbench train heads --kind medusa`).
+
+At each step the heads read the target's final-norm state at the position before the root
+(its logits gave the root): head i predicts the token at depth i + 1 below the root. The
+draft is a static tree: a list of top-k rank paths, best first (`default_medusa_paths`, a
+prior over head accuracy and rank), taken until BC - 1 nodes; node (r1, ..., rd) holds head
+d's rank-rd token. Greedy verification walks the longest path matching the target: lossless.
+
+Under sampling (or `-o medusa.chain=true`) the draft is a chain of min(H, BC - 1) tokens, one
+per head, sampled from each head's distribution after the target's temperature / top-p, with
+those rows as `Draft.probs` so the speculative-sampling verifier keeps the output exact. (The
+heads do not condition on the tokens drafted above them, so each row is the distribution
+the token was drawn from: what the verifier needs.)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+import torch
+
+from specbench_cli.engine.drafter import DecodeState, Structure
+from specbench_cli.engine.tree import Draft
+from specbench_cli.errors import UsageError
+from specbench_cli.methods.base import Method, user_options
+from specbench_cli.methods.heads_common import HeadsCheckpoint, draws_chains, pick, sampling_rng
+
+
+@dataclass
+class MedusaOptions:
+    heads: Optional[str] = None  # heads folder from `specbench train heads --kind medusa`
+    width: int = 10              # ranks per head considered by the path list
+    chain: bool = False          # draft each head's top-1 as a chain (KOALA's n-alpha); always a chain under sampling
+
+
+class Medusa(Method):
+    name = "medusa"
+    summary = "Medusa heads (-o medusa.heads=DIR): static top-k tree of BC-1 nodes from the target's hidden state"
+    lossless = True
+    needs_training = True  # needs a trained heads folder: not in the default method list
+    structure = Structure.TREE
+    needs_hidden_states = True
+    Options = MedusaOptions
+
+    def plan(self) -> None:
+        if self.opts.width < 1:
+            raise UsageError(f"medusa.width must be >= 1 (got {self.opts.width})")
+        self.ckpt = HeadsCheckpoint(self.name, "medusa", self.opts.heads, self.ctx.target)
+        self.chain = draws_chains(self.opts.chain, self.ctx.sampling)
+        if self.chain:
+            self.structure = Structure.CHAIN  # instance attribute: k-alpha is reported for chains
+        self.paths: list[list[int]] = []
+
+    def setup(self) -> None:
+        from specbench_cli.training.heads_tree import default_medusa_paths
+
+        self.head = self.ckpt.load(self.ctx.model)
+        self.paths = default_medusa_paths(self.head.n_heads, self.opts.width)
+        self.rng = sampling_rng(self.ctx.seed)
+
+    @property
+    def extra_params(self) -> int:
+        return self.ckpt.n_params
+
+    def label(self) -> str:
+        return self.ckpt.label(user_options(self.opts))
+
+    def params(self) -> dict:
+        return {**self.ckpt.params(), "structure": self.structure.value, "width": self.opts.width,
+                "paths": len(self.paths)}
+
+    @torch.inference_mode()
+    def propose(self, state: DecodeState) -> Draft:
+        n = state.budget - 1
+        if n <= 0 or state.remaining <= 1:
+            return Draft()
+        logits = self.head.head_logits(state.hidden[-1])  # [H, V]: row i = depth i + 1
+        if self.chain:
+            picks = [pick(row, self.ctx.sampling, self.rng) for row in logits[: min(n, logits.shape[0])]]
+            probs = torch.stack([p for _, p in picks]) if picks[0][1] is not None else None
+            return Draft.chain([t for t, _ in picks], probs)
+        from specbench_cli.training.heads_tree import medusa_tree
+
+        tree = medusa_tree(logits, self.paths, budget=n)
+        return Draft(tokens=tree.tokens, parents=tree.parents)
