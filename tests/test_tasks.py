@@ -107,7 +107,7 @@ def test_find_questions_downloads_the_pinned_file_when_nothing_is_local(http_dir
     monkeypatch.setenv("SPECBENCH_QUESTIONS_URL", f"{base}/question.jsonl")
     path = spec_bench.find_questions()
     assert path.is_relative_to(isolated_cache)
-    assert len(spec_bench.load(str(path))) == 480
+    assert len(spec_bench.SpecBench.load(str(path))) == 480
     # second time: found in the cache, no server needed
     monkeypatch.setenv("SPECBENCH_QUESTIONS_URL", f"{base}/gone.jsonl")
     assert spec_bench.find_questions() == path
