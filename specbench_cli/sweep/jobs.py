@@ -36,19 +36,24 @@ def read_json(path: Path) -> Optional[dict]:
     return doc if isinstance(doc, dict) else None
 
 
-def rows(run_dir: Path) -> list[dict]:
-    """Complete rows of a run folder's samples.jsonl (a torn last line is skipped)."""
-    out = []
+def _complete_json_lines(path: Path) -> list[dict]:
+    """The JSON lines of `path` that parse (a torn last line is skipped); [] if it is missing."""
     try:
-        lines = (run_dir / SAMPLES).read_text(encoding="utf-8").splitlines()
+        lines = path.read_text(encoding="utf-8").splitlines()
     except OSError:
-        return out
+        return []
+    out = []
     for line in lines:
         try:
             out.append(json.loads(line))
         except ValueError:
             continue
     return out
+
+
+def rows(run_dir: Path) -> list[dict]:
+    """Complete rows of a run folder's samples.jsonl (a torn last line is skipped)."""
+    return _complete_json_lines(run_dir / SAMPLES)
 
 
 def job_state(job_dir: Path) -> tuple[str, Optional[Path]]:
@@ -69,17 +74,7 @@ def _log_attempt(job_dir: Path, record: dict) -> None:
 
 def attempts(job_dir: Path) -> list[dict]:
     """The attempt records of a job (start and end lines)."""
-    try:
-        lines = (job_dir / "attempts.jsonl").read_text(encoding="utf-8").splitlines()
-    except OSError:
-        return []
-    out = []
-    for line in lines:
-        try:
-            out.append(json.loads(line))
-        except ValueError:
-            continue
-    return out
+    return _complete_json_lines(job_dir / "attempts.jsonl")
 
 
 RUNNING: set = set()          # `run` subprocesses of this process, stopped on Ctrl-C
