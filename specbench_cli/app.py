@@ -47,6 +47,7 @@ def _parse_method_options(values: Optional[List[str]]) -> dict[str, dict[str, st
 
 @app.command()
 def run(
+    ctx: typer.Context,
     model: str = typer.Option("smollm2-135m", "--model", "-m", help="Alias, Hugging Face id, local folder or .gguf file."),
     methods: Optional[List[str]] = typer.Option(None, "--methods", help="Comma-separated method names (default: all that need no training). AR always runs as the baseline."),
     tasks: Optional[List[str]] = typer.Option(None, "--tasks", "-t", help="Task suites (default: mini)."),
@@ -70,15 +71,23 @@ def run(
     no_warmup: bool = typer.Option(False, "--no-warmup", help="Skip the untimed warm-up generation."),
     no_report: bool = typer.Option(False, "--no-report", help="Do not print/write the summary table at the end."),
     trust_remote_code: bool = typer.Option(False, "--trust-remote-code", help="Let a model (or draft model) run the Python code it ships (auto_map). Off by default: such a model is refused. Never stored in the run folder, so give it again with --resume."),
+    retry_errors: bool = typer.Option(False, "--retry-errors", help="With --resume: run the rows that ended in an error again."),
 ) -> None:
     """Run methods on a task suite and write results/<run_id>/."""
     from specbench_cli.runner import RunConfig, config_from_manifest, default_methods
     from specbench_cli.runfolder import RunFolder
     from specbench_cli.workflow import execute
 
+    if retry_errors and resume is None:
+        raise UsageError("--retry-errors needs --resume RUN_DIR")
     if resume is not None:
+        from specbench_cli.resume import check_resume_flags
+
         store = RunFolder.open(resume)
-        cfg = config_from_manifest(store.read_manifest())
+        cfg = config_from_manifest(store.read_manifest(), str(store.manifest_path))
+        given = {name: value for name, value in ctx.params.items()
+                 if ctx.get_parameter_source(name).name not in ("DEFAULT", "DEFAULT_MAP")}
+        check_resume_flags(given, cfg, _RESUME_FIELDS, str(resume))
         cfg.validate()
         err.print(f"resuming {resume} ({len(store.rows())} rows already there)")
     else:
@@ -90,7 +99,31 @@ def run(
             dtype=dtype, device=device, threads=threads, temperature=temperature, top_p=top_p, seed=seed,
             repeats=repeats, warmup=not no_warmup, draft_model=draft_model, output_dir=str(output_dir))
         cfg.validate()
-    execute(cfg, store, report=not no_report, trust_remote_code=trust_remote_code)
+    execute(cfg, store, report=not no_report, trust_remote_code=trust_remote_code, retry_errors=retry_errors)
+
+
+def _methods_stored(value):
+    from specbench_cli.resume import methods_as_stored
+    from specbench_cli.runner import default_methods
+
+    return methods_as_stored(_split(value), default_methods())
+
+
+def _same(value):
+    return value
+
+
+# `run` flag -> (RunConfig field, CLI value as the manifest stores it): what --resume compares
+_RESUME_FIELDS = {
+    "model": ("model", _same), "methods": ("methods", _methods_stored), "tasks": ("tasks", _split),
+    "questions": ("questions", _same), "categories": ("categories", _split), "limit": ("limit", _same),
+    "question_ids": ("question_ids", _split), "block_complexity": ("block_complexity", _same),
+    "max_new_tokens": ("max_new_tokens", _same), "dtype": ("dtype", _same), "device": ("device", _same),
+    "threads": ("threads", _same), "temperature": ("temperature", _same), "top_p": ("top_p", _same),
+    "seed": ("seed", _same), "repeats": ("repeats", _same), "draft_model": ("draft_model", _same),
+    "option": ("method_options", _parse_method_options), "output_dir": ("output_dir", str),
+    "no_warmup": ("warmup", lambda v: not v),
+}
 
 
 @app.command()

@@ -7,6 +7,8 @@ with `--debug`).
 from __future__ import annotations
 
 import difflib
+import os
+from pathlib import Path
 from typing import Iterable
 
 
@@ -37,3 +39,29 @@ def did_you_mean(name: str, choices: Iterable[str]) -> str:
 def unknown(kind: str, name: str, choices: Iterable[str]) -> UsageError:
     choices = sorted(choices)
     return UsageError(f"unknown {kind} '{name}'.{did_you_mean(name, choices)} Known: {', '.join(choices)}")
+
+
+def check_output_folder(path: str | Path, option: str) -> Path:
+    """A folder to write into, created if needed; UsageError naming `option` if it is a file or
+    cannot be created or written (checked before any work, so no model loads in vain)."""
+    folder = Path(path).expanduser()
+    if folder.exists() and not folder.is_dir():
+        raise UsageError(f"{option} {folder} is a file, not a folder")
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UsageError(f"{option} {folder}: cannot create it ({exc.strerror or exc})") from None
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise UsageError(f"{option} {folder} is not writable")
+    return folder
+
+
+def check_output_file(path: str | Path, option: str) -> Path:
+    """A file to (over)write: not a folder, and its folder exists or can be made and is writable."""
+    file = Path(path).expanduser()
+    if file.is_dir():
+        raise UsageError(f"{option} {file} is a folder; give a file path")
+    if file.exists() and not os.access(file, os.W_OK):
+        raise UsageError(f"{option} {file} is not writable")
+    check_output_folder(file.parent, option)
+    return file

@@ -7,6 +7,7 @@ exits 1 through `typer.Exit(1)` after printing what regressed.
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import List, Optional
 
@@ -14,9 +15,9 @@ import typer
 from rich.markup import escape
 
 from specbench_cli import metrics, report
-from specbench_cli.baseline import check_entries, diff_table, read_baseline, write_baseline  # noqa: F401
+from specbench_cli.baseline import check_entries, diff_table, mismatches, read_baseline, write_baseline  # noqa: F401
 from specbench_cli.console import err, out
-from specbench_cli.errors import UsageError
+from specbench_cli.errors import UsageError, check_output_file, check_output_folder
 from specbench_cli.export import EXPORT_FORMATS, spec_bench_answers, write_answers
 from specbench_cli.reporting import load, summary_of, write_report
 
@@ -40,6 +41,8 @@ def report_command(
     no_plots: bool = typer.Option(False, "--no-plots", help="Skip the figures."),
 ) -> None:
     """Spec-Bench table (speedup per category, #MAT, tok/s) plus figures, from result folders."""
+    if output is not None:
+        check_output_folder(output, "--output")
     write_report(run_dirs, fmt=fmt, output=output, columns=columns, plots=not no_plots)
 
 
@@ -49,11 +52,17 @@ def check_command(
     mat_tol: float = typer.Option(0.02, "--mat-tol", help="Allowed relative #MAT change, either way."),
     speedup_tol: float = typer.Option(0.25, "--speedup-tol", help="Allowed relative speedup drop."),
 ) -> None:
-    """CI gate: exit 0 within tolerance, 1 on regression, 2 on bad input."""
-    if mat_tol < 0 or speedup_tol < 0:
-        raise UsageError("tolerances must be >= 0")
-    entries = read_baseline(baseline)
-    _, _, summary = summary_of([run_dir])
+    """CI gate: exit 0 within tolerance, 1 on regression, 2 on bad input (including a baseline
+    with no entries or one made from another suite, model or settings)."""
+    for name, tol in (("--mat-tol", mat_tol), ("--speedup-tol", speedup_tol)):
+        if not (math.isfinite(tol) and tol >= 0):
+            raise UsageError(f"{name} must be a finite number >= 0, got {tol}")
+    doc = read_baseline(baseline)
+    entries = doc["entries"]
+    runs, rows, summary = summary_of([run_dir])
+    differences = mismatches(doc, runs[0], rows)
+    if differences:
+        raise UsageError(f"{baseline} was not made from a run like {run_dir}: {'; '.join(differences)}")
     moved = check_entries(summary, entries, mat_tol, speedup_tol)
     regressions = sum(rec["regression"] for rec in moved)
     if moved:
@@ -70,7 +79,10 @@ def baseline_command(
     output: Path = typer.Option(..., "--output", "-o", help="Baseline JSON file to write."),
 ) -> None:
     """Write a baseline (#MAT, speedup, n per model, method, BC and category) for `check`."""
+    check_output_file(output, "--output")
     runs, _, summary = summary_of([run_dir])
+    if summary.empty:
+        raise UsageError(f"{run_dir} has no finished rows to make a baseline of")
     doc = write_baseline(summary, runs, output)
     err.print(f"wrote {len(doc['entries'])} baseline entries to {escape(str(output))}", highlight=False)
 
@@ -98,12 +110,13 @@ def export_command(
     """Write Spec-Bench answer files (one JSONL per method, AR included) for its own scripts."""
     if fmt not in EXPORT_FORMATS:
         raise UsageError(f"unknown export format '{fmt}'; choose from {', '.join(EXPORT_FORMATS)}")
+    check_output_folder(output, "--output")
     _, rows = load([run_dir])
     files, skipped = spec_bench_answers(rows)
     if not any(row["method"] == metrics.AR_METHOD for row in rows):
         err.print("[yellow]warning:[/] no `ar` rows: Spec-Bench's speed.py needs an AR baseline file")
     if skipped:
-        err.print(f"[yellow]warning:[/] left out {skipped} question(s) with an errored turn")
+        err.print(f"[yellow]warning:[/] left out {skipped} question(s) with an errored or missing turn")
     write_answers(files, output)
     for name, lines in files.items():
         out.print(f"{escape(str(output / name))}: {len(lines)} questions", highlight=False)

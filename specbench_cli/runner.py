@@ -13,6 +13,9 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import math
+import types
+import typing
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
@@ -59,8 +62,8 @@ class RunConfig:
             from specbench_cli.errors import unknown
 
             raise unknown("dtype", self.dtype, DTYPES)
-        if self.temperature < 0:
-            raise UsageError(f"--temperature must be >= 0 (got {self.temperature})")
+        if not self.temperature >= 0 or not math.isfinite(self.temperature):  # NaN fails both ways
+            raise UsageError(f"--temperature must be >= 0 and finite (got {self.temperature})")
         if not 0 < self.top_p <= 1:
             raise UsageError(f"--top-p must be in (0, 1] (got {self.top_p})")
         if self.repeats < 1:
@@ -282,6 +285,42 @@ def compare_ids(out: list[int], ref: list[int]) -> tuple[bool, Optional[int]]:
     return False, min(len(out), len(ref))
 
 
-def config_from_manifest(manifest: dict) -> RunConfig:
-    fields = {f.name for f in dataclasses.fields(RunConfig)}
-    return RunConfig(**{k: v for k, v in manifest.get("config", {}).items() if k in fields})
+def config_from_manifest(manifest: dict, where: str = "manifest") -> RunConfig:
+    """The RunConfig a manifest records; a UsageError naming `where` and the key when `config`
+    is not an object or a value does not have its field's type (checked from the annotations)."""
+    config = manifest.get("config", {})
+    if not isinstance(config, dict):
+        raise UsageError(f"{where}: 'config' must be an object, got {type(config).__name__}")
+    hints = typing.get_type_hints(RunConfig)
+    values = {}
+    for f in dataclasses.fields(RunConfig):
+        if f.name in config:
+            if not _fits(config[f.name], hints[f.name]):
+                raise UsageError(f"{where}: 'config.{f.name}' must be {_type_name(hints[f.name])}, "
+                                 f"got {type(config[f.name]).__name__} {str(config[f.name])[:40]!r}")
+            values[f.name] = config[f.name]
+    return RunConfig(**values)
+
+
+def _fits(value: Any, hint: Any) -> bool:
+    """Does a JSON value fit a (simple) type annotation? bool is not an int here."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if hint is Any:
+        return True
+    if origin in (typing.Union, types.UnionType):
+        return any(_fits(value, a) for a in args)
+    if hint is type(None):
+        return value is None
+    if origin is list:
+        return isinstance(value, list) and all(_fits(v, args[0]) for v in value)
+    if origin is dict:
+        return isinstance(value, dict) and all(_fits(k, args[0]) and _fits(v, args[1]) for k, v in value.items())
+    if hint is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if hint is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    return isinstance(value, hint)
+
+
+def _type_name(hint: Any) -> str:
+    return getattr(hint, "__name__", None) or str(hint).replace("typing.", "")

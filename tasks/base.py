@@ -63,11 +63,17 @@ def read_jsonl_questions(path: Path, task: str, fold: Optional[dict[str, str]] =
         turns = row.get("turns")
         if isinstance(turns, str):
             turns = [turns]
-        if not turns or not all(isinstance(t, str) for t in turns):
-            raise UsageError(f"{path}:{lineno}: 'turns' must be a non-empty list of strings")
+        # a list only: a dict would pass as its keys, a number would not iterate
+        if not isinstance(turns, list) or not turns or not all(isinstance(t, str) and t.strip() for t in turns):
+            raise UsageError(f"{path}:{lineno}: 'turns' must be a non-empty list of non-empty strings")
         if "question_id" not in row:
             raise UsageError(f"{path}:{lineno}: missing 'question_id'")
-        cat = str(row.get("category", "default"))
+        qid = row["question_id"]
+        if isinstance(qid, bool) or not isinstance(qid, (str, int)) or not str(qid).strip():
+            raise UsageError(f"{path}:{lineno}: 'question_id' must be a string or an integer")
+        if not isinstance(row.get("category", "default"), str) or not row.get("category", "default").strip():
+            raise UsageError(f"{path}:{lineno}: 'category' must be a non-empty string")
+        cat = row.get("category", "default")
         sub = None
         if fold and cat in fold:
             cat, sub = fold[cat], cat
