@@ -34,7 +34,9 @@ def resume_conflicts(given: dict[str, Any], cfg: RunConfig, normalise: dict[str,
         wanted, stored = norm(value), getattr(cfg, field)
         if wanted != stored:
             flag = "--" + name.replace("_", "-")
-            found.append(f"{flag} {_show(wanted)} (manifest: {_show(stored)})")
+            shown = flag if isinstance(value, bool) else f"{flag} {_show(wanted)}"  # a switch has no value
+            found.append(f"{shown} (manifest: {field}={_show(stored)})" if isinstance(value, bool)
+                         else f"{shown} (manifest: {_show(stored)})")
     return found
 
 

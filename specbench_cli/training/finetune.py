@@ -228,12 +228,14 @@ class TrainConfig:
     def validate(self) -> None:
         if self.steps < 1 or self.batch_size < 1:
             raise UsageError("--steps and --batch-size must be >= 1")
-        if self.lr <= 0:
+        if not 0 < self.lr < math.inf:  # written so that NaN fails too
             raise UsageError(f"--lr must be > 0, got {self.lr}")
         if self.save_every < 1 or self.keep < 1:
             raise UsageError("--save-every and --keep must be >= 1")
-        if self.warmup < 0 or self.grad_clip <= 0:
+        if self.warmup < 0 or not 0 < self.grad_clip < math.inf:
             raise UsageError("--warmup must be >= 0 and --grad-clip > 0")
+        if not 0 <= self.weight_decay < math.inf:
+            raise UsageError(f"--weight-decay must be >= 0, got {self.weight_decay}")
 
 
 def checkpoints(out: Path) -> list[Path]:
