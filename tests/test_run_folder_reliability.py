@@ -203,3 +203,19 @@ def test_unwritable_output_dir_is_refused_before_loading(tmp_path, capsys, monke
     locked.chmod(0o500)
     code, _, err = cli(["run", "--output-dir", str(locked)], capsys)
     assert code == 2 and "is not writable" in err
+
+
+def test_sweep_retry_removes_a_run_lock_left_on_another_node(tmp_path):
+    """A Ray worker node that died leaves its run.lock; the sweep's retry (on any node) must not
+    be refused for it, while a lock of this host is left to `run`'s own dead-pid check."""
+    from specbench_cli.sweep.jobs import _drop_foreign_run_lock
+
+    run = tmp_path / "job" / "run"
+    run.mkdir(parents=True)
+    (run / "run.lock").write_text(json.dumps({"pid": 123, "host": "node-that-died"}))
+    _drop_foreign_run_lock(run, tmp_path / "job", socket.gethostname())
+    assert not (run / "run.lock").exists()
+    assert "node-that-died" in (tmp_path / "job" / "job.log").read_text()
+    _lock_by(run, os.getpid())
+    _drop_foreign_run_lock(run, tmp_path / "job", socket.gethostname())
+    assert (run / "run.lock").exists()
