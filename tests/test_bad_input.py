@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from specbench_cli.app import main
-from test_metrics import manifest, synthetic_rows, write_run
+from test_metrics import synthetic_rows, write_run
 
 
 def cli(args: list[str], capsys) -> tuple[int, str, str]:

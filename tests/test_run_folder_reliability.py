@@ -64,7 +64,7 @@ def test_a_dead_holders_lock_is_taken_over_with_a_note(tiny_run, capsys):
     (tiny_run / "samples.jsonl").write_text("".join(lines[:4]))  # as if killed -9 after 4 rows
     code, _, err = cli(["run", "--resume", str(tiny_run), "--no-report"], capsys)
     assert code == 0, err
-    assert f"taking over a stale lock" in err and str(dead.pid) in err
+    assert "taking over a stale lock" in err and str(dead.pid) in err
     assert len(_rows(tiny_run)) == 6 and not (tiny_run / "run.lock").exists()
 
 
