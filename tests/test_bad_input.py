@@ -288,3 +288,16 @@ def test_the_table_covers_every_command():
     """Every command with user input has cases above (a new command must add its own)."""
     covered = {c[0].split()[0] for c in CASES}
     assert covered >= {"run", "report", "compare", "export", "baseline", "check", "sweep", "cost", "train"}
+
+
+def test_a_runtime_failure_is_one_line_and_exit_1(tmp_path, monkeypatch, capsys):
+    """Not bad input but a failure while running (here: the Spec-Bench download): exit 1, one line."""
+    import specbench_cli.tasks.spec_bench as sb
+
+    monkeypatch.setattr(sb, "local_candidates", lambda: [])
+    monkeypatch.setenv("SPECBENCH_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("SPECBENCH_QUESTIONS_URL", (tmp_path / "nowhere.jsonl").as_uri())
+    code, _, err = cli(["run", "--tasks", "spec_bench"], capsys)
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert code == 1 and len(lines) == 1 and lines[0].startswith("error: could not download Spec-Bench questions")
+    assert not (tmp_path / "cache" / "data" / "spec_bench" / "question.jsonl").exists()
