@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
-import torch
+from specbench_cli.lazy import inference_mode, torch
 
 from specbench_cli.engine.drafter import DecodeState, Structure
 from specbench_cli.engine.tree import Draft
@@ -71,7 +71,7 @@ class Medusa(Method):
         return {**self.ckpt.params(), "structure": self.structure.value, "width": self.opts.width,
                 "paths": len(self.paths)}
 
-    @torch.inference_mode()
+    @inference_mode
     def propose(self, state: DecodeState) -> Draft:
         n = state.budget - 1
         if n <= 0 or state.remaining <= 1:

@@ -14,12 +14,11 @@ from typing import List, Optional
 import typer
 from rich.markup import escape
 
-from specbench_cli import metrics, report
-from specbench_cli.baseline import check_entries, diff_table, mismatches, read_baseline, write_baseline  # noqa: F401
 from specbench_cli.console import err, out
 from specbench_cli.errors import UsageError, check_output_file, check_output_folder
-from specbench_cli.export import EXPORT_FORMATS, spec_bench_answers, write_answers
-from specbench_cli.reporting import load, summary_of, write_report
+
+# The work behind these commands (pandas, matplotlib) is imported inside each command, so
+# that `specbench run` with a bad option, which never reaches them, does not pay for it.
 
 
 def register(app: typer.Typer) -> None:
@@ -41,6 +40,8 @@ def report_command(
     no_plots: bool = typer.Option(False, "--no-plots", help="Skip the figures."),
 ) -> None:
     """Spec-Bench table (speedup per category, #MAT, tok/s) plus figures, from result folders."""
+    from specbench_cli.reporting import write_report
+
     if output is not None:
         check_output_folder(output, "--output")
     write_report(run_dirs, fmt=fmt, output=output, columns=columns, plots=not no_plots)
@@ -57,6 +58,9 @@ def check_command(
     for name, tol in (("--mat-tol", mat_tol), ("--speedup-tol", speedup_tol)):
         if not (math.isfinite(tol) and tol >= 0):
             raise UsageError(f"{name} must be a finite number >= 0, got {tol}")
+    from specbench_cli.baseline import check_entries, diff_table, mismatches, read_baseline
+    from specbench_cli.reporting import summary_of
+
     doc = read_baseline(baseline)
     entries = doc["entries"]
     runs, rows, summary = summary_of([run_dir])
@@ -80,6 +84,9 @@ def baseline_command(
 ) -> None:
     """Write a baseline (#MAT, speedup, n per model, method, BC and category) for `check`."""
     check_output_file(output, "--output")
+    from specbench_cli.baseline import write_baseline
+    from specbench_cli.reporting import summary_of
+
     runs, _, summary = summary_of([run_dir])
     if summary.empty:
         raise UsageError(f"{run_dir} has no finished rows to make a baseline of")
@@ -92,6 +99,9 @@ def compare_command(
     run_b: Path = typer.Argument(..., metavar="RUN_B"),
 ) -> None:
     """Run A vs run B side by side: speedup, #MAT and tok/s per category with relative change."""
+    from specbench_cli import report
+    from specbench_cli.reporting import summary_of
+
     _, _, summary_a = summary_of([run_a])
     _, _, summary_b = summary_of([run_b])
     for metric in ("speedup", "mat", "tokens_per_s"):
@@ -108,6 +118,10 @@ def export_command(
     output: Path = typer.Option(..., "--output", "-o", help="Folder for the answer files."),
 ) -> None:
     """Write Spec-Bench answer files (one JSONL per method, AR included) for its own scripts."""
+    from specbench_cli import metrics
+    from specbench_cli.export import EXPORT_FORMATS, spec_bench_answers, write_answers
+    from specbench_cli.reporting import load
+
     if fmt not in EXPORT_FORMATS:
         raise UsageError(f"unknown export format '{fmt}'; choose from {', '.join(EXPORT_FORMATS)}")
     check_output_folder(output, "--output")
