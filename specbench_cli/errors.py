@@ -42,17 +42,20 @@ def unknown(kind: str, name: str, choices: Iterable[str]) -> UsageError:
 
 
 def check_output_folder(path: str | Path, option: str) -> Path:
-    """A folder to write into, created if needed; UsageError naming `option` if it is a file or
-    cannot be created or written (checked before any work, so no model loads in vain)."""
+    """A folder that can be written into (it, or its nearest existing ancestor, is a writable
+    folder); UsageError naming `option` otherwise. Creates nothing: it runs before any work,
+    so bad input costs no model load and a refused run leaves no folder behind."""
     folder = Path(path).expanduser()
-    if folder.exists() and not folder.is_dir():
-        raise UsageError(f"{option} {folder} is a file, not a folder")
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise UsageError(f"{option} {folder}: cannot create it ({exc.strerror or exc})") from None
-    if not os.access(folder, os.W_OK | os.X_OK):
-        raise UsageError(f"{option} {folder} is not writable")
+    probe = folder
+    while not probe.exists() and probe.parent != probe:
+        probe = probe.parent
+    if not probe.is_dir():
+        if probe == folder:
+            raise UsageError(f"{option} {folder} is a file, not a folder")
+        raise UsageError(f"{option} {folder}: cannot create it ({probe} is a file)")
+    if not os.access(probe, os.W_OK | os.X_OK):
+        raise UsageError(f"{option} {folder} is not writable" if probe == folder else
+                         f"{option} {folder}: cannot create it ({probe} is not writable)")
     return folder
 
 

@@ -195,8 +195,8 @@ LOCK = "run.lock"
 
 
 def check_output_dir(output_dir: str | Path) -> Path:
-    """The folder new run folders go into (created if needed); a UsageError before any model
-    loads if it is a file or cannot be written."""
+    """The folder new run folders go into (created with the first run folder); a UsageError
+    before any model loads if it is a file or cannot be written."""
     return check_output_folder(output_dir, "--output-dir")
 
 

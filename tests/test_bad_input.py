@@ -183,7 +183,7 @@ CASES = [
     ("run --categories qaa", 2, "unknown category 'qaa'"),
     ("run --methods ar,pld --option lookahead.W=5", 2, "options given for method 'lookahead'"),
     ("run --output-dir {a_file}", 2, "--output-dir {a_file} is a file, not a folder"),
-    ("run --output-dir {a_file}/sub", 2, "--output-dir {a_file}/sub: cannot create it"),
+    ("run --output-dir {a_file}/sub", 2, "--output-dir {a_file}/sub: cannot create it ({a_file} is a file)"),
     ("run --retry-errors", 2, "--retry-errors needs --resume RUN_DIR"),
     # --- run --resume: the manifest, and flags that contradict it
     ("run --resume {folder}", 2, "is not a run folder (no manifest.json)"),
@@ -226,6 +226,7 @@ CASES = [
     ("export {rows_wall_nan} -o {folder}", 2, "'wall_time' must be a finite number"),
     ("baseline {run} -o {folder}", 2, "--output {folder} is a folder; give a file path"),
     ("baseline {run} -o {a_file}/x.json", 2, "--output {a_file} is a file, not a folder"),
+    ("export {run} -o {a_file}/sub/answers", 2, "--output {a_file}/sub/answers: cannot create it ({a_file} is a file)"),
     ("baseline {rows_accept_text} -o {folder}/b.json", 2, "'accept_lengths' must be a list of integers"),
     # --- check: baselines and tolerances
     ("check {run} --baseline {baseline_empty.json}", 2, "{baseline_empty.json}: the baseline has no entries"),
