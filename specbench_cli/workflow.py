@@ -10,6 +10,8 @@ from typing import Optional
 from rich.text import Text
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
+from specbench_cli.bcauto import instance_label
+from specbench_cli.bcauto_run import auto_specs, calibration_questions, prepare
 from specbench_cli.console import err
 from specbench_cli.errors import RuntimeFailure
 from specbench_cli.prompting import default_threads, set_threads
@@ -34,17 +36,22 @@ def execute(cfg: RunConfig, store: Optional[RunFolder] = None, report: bool = Tr
 
     questions = load_questions(cfg)           # bad input fails before the model loads
     planned = plan_methods(cfg)               # so do bad method options
+    if auto_specs(cfg):                       # and an `auto` run without calibration questions
+        calibration_questions(questions, cfg.auto_questions)
     threads = set_threads(cfg.threads, default_threads())
     err.print(f"[dim]loading {cfg.model} ({cfg.dtype}, {cfg.device}, {threads} threads)[/dim]")
     lm = load_model(cfg.model, device=cfg.device, dtype=cfg.dtype, trust_remote_code=trust_remote_code)
+    # the cost curve (recorded when cached; measured when `auto` needs it) and auto budgets
+    planned, costs = prepare(cfg, lm, planned, questions, threads, store.read_manifest() if store else None)
     runner = Runner(cfg, store)  # store set below
     runner.setup(lm, planned)
     if store is None:
         manifest = {"config": {**dataclasses.asdict(cfg), "threads": threads,
                                "methods": list(runner.methods)},
-                    "model": lm.manifest(), **environment(),
-                    "methods": {n: {"label": m.label(), "params": m.params(), "lossless": m.lossless,
-                                    "extra_params": m.extra_params} for n, m in runner.methods.items()}}
+                    "model": lm.manifest(), **environment(), **costs,
+                    "methods": {n: {"label": instance_label(n, m.label()), "params": m.params(),
+                                    "lossless": m.lossless, "extra_params": m.extra_params,
+                                    "block_complexity": m.ctx.budget} for n, m in runner.methods.items()}}
         store = RunFolder.create(Path(cfg.output_dir), manifest)
     else:
         store.repair_tail()
