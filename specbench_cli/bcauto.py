@@ -116,6 +116,22 @@ class Profile:
         self.tokens += len(gen.output_ids)
 
 
+def monotone(ms: list[float]) -> Callable[[int], float]:
+    """t(q) from a measured curve, made non-decreasing: t'(q) = min over q' >= q of ms[q'-1].
+
+    A forward of q tokens does the work of one of q' > q and less, so a q that measured slower
+    than a larger one was disturbed (another process on the cores); its value is replaced by the
+    larger q's. Beyond the measured range: the last value plus the last measured slope."""
+    env = list(ms)
+    for i in range(len(env) - 2, -1, -1):
+        env[i] = min(env[i], env[i + 1])
+    slope = max(env[-1] - env[-2], 0.0) if len(env) > 1 else env[-1]
+
+    def t(q: int) -> float:
+        return env[q - 1] if q <= len(env) else env[-1] + slope * (q - len(env))
+    return t
+
+
 def predicted_tokens_per_s(profile: Profile, t: Callable[[int], float]) -> float:
     """sum(a_i) / sum(t(q_i) + d_i + o) in tokens per second; 0 for an empty profile."""
     if not profile.accept_lengths:

@@ -71,7 +71,7 @@ def calibrate_one(spec: str, cfg, lm, decoder, prompts: list[list[int]], curve: 
             profile.add(decoder.generate(method, ids, max_new, b, _generator(cfg)))
         profiles.append(profile)
         progress(f"{spec} BC {b}")
-    chosen, predicted = bcauto.choose_budget(profiles, curve.t)
+    chosen, predicted = bcauto.choose_budget(profiles, bcauto.monotone(curve.ms))
     return {"chosen": chosen, "candidates": {str(p.budget): bcauto.summary(p, predicted[p.budget])
                                              for p in profiles}}
 

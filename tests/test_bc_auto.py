@@ -60,6 +60,11 @@ def test_ties_go_to_the_smaller_budget_and_measured_q_not_the_budget_is_charged(
         bcauto.choose_budget([], cpu)
 
 
+def test_a_disturbed_curve_point_is_replaced_by_the_next_larger_q():
+    t = bcauto.monotone([10.0, 30.0, 12.0, 15.0])  # q=2 was timed while something else ran
+    assert [t(q) for q in (1, 2, 3, 4)] == [10.0, 12.0, 12.0, 15.0] and t(6) == 21.0
+
+
 @pytest.mark.parametrize("spec,parsed", [("pld", ("pld", None)), ("pld@auto", ("pld", "auto")),
                                          ("lookahead@16", ("lookahead", 16))])
 def test_instance_specs(spec, parsed):
@@ -168,3 +173,13 @@ def test_auto_run_end_to_end_on_the_tiny_model(tiny_model_dir, isolated_cache, t
     assert len(resumed) == len(rows)
     for spec, record in choices.items():
         assert {r["block_complexity"] for r in resumed if r["method"] == spec} == {record["chosen"]}
+
+
+def test_sweep_grid_takes_auto_as_a_budget(tmp_path):
+    from specbench_cli.sweep.grid import expand, load_grid
+    from test_sweep import selector, write_grid
+
+    grid = load_grid(write_grid(tmp_path, 'methods = ["pld"]\nbcs = [10, "auto"]\ncategories = ["qa"]\n'))
+    jobs = expand(grid, selector(grid))
+    assert sorted(j.args[j.args.index("--block-complexity") + 1] for j in jobs) == ["10", "auto"]
+    assert len({j.id for j in jobs}) == 2
