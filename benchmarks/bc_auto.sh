@@ -9,7 +9,7 @@ out=${1:-results/reference/bc-auto}
 limit=${2:-1}
 max_new=${3:-128}
 candidates=${4:-1,2,3,4,6,8,12,16}
-cal=${5:-1}
+cal=${5:-6}
 methods=ar
 for m in pld jacobi lookahead tr-jacobi mask-probe; do methods="$methods,$m,$m@auto"; done
 for dtype in ${DTYPES:-float32 bfloat16}; do

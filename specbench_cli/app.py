@@ -70,7 +70,7 @@ def run(
     no_warmup: bool = typer.Option(False, "--no-warmup", help="Skip the untimed warm-up generation."),
     no_report: bool = typer.Option(False, "--no-report", help="Do not print/write the summary table at the end."),
     auto_candidates: Optional[str] = typer.Option(None, "--auto-candidates", help="Budgets 'auto' tries, comma-separated (default 1,2,3,4,6,8,12,16,24)."),
-    auto_questions: int = typer.Option(2, "--auto-questions", help="Calibration questions for 'auto' (from the mini suite, never reported)."),
+    auto_questions: int = typer.Option(6, "--auto-questions", help="Calibration questions for 'auto' (from the mini suite, one per category, never reported)."),
     trust_remote_code: bool = typer.Option(False, "--trust-remote-code", help="Let a model (or draft model) run the Python code it ships (auto_map). Off by default: such a model is refused. Never stored in the run folder, so give it again with --resume."),
 ) -> None:
     """Run methods on a task suite and write results/<run_id>/."""

@@ -28,9 +28,9 @@ from specbench_cli.errors import UsageError
 AUTO = "auto"
 AR = "ar"
 DEFAULT_CANDIDATES = (1, 2, 3, 4, 6, 8, 12, 16, 24)
-DEFAULT_CALIBRATION_QUESTIONS = 2
+DEFAULT_CALIBRATION_QUESTIONS = 6   # one per mini category: acceptance differs by kind of text
 CALIBRATION_TASK = "mini"
-CALIBRATION_TOKENS = 64     # new tokens per calibration question (first turn only)
+CALIBRATION_TOKENS = 32     # new tokens per calibration question (first turn only)
 CURVE_CONTEXT = 400         # the cost curve's context length (the `specbench cost` default)
 CURVE_ROUNDS = 5
 
