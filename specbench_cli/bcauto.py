@@ -85,9 +85,12 @@ def instance_budget(spec: str, run_bc: Budget) -> Budget:
     return own if own is not None else run_bc
 
 
-def instance_label(spec: str, label: str) -> str:
-    """The method's label plus the instance suffix ('pld(max_ngram=4)@auto')."""
+def instance_label(spec: str, label: str, run_bc: Budget = 10) -> str:
+    """The method's label plus the instance suffix ('pld(max_ngram=4)@auto'); under
+    `--block-complexity auto` a plain name is labelled `@auto` too (tables then show its BC)."""
     base, own = parse_spec(spec)
+    if own is None and base != AR and run_bc == AUTO:
+        own = AUTO
     return label if own is None else f"{label}@{own}"
 
 

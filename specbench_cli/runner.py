@@ -218,7 +218,7 @@ class Runner:
              prompt_tokens: int = 0) -> dict:
         """The SampleRow of one turn: measured from `gen`, or an error row."""
         row = SampleRow(
-            method=name, method_label=bcauto.instance_label(name, method.label()), method_params=method.params(),
+            method=name, method_label=bcauto.instance_label(name, method.label(), self.cfg.block_complexity), method_params=method.params(),
             lossless=method.lossless,
             extra_params=method.extra_params, structure=method.structure.value, task=q.task, category=q.category,
             subcategory=q.subcategory, question_id=q.id, turn=turn, repeat=repeat,

@@ -49,7 +49,7 @@ def execute(cfg: RunConfig, store: Optional[RunFolder] = None, report: bool = Tr
         manifest = {"config": {**dataclasses.asdict(cfg), "threads": threads,
                                "methods": list(runner.methods)},
                     "model": lm.manifest(), **environment(), **costs,
-                    "methods": {n: {"label": instance_label(n, m.label()), "params": m.params(),
+                    "methods": {n: {"label": instance_label(n, m.label(), cfg.block_complexity), "params": m.params(),
                                     "lossless": m.lossless, "extra_params": m.extra_params,
                                     "block_complexity": m.ctx.budget} for n, m in runner.methods.items()}}
         store = RunFolder.create(Path(cfg.output_dir), manifest)

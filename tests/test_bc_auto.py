@@ -75,7 +75,8 @@ def test_instance_budget_and_label():
     assert bcauto.instance_budget("pld", "auto") == "auto" and bcauto.instance_budget("pld@6", "auto") == 6
     assert bcauto.instance_budget("pld@auto", 10) == "auto" and bcauto.instance_budget("ar", "auto") == 1
     assert bcauto.instance_label("pld@auto", "pld(max_ngram=4)") == "pld(max_ngram=4)@auto"
-    assert bcauto.instance_label("pld", "pld") == "pld"
+    assert bcauto.instance_label("pld", "pld") == "pld" and bcauto.instance_label("pld", "pld", "auto") == "pld@auto"
+    assert bcauto.instance_label("ar", "ar", "auto") == "ar" and bcauto.instance_label("pld@6", "pld", "auto") == "pld@6"
 
 
 def test_auto_needs_calibration_questions_outside_the_reported_ones(capsys, monkeypatch):
