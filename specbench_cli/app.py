@@ -55,7 +55,7 @@ def run(
     categories: Optional[List[str]] = typer.Option(None, "--categories", help="Only these categories (comma-separated)."),
     limit: Optional[int] = typer.Option(None, "--limit", help="At most this many questions per category."),
     question_ids: Optional[List[str]] = typer.Option(None, "--question-ids", help="Only these question ids (comma-separated)."),
-    block_complexity: int = typer.Option(10, "--block-complexity", "--bc", help="Max tokens the target processes per forward, root included."),
+    block_complexity: str = typer.Option("10", "--block-complexity", "--bc", help="Max tokens the target processes per forward, root included; 'auto': per method, the budget with the best predicted throughput on this device (docs/block-complexity-auto.md). A method listed as NAME@BC (pld@auto, pld@6) has its own."),
     max_new_tokens: int = typer.Option(128, "--max-new-tokens", help="Generation cap per turn."),
     dtype: str = typer.Option("float32", "--dtype", help="float32 (exact lossless check), bfloat16 or float16."),
     device: str = typer.Option("cpu", "--device", help="cpu or cuda (cuda:N)."),
@@ -70,6 +70,8 @@ def run(
     resume: Optional[Path] = typer.Option(None, "--resume", help="Continue an interrupted run folder (its manifest's settings are used)."),
     no_warmup: bool = typer.Option(False, "--no-warmup", help="Skip the untimed warm-up generation."),
     no_report: bool = typer.Option(False, "--no-report", help="Do not print/write the summary table at the end."),
+    auto_candidates: Optional[str] = typer.Option(None, "--auto-candidates", help="Budgets 'auto' tries, comma-separated (default 1,2,3,4,6,8,12,16,24)."),
+    auto_questions: int = typer.Option(6, "--auto-questions", help="Calibration questions for 'auto' (from the mini suite, one per category, never reported)."),
     trust_remote_code: bool = typer.Option(False, "--trust-remote-code", help="Let a model (or draft model) run the Python code it ships (auto_map). Off by default: such a model is refused. Never stored in the run folder, so give it again with --resume."),
     retry_errors: bool = typer.Option(False, "--retry-errors", help="With --resume: run the rows that ended in an error again."),
 ) -> None:
@@ -97,7 +99,8 @@ def run(
             tasks=_split(tasks) or ["mini"], questions=questions, categories=_split(categories), limit=limit,
             question_ids=_split(question_ids), block_complexity=block_complexity, max_new_tokens=max_new_tokens,
             dtype=dtype, device=device, threads=threads, temperature=temperature, top_p=top_p, seed=seed,
-            repeats=repeats, warmup=not no_warmup, draft_model=draft_model, output_dir=str(output_dir))
+            repeats=repeats, warmup=not no_warmup, draft_model=draft_model, output_dir=str(output_dir),
+            auto_candidates=auto_candidates.split(",") if auto_candidates else None, auto_questions=auto_questions)
         cfg.validate()
     execute(cfg, store, report=not no_report, trust_remote_code=trust_remote_code, retry_errors=retry_errors)
 
@@ -113,16 +116,29 @@ def _same(value):
     return value
 
 
+def _bc(value):
+    from specbench_cli.bcauto import parse_bc
+
+    return parse_bc(value)  # "10" -> 10, "AUTO" -> "auto": as the manifest stores it
+
+
+def _candidates(value):
+    from specbench_cli.bcauto import parse_candidates
+
+    return parse_candidates(value)
+
+
 # `run` flag -> (RunConfig field, CLI value as the manifest stores it): what --resume compares
 _RESUME_FIELDS = {
     "model": ("model", _same), "methods": ("methods", _methods_stored), "tasks": ("tasks", _split),
     "questions": ("questions", _same), "categories": ("categories", _split), "limit": ("limit", _same),
-    "question_ids": ("question_ids", _split), "block_complexity": ("block_complexity", _same),
+    "question_ids": ("question_ids", _split), "block_complexity": ("block_complexity", _bc),
     "max_new_tokens": ("max_new_tokens", _same), "dtype": ("dtype", _same), "device": ("device", _same),
     "threads": ("threads", _same), "temperature": ("temperature", _same), "top_p": ("top_p", _same),
     "seed": ("seed", _same), "repeats": ("repeats", _same), "draft_model": ("draft_model", _same),
     "option": ("method_options", _parse_method_options), "output_dir": ("output_dir", str),
     "no_warmup": ("warmup", lambda v: not v),
+    "auto_candidates": ("auto_candidates", _candidates), "auto_questions": ("auto_questions", _same),
 }
 
 

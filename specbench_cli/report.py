@@ -159,7 +159,8 @@ def spec_bench_table(summary: pd.DataFrame, columns: Iterable[str] = ()) -> Tabl
     if frame["model"].nunique() > 1:
         cols.append(Column("Model", "model", numeric=False))
     cols.append(Column("Method", "method_label", numeric=False))
-    if "bc" in columns or "block_complexity" in keys:
+    # NAME@auto / NAME@N instances: the BC column shows each one's (chosen) budget
+    if "bc" in columns or "block_complexity" in keys or frame["method_label"].astype(str).str.contains("@").any():
         cols.append(Column("BC", "block_complexity", digits=0))
     if "params" in columns:
         cols.append(Column("Params", "params", numeric=False))

@@ -12,6 +12,8 @@ from rich.markup import escape
 from rich.text import Text
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
+from specbench_cli.bcauto import instance_label
+from specbench_cli.bcauto_run import auto_specs, calibration_questions, prepare
 from specbench_cli.console import err
 from specbench_cli.errors import RuntimeFailure
 from specbench_cli.prompting import default_threads, set_threads
@@ -54,17 +56,22 @@ def _execute(cfg: RunConfig, store: Optional[RunFolder], report: bool, trust_rem
         locks.enter_context(store.lock(_note))
         if retry_errors:
             err.print(f"--retry-errors: {retry_error_rows(store)} row(s) will run again")
+    if auto_specs(cfg):                       # and an `auto` run without calibration questions
+        calibration_questions(questions, cfg.auto_questions)
     threads = set_threads(cfg.threads, default_threads())
     err.print(f"[dim]loading {cfg.model} ({cfg.dtype}, {cfg.device}, {threads} threads)[/dim]")
     lm = load_model(cfg.model, device=cfg.device, dtype=cfg.dtype, trust_remote_code=trust_remote_code)
+    # the cost curve (recorded when cached; measured when `auto` needs it) and auto budgets
+    planned, costs = prepare(cfg, lm, planned, questions, threads, store.read_manifest() if store else None)
     runner = Runner(cfg, store)  # store set below
     runner.setup(lm, planned)
     if store is None:
         manifest = {"config": {**dataclasses.asdict(cfg), "threads": threads,
                                "methods": list(runner.methods)},
-                    "model": lm.manifest(), **environment(),
-                    "methods": {n: {"label": m.label(), "params": m.params(), "lossless": m.lossless,
-                                    "extra_params": m.extra_params} for n, m in runner.methods.items()}}
+                    "model": lm.manifest(), **environment(), **costs,
+                    "methods": {n: {"label": instance_label(n, m.label(), cfg.block_complexity), "params": m.params(),
+                                    "lossless": m.lossless, "extra_params": m.extra_params,
+                                    "block_complexity": m.ctx.budget} for n, m in runner.methods.items()}}
         store = RunFolder.create(Path(cfg.output_dir), manifest)
         locks.enter_context(store.lock(_note))
     else:
