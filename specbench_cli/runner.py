@@ -332,6 +332,8 @@ def config_from_manifest(manifest: dict, where: str = "manifest") -> RunConfig:
                 raise UsageError(f"{where}: 'config.{f.name}' must be {_type_name(hints[f.name])}, "
                                  f"got {type(config[f.name]).__name__} {str(config[f.name])[:40]!r}")
             values[f.name] = config[f.name]
+    if "block_complexity" in values:  # int | str admits any string: only a number or 'auto' is one
+        values["block_complexity"] = bcauto.parse_bc(values["block_complexity"], f"{where}: 'config.block_complexity'")
     return RunConfig(**values)
 
 
