@@ -217,15 +217,21 @@ def remote_code_refused(where: str) -> UsageError:
 
 def load_model(ref: str = DEFAULT_MODEL, device: str = "cpu", dtype: str = "float32",
                attn_implementation: str = "sdpa", *, trust_remote_code: bool = False) -> LoadedModel:
-    """Load a causal LM and its tokenizer, in eval mode on `device` with `dtype`.
+    """Load a causal LM and its tokenizer, in eval mode on `device` with `dtype`, attention by
+    `attn_implementation` (`sdpa`, `eager` or `short`, see engine/attention.py).
 
     A model's own Python code (`auto_map`) runs only with `trust_remote_code`; without it such a
     model is refused with a UsageError (transformers is never left to ask on stdin). A hub id is
     looked up in the local Hugging Face cache only when the hub is unreachable (fails fast)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    from specbench_cli.engine import attention
+
     tdtype = torch_dtype(dtype)
     check_device(device)
+    attention.check(attn_implementation)
+    if attn_implementation == "short":
+        attention.register()
     kind, location = resolve(ref)
     folder = str(converted_gguf_dir(location)) if kind == "gguf" else location
     if kind == "folder" and not trust_remote_code and (culprit := needs_remote_code(folder)):

@@ -1,0 +1,122 @@
+"""`--attn short`: the few-token attention path gives SDPA's logits (causal blocks, tree masks,
+bool masks, the long-prefill fallback), keeps every lossless method equal to AR, and the flag
+is checked before any model loads and recorded in the manifest."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import pytest
+import torch
+
+from specbench_cli import methods
+from specbench_cli.engine import attention
+from specbench_cli.engine.cache import KVCache
+from specbench_cli.engine.loop import Decoder
+from specbench_cli.engine.tree import path_to, tree_inputs
+from specbench_cli.methods.base import MethodContext
+from tiny import EOS, VOCAB, make_model
+
+PROMPT = [2, 5, 9, 14, 7, 3, 2, 6, 30, 31, 32, 33, 9, 14]
+
+
+@pytest.fixture(scope="module")
+def pair():
+    """The same tiny GQA model (4 query heads over 2 key/value heads) twice: sdpa and short."""
+    attention.register()
+    ref, short = make_model(0), make_model(0)
+    short.set_attn_implementation("short")
+    assert short.config._attn_implementation == "short"
+    return ref, short
+
+
+def _step(model, prompt, block, **kw):
+    cache = KVCache()
+    model(input_ids=torch.tensor([prompt]), past_key_values=cache.hf, use_cache=True)
+    return model(input_ids=torch.tensor([block]), past_key_values=cache.hf, use_cache=True, **kw).logits[0]
+
+
+@torch.inference_mode()
+@pytest.mark.parametrize("q", [1, 2, 10, attention.SHORT_MAX_Q])
+def test_causal_blocks_after_a_cache_match_sdpa(pair, q):
+    ref, short = pair
+    rng = random.Random(q)
+    block = [rng.randrange(4, VOCAB) for _ in range(q)]
+    torch.testing.assert_close(_step(short, PROMPT, block), _step(ref, PROMPT, block), atol=1e-5, rtol=1e-5)
+
+
+@torch.inference_mode()
+def test_long_prefill_falls_back_and_matches(pair):
+    ref, short = pair
+    rng = random.Random(1)
+    prompt = [rng.randrange(4, VOCAB) for _ in range(attention.SHORT_MAX_Q + 30)]
+    got = short(input_ids=torch.tensor([prompt])).logits[0]
+    torch.testing.assert_close(got, ref(input_ids=torch.tensor([prompt])).logits[0], atol=1e-5, rtol=1e-5)
+    # a long block after a cache goes through SDPA with a bool mask, also right
+    block = prompt[:attention.SHORT_MAX_Q + 5]
+    torch.testing.assert_close(_step(short, PROMPT, block), _step(ref, PROMPT, block), atol=1e-5, rtol=1e-5)
+
+
+@torch.inference_mode()
+def test_tree_mask_forward_equals_each_path_run_as_its_own_chain(pair):
+    _, short = pair
+    rng = random.Random(0)
+    parents = [-1 if i == 0 else rng.randrange(-1, i) for i in range(12)]
+    tokens = [rng.randrange(4, VOCAB) for _ in parents]
+    cache = KVCache()
+    short(input_ids=torch.tensor([PROMPT]), past_key_values=cache.hf, use_cache=True)
+    mask, pos = tree_inputs(parents, cache.length, torch.float32, "cpu")
+    tree = short(input_ids=torch.tensor([[11] + tokens]), attention_mask=mask, position_ids=pos,
+                 past_key_values=cache.hf, use_cache=True).logits[0]
+    for node in range(len(parents)):
+        chain = [11] + [tokens[i] for i in path_to(parents, node)]
+        want = short(input_ids=torch.tensor([PROMPT + chain])).logits[0, -1]
+        torch.testing.assert_close(tree[node + 1], want, atol=1e-4, rtol=1e-4)
+
+
+def test_bool_masks_hide_what_they_say(pair):
+    """transformers hands the kernel a bool mask (True = visible) in some cases: equal to the additive one."""
+    _, short = pair
+    layer = short.model.layers[0].self_attn
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(1, h, n, 8, generator=g) for h, n in ((4, 3), (2, 7), (2, 7)))
+    visible = torch.rand(1, 1, 3, 7, generator=g) > 0.4
+    visible[..., -3:] = torch.eye(3, dtype=torch.bool)  # every row sees itself
+    additive = torch.zeros(1, 1, 3, 7).masked_fill(~visible, torch.finfo(torch.float32).min)
+    a, _ = attention.short_attention(layer, q, k, v, visible, scaling=0.3)
+    b, _ = attention.short_attention(layer, q, k, v, additive, scaling=0.3)
+    torch.testing.assert_close(a, b)
+    full = torch.nn.functional.scaled_dot_product_attention(q, k.repeat_interleave(2, 1), v.repeat_interleave(2, 1),
+                                                            attn_mask=visible, scale=0.3)
+    torch.testing.assert_close(a, full.transpose(1, 2))
+
+
+@pytest.mark.parametrize("name", [n for n in methods.names() if methods.get(n).lossless
+                                  and not methods.get(n).needs_training and n not in ("ar", "sps")])
+def test_lossless_methods_equal_ar_under_short_attention(pair, tiny_tok, name):
+    _, short = pair
+    dec = Decoder(short, {EOS})
+    ctx = MethodContext(short, tiny_tok, budget=10)
+    ar, method = methods.get("ar").create(ctx), methods.get(name).create(ctx)
+    for prompt in ([2, 40, 41, 42, 40, 41, 42, 40, 41], PROMPT):
+        assert dec.generate(method, prompt, 40, 10).output_ids == dec.generate(ar, prompt, 40, 10).output_ids
+
+
+def test_unknown_attn_exits_2_before_loading(tmp_path, capsys):
+    from test_cli import cli
+
+    code, _, err = cli(["run", "--attn", "flash"], capsys)
+    assert code == 2 and "unknown attention implementation 'flash'" in err and "short" in err
+
+
+def test_manifest_records_the_attention(tiny_model_dir, tmp_path, capsys):
+    from test_cli import cli
+
+    out = tmp_path / "res"
+    code, _, _ = cli(["run", "--model", str(tiny_model_dir), "--methods", "pld", "--limit", "1", "--categories",
+                      "qa", "--max-new-tokens", "8", "--attn", "short", "--output-dir", str(out), "--no-report"],
+                     capsys)
+    assert code == 0
+    (run,) = out.iterdir()
+    assert json.loads((run / "manifest.json").read_text())["config"]["attn"] == "short"
