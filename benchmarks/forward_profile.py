@@ -1,6 +1,6 @@
 """Where the time of one target forward goes: torch.profiler over q=1 and q=10 forwards.
 
-    python benchmarks/forward_profile.py --dtype float32 --threads 2 --attn sdpa \
+    python benchmarks/forward_profile.py --dtype float32 --threads 2 --forward sdpa \
         -o results/reference/forward/profile-float32-sdpa.json
 
 The cache holds `--context` tokens; each profiled forward appends q tokens and is rolled back,
@@ -81,7 +81,7 @@ def main() -> None:
     ap.add_argument("--model", default="smollm2-135m")
     ap.add_argument("--dtype", default="float32")
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--attn", default="sdpa")
+    ap.add_argument("--forward", default="sdpa", help="sdpa, eager, short or lean")
     ap.add_argument("--context", type=int, default=400)
     ap.add_argument("--iters", type=int, default=10)
     ap.add_argument("--q", default="1,10")
@@ -92,8 +92,8 @@ def main() -> None:
     from specbench_cli.models import load_model
 
     torch.set_num_threads(args.threads)
-    lm = load_model(args.model, dtype=args.dtype, attn_implementation=args.attn)
-    res = {"model": args.model, "dtype": args.dtype, "threads": args.threads, "attn": args.attn,
+    lm = load_model(args.model, dtype=args.dtype, forward=args.forward)
+    res = {"model": args.model, "dtype": args.dtype, "threads": args.threads, "forward": args.forward,
            "context": args.context, "torch": torch.__version__, "loadavg_before": os.getloadavg()[0],
            "profiles": [profile(lm, int(q), args.context, args.iters, False) for q in args.q.split(",")]}
     res["loadavg_after"] = os.getloadavg()[0]

@@ -216,9 +216,9 @@ def remote_code_refused(where: str) -> UsageError:
 
 
 def load_model(ref: str = DEFAULT_MODEL, device: str = "cpu", dtype: str = "float32",
-               attn_implementation: str = "sdpa", *, trust_remote_code: bool = False) -> LoadedModel:
-    """Load a causal LM and its tokenizer, in eval mode on `device` with `dtype`, attention by
-    `attn_implementation` (`sdpa`, `eager` or `short`, see engine/attention.py).
+               forward: str = "sdpa", *, trust_remote_code: bool = False) -> LoadedModel:
+    """Load a causal LM and its tokenizer, in eval mode on `device` with `dtype`, computing its
+    forward as `forward` says (`sdpa`, `eager`, `short` or `lean`, see engine/attention.py).
 
     A model's own Python code (`auto_map`) runs only with `trust_remote_code`; without it such a
     model is refused with a UsageError (transformers is never left to ask on stdin). A hub id is
@@ -229,7 +229,8 @@ def load_model(ref: str = DEFAULT_MODEL, device: str = "cpu", dtype: str = "floa
 
     tdtype = torch_dtype(dtype)
     check_device(device)
-    attention.check(attn_implementation)
+    attention.check(forward)
+    attn_implementation = "short" if forward == "lean" else forward
     if attn_implementation == "short":
         attention.register()
     kind, location = resolve(ref)
@@ -256,6 +257,12 @@ def load_model(ref: str = DEFAULT_MODEL, device: str = "cpu", dtype: str = "floa
         raise
     model.to(device)
     model.eval()
+    if forward == "lean":
+        from specbench_cli.engine import lean
+
+        if reason := lean.unsupported_reason(model):
+            raise UsageError(f"--forward lean: {reason}; use --forward sdpa or short")
+        lean.install(model)
     name = ref if kind != "gguf" else Path(location).stem
     if ref in ALIASES:
         name = ref

@@ -49,7 +49,7 @@ class RunConfig:
     warmup: bool = True
     draft_model: Optional[str] = None
     output_dir: str = "results"
-    attn: str = "sdpa"  # the target's attention implementation, the same for every method (engine/attention.py)
+    forward: str = "sdpa"  # how the target computes a forward, the same for every method (engine/attention.py)
 
     def validate(self) -> None:
         if self.block_complexity < 1:
@@ -74,9 +74,9 @@ class RunConfig:
         for t in self.tasks:
             task_registry.get(t)
         check_device(self.device)
-        from specbench_cli.engine.attention import check as check_attn
+        from specbench_cli.engine.attention import check as check_forward
 
-        check_attn(self.attn)
+        check_forward(self.forward)
         plan_methods(self)
 
 

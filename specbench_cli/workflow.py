@@ -35,8 +35,8 @@ def execute(cfg: RunConfig, store: Optional[RunFolder] = None, report: bool = Tr
     questions = load_questions(cfg)           # bad input fails before the model loads
     planned = plan_methods(cfg)               # so do bad method options
     threads = set_threads(cfg.threads, default_threads())
-    err.print(f"[dim]loading {cfg.model} ({cfg.dtype}, {cfg.device}, {threads} threads, attention {cfg.attn})[/dim]")
-    lm = load_model(cfg.model, device=cfg.device, dtype=cfg.dtype, attn_implementation=cfg.attn,
+    err.print(f"[dim]loading {cfg.model} ({cfg.dtype}, {cfg.device}, {threads} threads, forward {cfg.forward})[/dim]")
+    lm = load_model(cfg.model, device=cfg.device, dtype=cfg.dtype, forward=cfg.forward,
                     trust_remote_code=trust_remote_code)
     runner = Runner(cfg, store)  # store set below
     runner.setup(lm, planned)

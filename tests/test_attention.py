@@ -1,6 +1,6 @@
-"""`--attn short`: the few-token attention path gives SDPA's logits (causal blocks, tree masks,
-bool masks, the long-prefill fallback), keeps every lossless method equal to AR, and the flag
-is checked before any model loads and recorded in the manifest."""
+"""`--forward short` and `--forward lean` give SDPA's logits (causal blocks after a cache, tree
+masks, bool masks, the long-prefill fallback) and keep every lossless method equal to AR; the
+flag is checked before any model loads and recorded in the manifest."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from specbench_cli import methods
-from specbench_cli.engine import attention
+from specbench_cli.engine import attention, lean
 from specbench_cli.engine.cache import KVCache
 from specbench_cli.engine.loop import Decoder
 from specbench_cli.engine.tree import path_to, tree_inputs
@@ -21,14 +21,17 @@ from tiny import EOS, VOCAB, make_model
 PROMPT = [2, 5, 9, 14, 7, 3, 2, 6, 30, 31, 32, 33, 9, 14]
 
 
-@pytest.fixture(scope="module")
-def pair():
-    """The same tiny GQA model (4 query heads over 2 key/value heads) twice: sdpa and short."""
+@pytest.fixture(scope="module", params=["short", "lean"])
+def pair(request):
+    """The same tiny GQA model (4 query heads over 2 key/value heads) twice: sdpa, and short or lean."""
     attention.register()
-    ref, short = make_model(0), make_model(0)
-    short.set_attn_implementation("short")
-    assert short.config._attn_implementation == "short"
-    return ref, short
+    ref, fast = make_model(0), make_model(0)
+    fast.set_attn_implementation("short")
+    assert fast.config._attn_implementation == "short"
+    if request.param == "lean":
+        lean.install(fast)
+        assert fast.model._specbench_lean
+    return ref, fast
 
 
 def _step(model, prompt, block, **kw):
@@ -106,8 +109,8 @@ def test_lossless_methods_equal_ar_under_short_attention(pair, tiny_tok, name):
 def test_unknown_attn_exits_2_before_loading(tmp_path, capsys):
     from test_cli import cli
 
-    code, _, err = cli(["run", "--attn", "flash"], capsys)
-    assert code == 2 and "unknown attention implementation 'flash'" in err and "short" in err
+    code, _, err = cli(["run", "--forward", "flash"], capsys)
+    assert code == 2 and "unknown forward 'flash'" in err and "lean" in err
 
 
 def test_manifest_records_the_attention(tiny_model_dir, tmp_path, capsys):
@@ -115,8 +118,37 @@ def test_manifest_records_the_attention(tiny_model_dir, tmp_path, capsys):
 
     out = tmp_path / "res"
     code, _, _ = cli(["run", "--model", str(tiny_model_dir), "--methods", "pld", "--limit", "1", "--categories",
-                      "qa", "--max-new-tokens", "8", "--attn", "short", "--output-dir", str(out), "--no-report"],
+                      "qa", "--max-new-tokens", "8", "--forward", "short", "--output-dir", str(out), "--no-report"],
                      capsys)
     assert code == 0
     (run,) = out.iterdir()
-    assert json.loads((run / "manifest.json").read_text())["config"]["attn"] == "short"
+    assert json.loads((run / "manifest.json").read_text())["config"]["forward"] == "short"
+
+
+def test_lean_stores_no_weight_twice_and_refuses_other_architectures():
+    model = make_model(0)
+    before = sum(p.numel() for p in model.parameters())
+    lean.install(model)
+    layer = model.model.layers[0]
+    a = layer.self_attn
+    # q/k/v are views into one fused matrix (float32 CPU: [in, out] memory order)
+    assert a.q_proj.weight.untyped_storage().data_ptr() == layer._qkv.untyped_storage().data_ptr()
+    assert a.v_proj.weight.untyped_storage().data_ptr() == layer._qkv.untyped_storage().data_ptr()
+    assert layer._qkv.t().is_contiguous()
+    assert sum(p.numel() for p in model.parameters()) == before
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    gpt2 = GPT2LMHeadModel(GPT2Config(n_layer=1, n_embd=16, n_head=2, vocab_size=VOCAB))
+    assert "Llama-architecture models only" in lean.unsupported_reason(gpt2)
+
+
+@torch.inference_mode()
+def test_lean_takes_input_embeddings_and_a_trivial_padding_mask():
+    ref, fast = make_model(0), make_model(0)
+    lean.install(fast)
+    ids = torch.tensor([PROMPT])
+    emb = ref.get_input_embeddings()(ids)
+    want = ref(inputs_embeds=emb).logits
+    torch.testing.assert_close(fast(inputs_embeds=emb.clone()).logits, want, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(fast(input_ids=ids, attention_mask=torch.ones_like(ids)).logits, want,
+                               atol=1e-5, rtol=1e-5)

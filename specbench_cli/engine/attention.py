@@ -1,4 +1,4 @@
-"""Attention implementations the target can run with, chosen once per run (`--attn`).
+"""How the target computes a forward, chosen once per run (`--forward`).
 
 - `sdpa`: transformers' default, `torch.nn.functional.scaled_dot_product_attention`;
 - `eager`: transformers' reference path (repeat_kv, matmul, softmax, matmul);
@@ -8,10 +8,11 @@
   of the cache), applies the engine's additive tree mask or a causal mask for the last q
   columns, softmax in float32, and one more matmul. Longer inputs (the prompt's prefill) fall
   back to SDPA. Why it exists: on CPU, SDPA's flash kernel pays a fixed cost per call that
-  dwarfs a q=1 attention over a few hundred cached tokens (measured in docs/performance.md).
+  dwarfs a q=1 attention over a few hundred cached tokens (measured in docs/performance.md);
+- `lean`: `short` attention inside this project's fused Llama decoder (engine/lean.py).
 
 Every method of a run, AR included, goes through the same implementation, so speedups compare
-like with like; the manifest records it (`config.attn`).
+like with like; the manifest records it (`config.forward`).
 """
 
 from __future__ import annotations
@@ -19,9 +20,10 @@ from __future__ import annotations
 from typing import Optional
 
 import torch
+import torch.nn.functional as F
 
-ATTN_IMPLEMENTATIONS = ("sdpa", "eager", "short")
-DEFAULT_ATTN = "sdpa"
+FORWARDS = ("sdpa", "eager", "short", "lean")
+DEFAULT_FORWARD = "sdpa"
 SHORT_MAX_Q = 64  # above this the score matrix is big enough for SDPA's blocked kernel to win
 
 
@@ -35,12 +37,9 @@ def short_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.Ten
     `[b, 1, q, L]` (the engine's tree mask). Returns `[b, q, H, d]` and no weights.
     """
     b, h, q, d = query.shape
-    if q > SHORT_MAX_Q or dropout > 0.0:
-        from transformers.integrations.sdpa_attention import sdpa_attention_forward
-
-        return sdpa_attention_forward(module, query, key, value, attention_mask, scaling=scaling,
-                                      dropout=dropout, **kwargs)
     hkv, length = key.shape[1], key.shape[2]
+    if q > SHORT_MAX_Q or dropout > 0.0:
+        return _long_attention(query, key, value, attention_mask, scaling, dropout)
     g = h // hkv
     # Query heads i*g .. i*g+g-1 share key/value head i (repeat_kv's order), so a reshape groups them.
     scores = torch.matmul(query.reshape(b, hkv, g * q, d), key.transpose(2, 3))  # [b, Hkv, g*q, L]
@@ -57,6 +56,20 @@ def short_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.Ten
     probs = torch.softmax(scores, dim=-1, dtype=torch.float32).to(value.dtype)
     out = torch.matmul(probs.view(b, hkv, g * q, length), value)  # [b, Hkv, g*q, d]
     return out.view(b, h, q, d).transpose(1, 2), None
+
+
+def _long_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, mask: Optional[torch.Tensor],
+                    scaling: float, dropout: float) -> tuple[torch.Tensor, None]:
+    """Many query rows (a prefill): SDPA. A missing mask means causal with the new rows last,
+    which SDPA's `is_causal` only gets right when there is no cache (it aligns top-left)."""
+    q, length = query.shape[2], key.shape[2]
+    if mask is None and q > 1 and q != length:
+        mask = torch.ones((q, length), dtype=torch.bool, device=query.device).tril_(length - q)
+    elif mask is not None:
+        mask = mask[..., -length:]
+    out = F.scaled_dot_product_attention(query, key, value, attn_mask=mask, dropout_p=dropout,
+                                         is_causal=mask is None and q > 1, scale=scaling, enable_gqa=True)
+    return out.transpose(1, 2), None
 
 
 def short_mask(*, q_length: int, kv_length: int, q_offset: int = 0, kv_offset: int = 0,
@@ -87,9 +100,9 @@ def register() -> None:
 
 
 def check(name: str) -> str:
-    """`name` if it is a known implementation, else a UsageError (before any model loads)."""
-    if name not in ATTN_IMPLEMENTATIONS:
+    """`name` if it is a known `--forward`, else a UsageError (before any model loads)."""
+    if name not in FORWARDS:
         from specbench_cli.errors import unknown
 
-        raise unknown("attention implementation", name, ATTN_IMPLEMENTATIONS)
+        raise unknown("forward", name, FORWARDS)
     return name
