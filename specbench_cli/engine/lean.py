@@ -122,6 +122,8 @@ def lean_decoder_forward(self: Any, input_ids: Optional[torch.Tensor] = None,
     """
     from transformers.modeling_outputs import BaseModelOutputWithPast
 
+    if kwargs.get("output_hidden_states") or kwargs.get("output_attentions"):
+        raise ValueError("the lean forward returns the last hidden state only (use --forward sdpa)")
     if (input_ids is None) == (inputs_embeds is None):
         raise ValueError("give exactly one of input_ids or inputs_embeds")
     h = self.embed_tokens(input_ids) if inputs_embeds is None else inputs_embeds
