@@ -257,15 +257,15 @@ def load_model(ref: str = DEFAULT_MODEL, device: str = "cpu", dtype: str = "floa
         raise
     model.to(device)
     model.eval()
-    if forward == "lean":
+    name = ref if kind != "gguf" else Path(location).stem
+    if ref in ALIASES:
+        name = ref
+    params = sum(p.numel() for p in model.parameters())
+    if forward == "lean":  # after counting: lean may give a tied output head its own copy
         from specbench_cli.engine import lean
 
         if reason := lean.unsupported_reason(model):
             raise UsageError(f"--forward lean: {reason}; use --forward sdpa or short")
         lean.install(model)
-    name = ref if kind != "gguf" else Path(location).stem
-    if ref in ALIASES:
-        name = ref
-    params = sum(p.numel() for p in model.parameters())
     return LoadedModel(model=model, tokenizer=tokenizer, ref=ref, resolved=folder, name=name, params=params,
                        trust_remote_code=trust_remote_code)

@@ -95,13 +95,17 @@ def test_bool_masks_hide_what_they_say(pair):
     torch.testing.assert_close(a, full.transpose(1, 2))
 
 
-@pytest.mark.parametrize("name", [n for n in methods.names() if methods.get(n).lossless
-                                  and not methods.get(n).needs_training and n not in ("ar", "sps")])
-def test_lossless_methods_equal_ar_under_short_attention(pair, tiny_tok, name):
+HEAD_METHODS = {"medusa", "eagle"}  # read the target's hidden states: the lean body must give them too
+
+
+@pytest.mark.parametrize("name", [n for n in methods.names() if methods.get(n).lossless and n not in ("ar", "sps")
+                                  and (not methods.get(n).needs_training or n in HEAD_METHODS)])
+def test_lossless_methods_equal_ar_under_short_attention(pair, tiny_tok, name, request):
     _, short = pair
     dec = Decoder(short, {EOS})
     ctx = MethodContext(short, tiny_tok, budget=10)
-    ar, method = methods.get("ar").create(ctx), methods.get(name).create(ctx)
+    options = {"heads": request.getfixturevalue("tiny_heads")[name]} if name in HEAD_METHODS else {}
+    ar, method = methods.get("ar").create(ctx), methods.get(name).create(ctx, **options)
     for prompt in ([2, 40, 41, 42, 40, 41, 42, 40, 41], PROMPT):
         assert dec.generate(method, prompt, 40, 10).output_ids == dec.generate(ar, prompt, 40, 10).output_ids
 
@@ -113,16 +117,17 @@ def test_unknown_attn_exits_2_before_loading(tmp_path, capsys):
     assert code == 2 and "unknown forward 'flash'" in err and "lean" in err
 
 
-def test_manifest_records_the_attention(tiny_model_dir, tmp_path, capsys):
+@pytest.mark.parametrize("forward", ["short", "lean"])
+def test_manifest_records_the_forward(tiny_model_dir, tmp_path, capsys, forward):
     from test_cli import cli
 
     out = tmp_path / "res"
     code, _, _ = cli(["run", "--model", str(tiny_model_dir), "--methods", "pld", "--limit", "1", "--categories",
-                      "qa", "--max-new-tokens", "8", "--forward", "short", "--output-dir", str(out), "--no-report"],
+                      "qa", "--max-new-tokens", "8", "--forward", forward, "--output-dir", str(out), "--no-report"],
                      capsys)
     assert code == 0
     (run,) = out.iterdir()
-    assert json.loads((run / "manifest.json").read_text())["config"]["forward"] == "short"
+    assert json.loads((run / "manifest.json").read_text())["config"]["forward"] == forward
 
 
 def test_lean_stores_no_weight_twice_and_refuses_other_architectures():
@@ -152,3 +157,16 @@ def test_lean_takes_input_embeddings_and_a_trivial_padding_mask():
     torch.testing.assert_close(fast(inputs_embeds=emb.clone()).logits, want, atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(fast(input_ids=ids, attention_mask=torch.ones_like(ids)).logits, want,
                                atol=1e-5, rtol=1e-5)
+
+
+@torch.inference_mode()
+def test_load_model_lean_on_a_tied_model_counts_params_once_and_matches_sdpa(tmp_path):
+    from specbench_cli.models import load_model
+    from tiny import save_tiny
+
+    save_tiny(tmp_path / "tied", seed=1, tie=True)
+    ref, fast = load_model(str(tmp_path / "tied")), load_model(str(tmp_path / "tied"), forward="lean")
+    assert fast.params == ref.params
+    assert fast.model.lm_head.weight.t().is_contiguous()  # float32: its own [in, out] copy
+    ids = torch.tensor([PROMPT])
+    torch.testing.assert_close(fast.model(input_ids=ids).logits, ref.model(input_ids=ids).logits, atol=1e-5, rtol=1e-5)

@@ -51,7 +51,10 @@ def _fuse(modules: list[torch.nn.Linear], transposed: bool) -> torch.Tensor:
     weight stored that way ~1.3x faster than the usual `[out, in]` (measured in
     docs/performance.md); in bfloat16 it is slower, so only float32 uses it."""
     weights = [m.weight.detach() for m in modules]
-    fused = torch.cat([w.t() for w in weights], dim=1).contiguous().t() if transposed else torch.cat(weights).contiguous()
+    if transposed:
+        fused = torch.cat([w.t() for w in weights], dim=1).contiguous().t()
+    else:
+        fused = torch.cat(weights).contiguous()
     start = 0
     for m, w in zip(modules, weights):
         m.weight = torch.nn.Parameter(fused[start:start + w.shape[0]], requires_grad=False)

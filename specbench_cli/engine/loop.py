@@ -69,7 +69,8 @@ class Decoder:
         self.embed = model.get_input_embeddings()
 
     # -- one target forward ---------------------------------------------------------------
-    def _run(self, kwargs: dict, want_hidden: bool, last_only: bool = False) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
+    def _run(self, kwargs: dict, want_hidden: bool,
+             last_only: bool = False) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
         """One target forward: `[T, V]` logits and, if wanted, `[T, H]` last hidden states.
 
         `last_only` (the prefill): logits of the last row only, `[1, V]`; hidden states stay `[T, H]`.
