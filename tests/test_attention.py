@@ -170,3 +170,31 @@ def test_load_model_lean_on_a_tied_model_counts_params_once_and_matches_sdpa(tmp
     assert fast.model.lm_head.weight.t().is_contiguous()  # float32: its own [in, out] copy
     ids = torch.tensor([PROMPT])
     torch.testing.assert_close(fast.model(input_ids=ids).logits, ref.model(input_ids=ids).logits, atol=1e-5, rtol=1e-5)
+
+
+@pytest.fixture(scope="module")
+def smol_lean():
+    pytest.importorskip("gguf")
+    from specbench_cli.models import load_model
+
+    try:
+        return load_model("smollm2-135m", forward="lean")
+    except Exception as e:  # noqa: BLE001 - the package with the model is optional
+        pytest.skip(f"embedded model unavailable: {e}")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", [n for n in methods.names() if methods.get(n).lossless
+                                  and not methods.get(n).needs_training and n != "ar"])
+def test_lean_methods_equal_ar_on_the_real_model(smol_lean, name):
+    from specbench_cli import tasks
+    from specbench_cli.prompting import ChatPrompter
+
+    prompter = ChatPrompter(smol_lean.tokenizer)
+    qs = {q.id: q for q in tasks.get("mini").load()}
+    dec = Decoder(smol_lean.model, {smol_lean.tokenizer.eos_token_id})
+    ctx = MethodContext(smol_lean.model, smol_lean.tokenizer, budget=10)
+    ar, method = methods.get("ar").create(ctx), methods.get(name).create(ctx)
+    for qid in ("s1", "t1"):  # summarization and translation: copy-heavy, drafts get accepted
+        ids = prompter([{"role": "user", "content": qs[qid].turns[0]}])
+        assert dec.generate(method, ids, 40, 10).output_ids == dec.generate(ar, ids, 40, 10).output_ids
