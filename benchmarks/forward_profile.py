@@ -1,7 +1,7 @@
 """Where the time of one target forward goes: torch.profiler over q=1 and q=10 forwards.
 
-    python benchmarks/forward_profile.py --dtype float32 --threads 2 --forward sdpa \
-        -o results/reference/forward/profile-float32-sdpa.json
+    python benchmarks/forward_profile.py --dtype float32 --threads 1 --forward sdpa \
+        -o results/reference/forward/profile-float32-sdpa-t1.json
 
 The cache holds `--context` tokens; each profiled forward appends q tokens and is rolled back,
 exactly as `specbench cost` times it. Self CPU time of every aten op is grouped into
