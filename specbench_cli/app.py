@@ -74,6 +74,7 @@ def run(
     auto_questions: int = typer.Option(6, "--auto-questions", help="Calibration questions for 'auto' (from the mini suite, one per category, never reported)."),
     trust_remote_code: bool = typer.Option(False, "--trust-remote-code", help="Let a model (or draft model) run the Python code it ships (auto_map). Off by default: such a model is refused. Never stored in the run folder, so give it again with --resume."),
     retry_errors: bool = typer.Option(False, "--retry-errors", help="With --resume: run the rows that ended in an error again."),
+    forward: str = typer.Option("sdpa", "--forward", help="How the target computes a forward: sdpa, eager, short (attention for few-token blocks) or lean (fused Llama decoder + short); docs/performance.md. One for the whole run, AR included; recorded in the manifest."),
 ) -> None:
     """Run methods on a task suite and write results/<run_id>/."""
     from specbench_cli.runner import RunConfig, config_from_manifest, default_methods
@@ -100,7 +101,8 @@ def run(
             question_ids=_split(question_ids), block_complexity=block_complexity, max_new_tokens=max_new_tokens,
             dtype=dtype, device=device, threads=threads, temperature=temperature, top_p=top_p, seed=seed,
             repeats=repeats, warmup=not no_warmup, draft_model=draft_model, output_dir=str(output_dir),
-            auto_candidates=auto_candidates.split(",") if auto_candidates else None, auto_questions=auto_questions)
+            auto_candidates=auto_candidates.split(",") if auto_candidates else None, auto_questions=auto_questions,
+            forward=forward)
         cfg.validate()
     execute(cfg, store, report=not no_report, trust_remote_code=trust_remote_code, retry_errors=retry_errors)
 
@@ -154,12 +156,16 @@ def cost(
     warmup: int = typer.Option(3, "--warmup", help="Untimed forwards before timing."),
     refresh: bool = typer.Option(False, "--refresh", help="Measure again even if a cached curve exists."),
     plot: Optional[Path] = typer.Option(None, "--plot", help="Where to write the plot (default: results/cost/<key>.png)."),
+    forward: str = typer.Option("sdpa", "--forward", help="sdpa, eager, short or lean (as for run)."),
 ) -> None:
     """Measure the device's cost curve t(q): one target forward over q tokens (cached per model/device/dtype/threads)."""
     from specbench_cli import cost as c
     from specbench_cli.models import check_device, torch_dtype
 
     c.validate(max_q, context, repeats, warmup)
+    from specbench_cli.engine.attention import check as check_forward
+
+    check_forward(forward)
     torch_dtype(dtype)
     check_device(device)
     if threads is not None and threads < 1:
@@ -168,8 +174,8 @@ def cost(
     from specbench_cli.prompting import set_threads
 
     n_threads = set_threads(threads)
-    lm = load_model(model, device=device, dtype=dtype)
-    key = c.curve_key(model, lm.resolved, device, dtype, n_threads, context, lm.model.config._attn_implementation)
+    lm = load_model(model, device=device, dtype=dtype, forward=forward)
+    key = c.curve_key(model, lm.resolved, device, dtype, n_threads, context, forward)
     curve = None if refresh else c.load_cached(key)
     if curve is not None and curve.max_q >= max_q:
         err.print(f"[dim]cached curve {c.cache_path(key)} (measured {curve.measured_at}; --refresh to measure again)[/dim]")

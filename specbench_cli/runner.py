@@ -55,6 +55,7 @@ class RunConfig:
     output_dir: str = "results"
     auto_candidates: Optional[list[int]] = None  # budgets `auto` tries (None: bcauto.DEFAULT_CANDIDATES)
     auto_questions: int = bcauto.DEFAULT_CALIBRATION_QUESTIONS  # calibration questions for `auto`
+    forward: str = "sdpa"  # how the target computes a forward, the same for every method (engine/attention.py)
 
     def validate(self) -> None:
         self.block_complexity = bcauto.parse_bc(self.block_complexity)
@@ -83,6 +84,9 @@ class RunConfig:
         for t in self.tasks:
             task_registry.get(t)
         check_device(self.device)
+        from specbench_cli.engine.attention import check as check_forward
+
+        check_forward(self.forward)
         plan_methods(self)
 
 

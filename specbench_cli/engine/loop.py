@@ -69,8 +69,13 @@ class Decoder:
         self.embed = model.get_input_embeddings()
 
     # -- one target forward ---------------------------------------------------------------
-    def _run(self, kwargs: dict, want_hidden: bool) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
+    def _run(self, kwargs: dict, want_hidden: bool,
+             last_only: bool = False) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
         """One target forward: `[T, V]` logits and, if wanted, `[T, H]` last hidden states.
+
+        `last_only` (the prefill): logits of the last row only, `[1, V]`; hidden states stay `[T, H]`.
+        The output head is the largest matrix of a small model (49152 x 576 for SmolLM2-135M):
+        applying it to every prompt row cost more than the rest of a 400-token prefill.
 
         With hidden states it runs the decoder body and then the output head on the body's
         last hidden state (after the final norm), which is what the causal-LM forward does
@@ -79,9 +84,9 @@ class Decoder:
         step here too; the Llama-family targets used here have none.)
         """
         if not want_hidden:
-            return self.model(**kwargs).logits[0], None
+            return self.model(**kwargs, **({"logits_to_keep": 1} if last_only else {})).logits[0], None
         hidden = self.model.get_decoder()(**kwargs).last_hidden_state
-        return self.model.get_output_embeddings()(hidden)[0], hidden[0]
+        return self.model.get_output_embeddings()(hidden[:, -1:] if last_only else hidden)[0], hidden[0]
 
     def _forward(self, cache: KVCache, root: int, draft: Draft, want_hidden: bool):
         past = cache.length
@@ -128,7 +133,8 @@ class Decoder:
         # 1. prefill
         drafter.reset(list(prompt_ids))
         ids = torch.tensor([prompt_ids], dtype=torch.long, device=self.device)
-        logits, fresh = self._run({"input_ids": ids, "past_key_values": cache.hf, "use_cache": True}, want_hidden)
+        logits, fresh = self._run({"input_ids": ids, "past_key_values": cache.hf, "use_cache": True}, want_hidden,
+                                  last_only=True)
         first = self._choose(Draft(), logits[-1:], generator).new_tokens[0]
         seq = list(prompt_ids) + [first]
         produced = [first]
