@@ -141,6 +141,7 @@ _RESUME_FIELDS = {
     "option": ("method_options", _parse_method_options), "output_dir": ("output_dir", str),
     "no_warmup": ("warmup", lambda v: not v),
     "auto_candidates": ("auto_candidates", _candidates), "auto_questions": ("auto_questions", _same),
+    "forward": ("forward", _same),
 }
 
 
