@@ -50,5 +50,8 @@ def _read(path: Path) -> list[Question]:
             except (json.JSONDecodeError, KeyError) as e:
                 raise UsageError(f"{path}:{lineno}: not a HumanEval problem ({e})") from None
             text = "Complete the following Python function. Reply with the code only.\n\n" + prompt
-            out.append(Question(task=HumanEval.name, id=tid, category="coding", turns=[text]))
+            # pass@1 needs the prompt (signature), the tests and the function name
+            ref = {"prompt": prompt, "test": row.get("test", ""), "entry_point": row.get("entry_point", "")}
+            out.append(Question(task=HumanEval.name, id=tid, category="coding", turns=[text],
+                                reference=[ref], scorer="humaneval"))
     return out
