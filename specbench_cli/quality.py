@@ -149,3 +149,77 @@ def wilson(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
 def scored_rows(rows: Iterable[dict], execute_code: bool = False) -> list[dict]:
     """`rows` that carry a scorer, each with a `quality` key (1.0, 0.0 or None)."""
     return [{**r, "quality": score_row(r, execute_code)} for r in rows if r.get("scorer")]
+
+
+# ----------------------------------------------------------------------------- summaries
+
+GROUP = ["model", "method_label", "block_complexity"]
+_REPLY = ["run_id", "task", "question_id", "turn", "repeat"]
+
+
+def quality_summary(rows: Iterable[dict], execute_code: bool = False):
+    """One row per (model, method_label, BC, scorer): `n` scored answers, `correct`, `score`
+    (= correct / n), 95 % Wilson `low`/`high`, `not_run` (scorable rows left unscored, e.g.
+    HumanEval without --execute-code), `lossless`, and `ar_differs` / `ar_compared`: answers
+    whose score differs from AR's on the same question, turn and repeat. Empty without scored rows."""
+    import pandas as pd
+
+    scored = scored_rows(rows, execute_code)
+    columns = GROUP + ["scorer", "n", "correct", "score", "low", "high", "not_run", "lossless",
+                       "ar_differs", "ar_compared"]
+    if not scored:
+        return pd.DataFrame(columns=columns)
+    df = pd.DataFrame(scored)
+    for key, default in (("model", ""), ("run_id", ""), ("task", ""), ("repeat", 0), ("block_complexity", 0),
+                         ("lossless", None)):
+        if key not in df.columns:
+            df[key] = default
+    df["question_id"] = df["question_id"].astype(str)
+    ar = {tuple(r[k] for k in ["model"] + _REPLY): r["quality"] for _, r in df[df["method"] == "ar"].iterrows()}
+    records = []
+    for key, group in df.groupby(GROUP + ["scorer"], sort=False):
+        done = group[group["quality"].notna()]
+        k, n = int(done["quality"].sum()), len(done)
+        low, high = wilson(k, n)
+        pairs = [(q, ar.get(tuple(r[c] for c in ["model"] + _REPLY))) for (_, r), q in zip(done.iterrows(), done["quality"])]
+        pairs = [(q, a) for q, a in pairs if a is not None and not (isinstance(a, float) and math.isnan(a))]
+        lossless = group["lossless"].dropna()
+        records.append({**dict(zip(GROUP + ["scorer"], key)), "n": n, "correct": k,
+                        "score": k / n if n else float("nan"), "low": low, "high": high,
+                        "not_run": int(len(group) - n - (group["status"] != "ok").sum()),
+                        "lossless": bool(lossless.all()) if len(lossless) else None,
+                        "ar_differs": sum(q != a for q, a in pairs), "ar_compared": len(pairs)})
+    return pd.DataFrame(records, columns=columns)
+
+
+def quality_notes(quality) -> list[str]:
+    """What a reader must know about the quality columns: n and spread, AR disagreements of
+    lossless methods, lossy methods, code that was not run."""
+    notes = []
+    for scorer, group in quality.groupby("scorer", sort=False):
+        name = METRIC_NAMES.get(scorer, scorer)
+        spans = ", ".join(f"{r['method_label']} {r['correct']}/{r['n']} [{r['low']:.0%}, {r['high']:.0%}]"
+                          for _, r in group.iterrows() if r["n"])
+        if spans:
+            notes.append(f"{name} ({scorer}): correct/n [95% Wilson interval]: {spans}.")
+        if group["not_run"].sum() and scorer == "humaneval":
+            notes.append("pass@1 not computed: model-written code runs only with `specbench report RUN "
+                         "--execute-code` (each program sandboxed; see docs/metrics.md).")
+        for _, r in group.iterrows():
+            if r["lossless"] and r["ar_differs"]:
+                notes.append(f"{r['method_label']} (BC {r['block_complexity']}): {name} differs from AR's on "
+                             f"{r['ar_differs']} of {r['ar_compared']} answers although it claims to be lossless.")
+    return notes
+
+
+def add_quality_columns(frame, cols: list, notes: list[str], quality):
+    """Merge one score column per scorer into a report's wide `frame` (appending its Column to
+    `cols` and its notes to `notes`); returns the new frame."""
+    from specbench_cli.report import ROW_KEY, Column
+
+    for scorer, group in quality.groupby("scorer", sort=False):
+        frame = frame.merge(group[ROW_KEY + ["score"]].rename(columns={"score": f"quality_{scorer}"}),
+                            on=ROW_KEY, how="left")
+        cols.append(Column(METRIC_NAMES.get(scorer, scorer), f"quality_{scorer}"))
+    notes += quality_notes(quality)
+    return frame
