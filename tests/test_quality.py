@@ -187,3 +187,13 @@ def test_no_file_left_by_sandboxed_programs():
     run_untrusted("open('x', 'w').write('y')\n")
     after = {p for p in os.listdir(tmp) if p.startswith("specbench-sandbox-")}
     assert after <= before
+
+
+def test_spec_bench_math_questions_are_scored_by_their_gsm8k_references(spec_bench_questions):
+    from specbench_cli.tasks.spec_bench import SpecBench
+
+    qs = SpecBench.load(str(spec_bench_questions))
+    math = [q for q in qs if q.category == "math_reasoning"]
+    assert len(math) == 80 and all(q.scorer == "gsm8k" for q in math)
+    assert all(extract_number(q.reference_for(0)) is not None for q in math)  # every reference has its number
+    assert not any(q.scorer for q in qs if q.category != "math_reasoning")
