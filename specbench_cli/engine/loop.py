@@ -6,7 +6,11 @@
        b. one target forward over root + tree (`_forward`);
        c. the verifier picks the accepted path and the bonus token;
        d. the cache keeps only the root and the accepted path;
-       e. the drafter sees the result (`observe`); metrics are recorded.
+       e. the drafter sees the result (`observe`); metrics are recorded;
+       (a lossy drafter may end this early: `finished()`)
+    3. cut the output at EOS and the length cap;
+    4. lossy drafters only (`epilogue()`): feed the tokens it returns after the output and
+       decode a short continuation (fastcot's answer trigger and answer).
 
 The root of every step is the last accepted token, which is not yet in the KV cache.
 The drafter contract (`Drafter`, `DecodeState`, `VerifyResult`) is in `engine/drafter.py`.
@@ -199,9 +203,7 @@ class Decoder:
         epi = drafter.epilogue([t for t in out_ids if t not in self.eos_ids])     # 4. lossy methods only
         if epi is not None:
             out_ids = self._epilogue(cache, list(prompt_ids), out_ids, epi, generator, g)
-        g.stats = drafter.stats()
-        if epi is not None:
-            g.stats = {**(g.stats or {}), "answer_tokens": g.epilogue_tokens}
+        g.stats = drafter.stats() if epi is None else {**(drafter.stats() or {}), "answer_tokens": g.epilogue_tokens}
         _sync(self.device)
         g.wall_time = clock() - t_start
         g.output_ids = out_ids
