@@ -82,19 +82,21 @@ def calibrate(args) -> dict:
         final = (gp.output_ids, probe.stats())
         rec = {"question_id": q.id, "cot_correct": gsm8k_correct(cot_text, q.reference[0]),
                "cot_iterations": g.stats["iterations"], "fastcot_uncapped_iterations": final[1]["iterations"],
-               "caps": {}}
+               "caps": {}, "cot_text": cot_text, "texts": {}}  # texts: rescorable later
         for cap in grid:
             if cap not in probe.snaps:  # finished (EOS) before this cap: the uncapped answer applies
-                rec["caps"][cap] = gsm8k_correct(tok.decode(final[0], skip_special_tokens=True), q.reference[0])
+                rec["texts"][cap] = tok.decode(final[0], skip_special_tokens=True)
+                rec["caps"][cap] = gsm8k_correct(rec["texts"][cap], q.reference[0])
                 continue
             exact, approx = probe.snaps[cap]
             exact = [t for t in exact if t not in probe.eos]
             ans = dec.generate(ar, prompt + exact + approx + trigger, probe.opts.answer_tokens, 1)
             text = tok.decode(exact + approx + trigger + ans.output_ids, skip_special_tokens=True)
+            rec["texts"][cap] = text
             rec["caps"][cap] = gsm8k_correct(text, q.reference[0])
         rec["seconds"] = round(time.perf_counter() - t0, 1)
         per_q.append(rec)
-        print(json.dumps(rec), file=sys.stderr, flush=True)
+        print(json.dumps({k: v for k, v in rec.items() if "text" not in k}), file=sys.stderr, flush=True)
     n = len(per_q)
     cot_acc = sum(bool(r["cot_correct"]) for r in per_q) / n
     acc = {cap: sum(bool(r["caps"][cap]) for r in per_q) / n for cap in grid}

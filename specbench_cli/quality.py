@@ -66,7 +66,9 @@ def extract_number(text: str) -> Optional[str]:
     In order, the first rule that finds a number wins:
     1. the last `#### <number>` (GSM8K's own format);
     2. the last `\\boxed{<number>}`;
-    3. the first number after the last "answer is" (the answer trigger "So the answer is");
+    3. after the last "answer is" (the answer trigger "So the answer is"): in the clause that
+       follows (up to a line break or a sentence's period) the first number after its last
+       "=", else its first number ("So the answer is 200 + 800 = 1000." gives 1000);
     4. the last number anywhere in the text.
     Thousands separators and `$` are ignored, a trailing period is not part of a number,
     `3/4` is 0.75, and 12.0 equals 12.
@@ -77,11 +79,24 @@ def extract_number(text: str) -> Optional[str]:
             return normalize_number(found[-1])
     triggers = list(_ANSWER_IS.finditer(text))
     if triggers:
-        after = _NUMBER.search(text, triggers[-1].end())
-        if after:
-            return normalize_number(after.group(0))
+        found = _after_trigger(text[triggers[-1].end():])
+        if found:
+            return normalize_number(found)
     numbers = _NUMBER.findall(text)
     return normalize_number(numbers[-1]) if numbers else None
+
+
+def _after_trigger(after: str) -> Optional[str]:
+    """The answer after "answer is": in its first clause (up to a line break or a sentence's
+    period), the first number after the last "=" ("200 + 800 = 1000" -> 1000), else the
+    clause's first number; else the first number anywhere after the trigger."""
+    clause = re.split(r"\n|\.(?:\s|$)", after, maxsplit=1)[0]
+    if "=" in clause:
+        result = _NUMBER.search(clause.rsplit("=", 1)[1])
+        if result:
+            return result.group(0)
+    first = _NUMBER.search(clause) or _NUMBER.search(after)
+    return first.group(0) if first else None
 
 
 def gsm8k_correct(answer: str, reference: str) -> Optional[bool]:

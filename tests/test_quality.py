@@ -21,6 +21,10 @@ from specbench_cli.sandbox import _landlock_abi, run_untrusted
     ("#### 1,000", "1000"),                                      # thousands separators
     ("The total is 5 apples.\nSo the answer is 42. Then 7 more.", "42"),  # first number after the trigger
     ("so the answer is $18.", "18"),                             # $ and the sentence's period
+    ("So the answer is 200 + 800 = 1000.", "1000"),              # a worked expression: its result
+    ("So the answer is 1.50.  Sally spent 2 pounds", "1.5"),     # only the clause after the trigger
+    ("So the answer is 20 * 5 =\nThen 7", "20"),                 # "=" without a result: the first number
+    ("The answer is: A.\nThere were 7 cows", "7"),               # no number in the clause: the next one
     ("3 + 4 = 7 and then 12.0", "12"),                           # last number; 12.0 == 12
     ("The final answer is \\boxed{72}. Check: 70 + 2", "72"),    # \boxed beats later numbers
     ("She has -5 degrees", "-5"),                                # a sign at a word boundary
