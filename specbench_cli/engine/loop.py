@@ -146,6 +146,8 @@ class Decoder:
             raise ValueError("block complexity must be at least 1")
         g = Generation(prompt_tokens=len(prompt_ids))
         want_hidden = drafter.needs_hidden_states
+        # the optional hooks of lossy drafters; duck-typed drafters (no Drafter base) lack them
+        finished = getattr(drafter, "finished", None) or (lambda: False)
         cache = KVCache()
         clock = time.perf_counter
         _sync(self.device)
@@ -162,7 +164,7 @@ class Decoder:
         g.prefill_time = t_now - t_start
 
         # 2. decode
-        while len(produced) < max_new_tokens and produced[-1] not in self.eos_ids and not drafter.finished():
+        while len(produced) < max_new_tokens and produced[-1] not in self.eos_ids and not finished():
             t0 = clock()
             state = DecodeState(ids=seq, prompt_len=len(prompt_ids), budget=budget,
                                 remaining=max_new_tokens - len(produced), step=g.steps, hidden=fresh)
@@ -200,10 +202,13 @@ class Decoder:
             if tok in self.eos_ids:
                 out_ids = out_ids[: i + 1]
                 break
-        epi = drafter.epilogue([t for t in out_ids if t not in self.eos_ids])     # 4. lossy methods only
+        epilogue, stats = getattr(drafter, "epilogue", None), getattr(drafter, "stats", None)
+        epi = epilogue([t for t in out_ids if t not in self.eos_ids]) if epilogue else None  # 4. lossy only
         if epi is not None:
             out_ids = self._epilogue(cache, list(prompt_ids), out_ids, epi, generator, g)
-        g.stats = drafter.stats() if epi is None else {**(drafter.stats() or {}), "answer_tokens": g.epilogue_tokens}
+        g.stats = stats() if stats else None
+        if epi is not None:
+            g.stats = {**(g.stats or {}), "answer_tokens": g.epilogue_tokens}
         _sync(self.device)
         g.wall_time = clock() - t_start
         g.output_ids = out_ids
