@@ -235,6 +235,8 @@ def comparison_table(summary_a: pd.DataFrame, summary_b: pd.DataFrame, metric: s
     for key, group in merged.groupby(keys, sort=False):
         by_cat = group.set_index("category")
         row = dict(zip(keys, key))
+        if (group["lossless_a"] == False).any():  # noqa: E712 (None = unknown, not lossy)
+            row["method_label"] += " (lossy)"
         for category in categories:
             if category in by_cat.index:
                 a, b = float(by_cat.at[category, f"{metric}_a"]), float(by_cat.at[category, f"{metric}_b"])

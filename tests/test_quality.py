@@ -217,3 +217,10 @@ def test_humaneval_run_scores_only_with_execute_code(tiny_model_dir, tmp_path, c
     code, out, _ = cli(["report", str(run), "--format", "markdown", "--no-plots", "--execute-code"], capsys)
     # a random tiny model writes no working code: 0 of 2 for both methods, and no "not run" note
     assert code == 0 and "ar 0/2" in out and "pld 0/2" in out and "--execute-code" not in out
+
+
+def test_compare_marks_lossy_methods_too():
+    rows = [_row("ar", "1", "1"), _row("pld", "1", "1"), _row("fastcot", "1", "2", lossless=False)]
+    summary = metrics.summarize(rows)
+    labels = [cells[0] for cells in report.comparison_table(summary, summary).cells()]
+    assert labels == ["pld", "fastcot (lossy)"]
