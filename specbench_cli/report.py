@@ -128,7 +128,7 @@ def wide_frame(summary: pd.DataFrame) -> pd.DataFrame:
     """One row per (model, method, BC): per-category speedup (+std) and the overall metrics."""
     overall = summary[summary["category"] == OVERALL].set_index(ROW_KEY)
     wide = overall[["mat", "tokens_per_s", "speedup", "speedup_std", "mbsu", "n_errors", "n_replicates",
-                    "median_speedup", "ar_agreement"]]
+                    "median_speedup", "ar_agreement", "lossless"]]
     wide = wide.rename(columns={"speedup": "speedup_overall", "speedup_std": "speedup_std_overall"}).copy()
     wide["params"] = overall["method_params"].map(format_params)
     for category in categories_of(summary):
@@ -148,8 +148,10 @@ def categories_of(summary: pd.DataFrame) -> list[str]:
     return [c for c in order_categories(summary["category"].unique()) if c != OVERALL]
 
 
-def spec_bench_table(summary: pd.DataFrame, columns: Iterable[str] = ()) -> TableData:
-    """The Spec-Bench table (see module docstring) from a `summarize` frame."""
+def spec_bench_table(summary: pd.DataFrame, columns: Iterable[str] = (), quality: pd.DataFrame | None = None) -> TableData:
+    """The Spec-Bench table (see module docstring) from a `summarize` frame; with a
+    `quality.quality_summary` frame, one quality column per scorer after Overall. Lossy
+    methods' labels get " (lossy)"."""
     columns = validate_columns(columns)
     if summary.empty:
         raise ValueError("no rows to tabulate")
@@ -169,11 +171,18 @@ def spec_bench_table(summary: pd.DataFrame, columns: Iterable[str] = ()) -> Tabl
     if "mbsu" in columns:
         cols.append(Column("MBSU", "mbsu"))
     cols += [Column("Tok/s", "tokens_per_s", digits=1), Column("Overall", "speedup_overall", "speedup_std_overall")]
+    notes = table_notes(summary)
+    if quality is not None and len(quality):
+        from specbench_cli.quality import add_quality_columns
+
+        frame = add_quality_columns(frame, cols, notes, quality)
+    frame["method_label"] = [f"{m} (lossy)" if lossless is False else m
+                             for m, lossless in zip(frame["method_label"], frame["lossless"])]
     if "median" in columns:
         cols.append(Column("Median", "median_speedup"))
     if "agree" in columns:
         cols.append(Column("=AR", "ar_agreement"))
-    return TableData(table_title(summary), cols, frame.reset_index(drop=True), table_notes(summary))
+    return TableData(table_title(summary), cols, frame.reset_index(drop=True), notes)
 
 
 def validate_columns(columns: Iterable[str]) -> set[str]:
@@ -204,7 +213,8 @@ def table_notes(summary: pd.DataFrame) -> list[str]:
         if row["n_errors"]:
             notes.append(f"{name}: {row['n_errors']} of {row['n_rows']} rows errored and are left out.")
         if row["ar_mismatches"]:
-            claim = " although it claims to be lossless" if row["lossless"] else ""
+            claim = (" although it claims to be lossless" if row["lossless"]
+                     else " (lossy by design: not part of the losslessness check)")
             notes.append(f"{name}: {row['ar_mismatches']} of {row['ar_compared']} outputs differ from AR{claim}.")
         if row["method_label"] != AR_METHOD and row["n_paired"] == 0:
             notes.append(f"{name}: no AR rows for the same questions; speedup not available.")
@@ -226,6 +236,8 @@ def comparison_table(summary_a: pd.DataFrame, summary_b: pd.DataFrame, metric: s
     for key, group in merged.groupby(keys, sort=False):
         by_cat = group.set_index("category")
         row = dict(zip(keys, key))
+        if (group["lossless_a"] == False).any():  # noqa: E712 (None = unknown, not lossy)
+            row["method_label"] += " (lossy)"
         for category in categories:
             if category in by_cat.index:
                 a, b = float(by_cat.at[category, f"{metric}_a"]), float(by_cat.at[category, f"{metric}_b"])

@@ -38,13 +38,14 @@ def report_command(
     output: Optional[Path] = typer.Option(None, "--output", "-o", help="Output folder [default: first RUN_DIR/report]."),
     columns: str = typer.Option("", "--columns", help="Extra columns, comma-separated: bc, mbsu, params, median (median paired speedup), agree (share of outputs equal to AR)."),
     no_plots: bool = typer.Option(False, "--no-plots", help="Skip the figures."),
+    execute_code: bool = typer.Option(False, "--execute-code", help="Run model-written code to score it (HumanEval pass@1): each program in its own sandboxed subprocess (docs/metrics.md). Off by default."),
 ) -> None:
-    """Spec-Bench table (speedup per category, #MAT, tok/s) plus figures, from result folders."""
+    """Spec-Bench table (speedup per category, #MAT, tok/s, answer quality) plus figures, from result folders."""
     from specbench_cli.reporting import write_report
 
     if output is not None:
         check_output_folder(output, "--output")
-    write_report(run_dirs, fmt=fmt, output=output, columns=columns, plots=not no_plots)
+    write_report(run_dirs, fmt=fmt, output=output, columns=columns, plots=not no_plots, execute_code=execute_code)
 
 
 def check_command(

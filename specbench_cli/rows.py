@@ -53,6 +53,9 @@ class SampleRow:
     overhead_time: float = 0.0
     output_ids: list = field(default_factory=list)
     output_text: str = ""
+    method_stats: Optional[dict] = None      # a method's own counters (fastcot: iterations, approx tokens...)
+    scorer: Optional[str] = None             # quality scorer of this question (specbench_cli/quality.py)
+    reference: Any = None                    # what the scorer compares against (this turn's reference)
     ar_match: Optional[bool] = None
     first_mismatch: Optional[int] = None
     timestamp: Optional[str] = None

@@ -132,7 +132,10 @@ def auto_candidates(cfg: RunConfig) -> list[int]:
 
 
 def default_methods() -> list[str]:
-    return [n for n in method_registry.names() if not method_registry.describe(n)["needs_training"]]
+    """Every registered method that needs no training and is lossless (lossy ones, e.g.
+    fastcot, change the answer on purpose and run only when asked for)."""
+    return [n for n in method_registry.names()
+            if not method_registry.describe(n)["needs_training"] and method_registry.describe(n)["lossless"]]
 
 
 def load_questions(cfg: RunConfig):
@@ -229,6 +232,7 @@ class Runner:
             lossless=method.lossless,
             extra_params=method.extra_params, structure=method.structure.value, task=q.task, category=q.category,
             subcategory=q.subcategory, question_id=q.id, turn=turn, repeat=repeat,
+            scorer=q.scorer, reference=q.reference_for(turn),
             block_complexity=method.ctx.budget, temperature=self.cfg.temperature, top_p=self.cfg.top_p,
             status="error" if gen is None else "ok", error=error, prompt_tokens=prompt_tokens)
         if gen is not None:
@@ -238,6 +242,7 @@ class Runner:
             row.step_draft_ms, row.step_verify_ms = gen.step_draft_ms, gen.step_verify_ms
             row.draft_time, row.verify_time, row.overhead_time = gen.draft_time, gen.verify_time, gen.overhead_time
             row.output_ids = gen.output_ids
+            row.method_stats = gen.stats
             row.output_text = self.lm.tokenizer.decode(gen.output_ids, skip_special_tokens=True)
         row.timestamp = now_iso()
         return row.to_dict()

@@ -47,11 +47,15 @@ def _read(path: Path) -> list[Question]:
             row = json.loads(line)
         except (json.JSONDecodeError, RecursionError):
             raise UsageError(f"{path}:{lineno}: not valid JSON") from None
-        if not isinstance(row, dict) or not all(isinstance(row.get(k), str) for k in ("task_id", "prompt")):
+        if not isinstance(row, dict) or not all(isinstance(row.get(k), str) for k in ("task_id", "prompt")) \
+                or not all(isinstance(row.get(k, ""), str) for k in ("test", "entry_point")):
             raise UsageError(f"{path}:{lineno}: not a HumanEval problem (an object with string 'task_id' and "
-                             f"'prompt')")
+                             f"'prompt', and string 'test' / 'entry_point' if present)")
         text = "Complete the following Python function. Reply with the code only.\n\n" + row["prompt"]
-        out.append(Question(task=HumanEval.name, id=row["task_id"], category="coding", turns=[text]))
+        # pass@1 needs the prompt (signature), the tests and the function name
+        ref = {"prompt": row["prompt"], "test": row.get("test", ""), "entry_point": row.get("entry_point", "")}
+        out.append(Question(task=HumanEval.name, id=row["task_id"], category="coding", turns=[text],
+                            reference=[ref], scorer="humaneval"))
     if not out:
         raise UsageError(f"{path}: no problems in file")
     return out

@@ -6,7 +6,11 @@
        b. one target forward over root + tree (`_forward`);
        c. the verifier picks the accepted path and the bonus token;
        d. the cache keeps only the root and the accepted path;
-       e. the drafter sees the result (`observe`); metrics are recorded.
+       e. the drafter sees the result (`observe`); metrics are recorded;
+       (a lossy drafter may end this early: `finished()`)
+    3. cut the output at EOS and the length cap;
+    4. lossy drafters only (`epilogue()`): feed the tokens it returns after the output and
+       decode a short continuation (fastcot's answer trigger and answer).
 
 The root of every step is the last accepted token, which is not yet in the KV cache.
 The drafter contract (`Drafter`, `DecodeState`, `VerifyResult`) is in `engine/drafter.py`.
@@ -46,6 +50,8 @@ class Generation:
     budget_used: list[int] = field(default_factory=list)
     step_draft_ms: list[float] = field(default_factory=list)
     step_verify_ms: list[float] = field(default_factory=list)
+    epilogue_tokens: int = 0     # tokens decoded after the drafter's epilogue (lossy methods only)
+    stats: Optional[dict] = None  # the drafter's `stats()` after this generation
 
     @property
     def steps(self) -> int:
@@ -112,6 +118,26 @@ class Decoder:
             return verify_greedy(draft, logits)
         return verify_sampling(draft, logits, self.sampling, generator)
 
+    def _epilogue(self, cache: KVCache, prompt_ids: list[int], out_ids: list[int], epi, generator,
+                  g: Generation) -> list[int]:
+        """Drop a final EOS, feed `epi.tokens` after the decoded text in one forward, then decode
+        up to `epi.max_new_tokens` tokens one at a time. Returns decoded + epi.tokens + answer.
+
+        The cache holds every token but the last of prompt + decoded (the root is never cached),
+        possibly more (accepted past the cap): crop it to that, then feed root + tokens."""
+        body = out_ids[:-1] if out_ids and out_ids[-1] in self.eos_ids else list(out_ids)
+        seq = prompt_ids + body
+        cache.crop_to(len(seq) - 1)
+        ids = torch.tensor([[seq[-1]] + list(epi.tokens)], dtype=torch.long, device=self.device)
+        logits, _ = self._run({"input_ids": ids, "past_key_values": cache.hf, "use_cache": True}, False)
+        answer = [self._choose(Draft(), logits[-1:], generator).new_tokens[0]]
+        while len(answer) < epi.max_new_tokens and answer[-1] not in self.eos_ids:
+            logits, _, past, _ = self._forward(cache, answer[-1], Draft(), False)
+            cache.keep(past, [0])
+            answer.append(self._choose(Draft(), logits, generator).new_tokens[0])
+        g.epilogue_tokens = len(answer)
+        return body + list(epi.tokens) + answer
+
     # -- the loop -------------------------------------------------------------------------
     @torch.inference_mode()
     def generate(self, drafter: Drafter, prompt_ids: list[int], max_new_tokens: int, budget: int,
@@ -125,6 +151,8 @@ class Decoder:
             raise ValueError("block complexity must be at least 1")
         g = Generation(prompt_tokens=len(prompt_ids))
         want_hidden = drafter.needs_hidden_states
+        # the optional hooks of lossy drafters; duck-typed drafters (no Drafter base) lack them
+        finished = getattr(drafter, "finished", None) or (lambda: False)
         cache = KVCache()
         clock = time.perf_counter
         _sync(self.device)
@@ -142,7 +170,7 @@ class Decoder:
         g.prefill_time = t_now - t_start
 
         # 2. decode
-        while len(produced) < max_new_tokens and produced[-1] not in self.eos_ids:
+        while len(produced) < max_new_tokens and produced[-1] not in self.eos_ids and not finished():
             t0 = clock()
             state = DecodeState(ids=seq, prompt_len=len(prompt_ids), budget=budget,
                                 remaining=max_new_tokens - len(produced), step=g.steps, hidden=fresh)
@@ -180,6 +208,13 @@ class Decoder:
             if tok in self.eos_ids:
                 out_ids = out_ids[: i + 1]
                 break
+        epilogue, stats = getattr(drafter, "epilogue", None), getattr(drafter, "stats", None)
+        epi = epilogue([t for t in out_ids if t not in self.eos_ids]) if epilogue else None  # 4. lossy only
+        if epi is not None:
+            out_ids = self._epilogue(cache, list(prompt_ids), out_ids, epi, generator, g)
+        g.stats = stats() if stats else None
+        if epi is not None:
+            g.stats = {**(g.stats or {}), "answer_tokens": g.epilogue_tokens}
         _sync(self.device)
         g.wall_time = clock() - t_start
         g.output_ids = out_ids
