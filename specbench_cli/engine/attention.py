@@ -19,8 +19,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-import torch
-import torch.nn.functional as F
+from specbench_cli.lazy import torch  # `check` runs while planning: no torch import there
 
 FORWARDS = ("sdpa", "eager", "short", "lean")
 DEFAULT_FORWARD = "sdpa"
@@ -67,7 +66,7 @@ def _long_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
         mask = torch.ones((q, length), dtype=torch.bool, device=query.device).tril_(length - q)
     elif mask is not None:
         mask = mask[..., -length:]
-    out = F.scaled_dot_product_attention(query, key, value, attn_mask=mask, dropout_p=dropout,
+    out = torch.nn.functional.scaled_dot_product_attention(query, key, value, attn_mask=mask, dropout_p=dropout,
                                          is_causal=mask is None and q > 1, scale=scaling, enable_gqa=True)
     return out.transpose(1, 2), None
 
