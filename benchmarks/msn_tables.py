@@ -55,6 +55,11 @@ def _fmt(x: float, digits: int = 2) -> str:
     return "–" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.{digits}f}"
 
 
+def _x(speedup: float) -> str:
+    text = _fmt(speedup)
+    return text if text == "–" else text + "x"
+
+
 def _change(before: float, after: float) -> str:
     from specbench_cli.report import relative_change
 
@@ -72,7 +77,7 @@ def table2(s, ref: str = "sft") -> str:
             rel = (_change(b["mat"], r["mat"]), _change(b["speedup"], r["speedup"])) \
                 if b is not None and model != ref else ("", "")
             agree = "–" if r["method"] == "ar" else f"{_fmt(r['ar_agreement'] * 100, 0)}%"
-            lines.append(f"| {model} | {r['method']} | {_fmt(r['mat'])} | {_fmt(r['speedup'])}x | "
+            lines.append(f"| {model} | {r['method']} | {_fmt(r['mat'])} | {_x(r['speedup'])} | "
                          f"{_fmt(r['tokens_per_s'], 1)} | {r['n_questions']} | {agree} | {rel[0]} | {rel[1]} |")
     return "\n".join(lines) + "\n"
 
@@ -91,7 +96,7 @@ def table3(s, training: dict[str, Path]) -> str:
             length = "0 (sft)"
         after = info.get("eval_after", info.get("eval_before", {})) if info else {}
         cells = [model, length] + [_fmt(sub.loc[m, "mat"]) if m in sub.index else "–" for m in methods] + \
-                [_fmt(sub.loc[m, "speedup"]) + "x" if m in sub.index else "–" for m in methods] + \
+                [_x(sub.loc[m, "speedup"]) if m in sub.index else "–" for m in methods] + \
                 [_fmt(after.get("noise_top1"), 3), _fmt(after.get("ce"), 3)]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
