@@ -267,3 +267,36 @@ def test_lora_resume_is_identical(tmp_path):
     _, summary, resumed = _lora_train(tmp_path, "r", resume=True)
     assert summary["resumed_from"] == 2
     assert [h["loss"] for h in resumed] == pytest.approx([h["loss"] for h in full], rel=1e-5)
+
+
+def test_msn_agreement_script_counts_common_prefixes(tmp_path):
+    """benchmarks/msn_agreement.py: pairs AR rows by (question, turn, repeat); agreement is the
+    common-prefix share of the longer output; non-AR / error rows and unpaired rows are not counted."""
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.spec_from_file_location(
+        "msn_agreement", Path(__file__).resolve().parents[1] / "benchmarks" / "msn_agreement.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+
+    def run(name, outputs):
+        d = tmp_path / name
+        d.mkdir()
+        (d / "manifest.json").write_text(json.dumps({"run_id": name, "config": {}, "model": {"name": name}}))
+        rows = [{"method": m, "method_label": m, "status": st, "question_id": q, "turn": 0, "repeat": 0,
+                 "category": c, "output_ids": ids, "new_tokens": len(ids), "wall_time": 1.0, "steps": len(ids),
+                 "accept_lengths": [1] * len(ids)} for (m, st, q, c, ids) in outputs]
+        (d / "samples.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+        return d
+
+    a = run("a", [("ar", "ok", "1", "qa", [1, 2, 3, 4]), ("ar", "ok", "2", "rag", [5, 6]),
+                  ("jacobi", "ok", "1", "qa", [9, 9, 9, 9]), ("ar", "ok", "3", "qa", [1])])
+    b = run("b", [("ar", "ok", "1", "qa", [1, 2, 7, 4, 5]), ("ar", "ok", "2", "rag", [5, 6]),
+                  ("ar", "error", "3", "qa", [1])])
+    res = mod.agreement(mod.ar_outputs(a), mod.ar_outputs(b))
+    overall = res["categories"]["overall"]
+    assert overall["pairs"] == 2 and overall["identical"] == 1
+    assert overall["token_agreement"] == pytest.approx((2 + 2) / (5 + 2), abs=1e-4)  # position 2 differs; later 4 == 4 not counted
+    assert res["categories"]["qa"]["mean_common_prefix"] == 2 and res["unpaired"] == 1
+    assert mod.main([str(a), str(tmp_path / "missing")]) == 2
