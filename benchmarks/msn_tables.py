@@ -10,7 +10,8 @@
 - table3.md (their Table 3): noise length L (sft = no noise) vs #MAT / speedup of the Jacobi-like
   methods, with the held-out probe from training.json (top-1 after ahead noise, clean CE).
 - fig4.png / fig4.md (their Fig. 4): Jacobi window length (BC - 1) vs #MAT per model, from
-  `--window NAME=DIR` where DIR holds one run folder per block complexity (any depth).
+  `--window NAME=DIR` (repeatable) where DIRs hold run folders at several block complexities
+  (any depth; the BC 10 evaluation run can be one of them: its jacobi rows are window 9).
 Model names are the NAME given here (not the folder names). Nothing is typed in by hand.
 """
 
@@ -24,13 +25,14 @@ from pathlib import Path
 JACOBI_LIKE = ("jacobi", "tr-jacobi", "lookahead")
 
 
-def _pairs(items: list[str], what: str) -> dict[str, Path]:
-    out = {}
+def _pairs(items: list[str], what: str) -> dict[str, list[Path]]:
+    """NAME=PATH items -> {NAME: [PATH, ...]} (a NAME may be given several times)."""
+    out: dict[str, list[Path]] = {}
     for item in items or []:
         name, sep, path = item.partition("=")
         if not sep or not name or not path:
             raise SystemExit(f"error: {what} expects NAME=PATH, got '{item}'")
-        out[name] = Path(path)
+        out.setdefault(name, []).append(Path(path))
     return out
 
 
@@ -75,7 +77,7 @@ def table2(s, ref: str = "sft") -> str:
         for _, r in s[s["model"] == model].iterrows():
             b = base.get(r["method"])
             rel = (_change(b["mat"], r["mat"]), _change(b["speedup"], r["speedup"])) \
-                if b is not None and model != ref else ("", "")
+                if b is not None and model not in (ref, "base") else ("", "")
             agree = "–" if r["method"] == "ar" else f"{_fmt(r['ar_agreement'] * 100, 0)}%"
             lines.append(f"| {model} | {r['method']} | {_fmt(r['mat'])} | {_x(r['speedup'])} | "
                          f"{_fmt(r['tokens_per_s'], 1)} | {r['n_questions']} | {agree} | {rel[0]} | {rel[1]} |")
@@ -141,12 +143,13 @@ def main(argv: list[str] | None = None) -> int:
     evals, windows, training = (_pairs(args.eval, "--eval"), _pairs(args.window, "--window"),
                                 _pairs(args.training, "--training"))
     if evals:
-        s = summary_of({k: [v] for k, v in evals.items()})
+        training = {k: v[-1] for k, v in training.items()}
+        s = summary_of(evals)
         for name, text in (("table2.md", table2(s)), ("table3.md", table3(s, training))):
             (args.out / name).write_text(text)
             print(f"## {name}\n{text}")
     if windows:
-        folders = {k: sorted(p.parent for p in v.rglob("manifest.json")) for k, v in windows.items()}
+        folders = {k: sorted(m.parent for d in v for m in d.rglob("manifest.json")) for k, v in windows.items()}
         text = fig4(summary_of(folders), args.out)
         (args.out / "fig4.md").write_text(text)
         print(f"## fig4.md\n{text}")

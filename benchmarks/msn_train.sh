@@ -4,7 +4,7 @@
 #   bash benchmarks/msn_train.sh data          # prompts + the target's own answers (time-capped)
 #   bash benchmarks/msn_train.sh sft|msn4|msn1|msn8   # one training run (resumes if interrupted)
 #   bash benchmarks/msn_train.sh eval NAME     # ar,jacobi,tr-jacobi,lookahead,pld at BC 10 (NAME=base: untouched)
-#   bash benchmarks/msn_train.sh window NAME   # jacobi at BC 2,5,9,17 (window 1,4,8,16: their Fig. 4)
+#   bash benchmarks/msn_train.sh window NAME   # jacobi at BC 2,5,17 (window 1,4,16; 9 from eval: their Fig. 4)
 #   bash benchmarks/msn_train.sh collect       # copy histories/plots into results/reference/msn-training
 # DATA defaults to the self-distillation file the lead generated for issue 12 (302 non-Spec-Bench
 # prompts, greedy, max 160 tokens); `data` writes $root/data.jsonl instead.
@@ -63,9 +63,10 @@ case ${1:-} in
   window)
     name=${2:?window needs a model name (sft, msn4, ...)}
     model="$root/$name"; [ "$name" = base ] && model=smollm2-135m
-    for bc in ${WINDOW_BCS:-2 5 9 17}; do
+    # BC 10 (window 9) comes from `eval`; --no-warmup: only #MAT is read from these runs
+    for bc in ${WINDOW_BCS:-2 5 17}; do
       specbench run --model "$model" --methods ar,jacobi --tasks spec_bench --questions "$questions" \
-        --limit "${LIMIT:-1}" --bc "$bc" --max-new-tokens "${MAX_NEW:-64}" --threads 1 --no-report \
+        --limit "${LIMIT:-1}" --bc "$bc" --max-new-tokens "${MAX_NEW:-64}" --threads 1 --no-report --no-warmup \
         --output-dir "$runs/window-$name/bc$bc"
     done ;;
   collect)
