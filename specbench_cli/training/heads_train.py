@@ -279,7 +279,7 @@ def train_heads(target: Any, cache: FeatureCache, recipe: HeadsRecipe, out: Path
     summary = {**full_meta, "steps_done": recipe.steps, "tokens_seen": seen, "training_seconds": seconds,
                "resumed_from": start if resume else None, **evaluate(head, cache, held, weight, recipe)}
     head.eval()
-    save_heads(head, out, summary)
+    save_heads(head, out, summary, vocab=vocab)
     write_json(out / "history.json", history)
     write_json(out / "training.json", summary)
     plot_curves(history, out / "curves.png", f"{recipe.label()} on {meta.get('target', 'target')}")
