@@ -27,7 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
-import torch
+from specbench_cli.lazy import inference_mode, torch
 
 from specbench_cli.engine.drafter import DecodeState, Structure
 from specbench_cli.engine.tree import Draft
@@ -95,7 +95,7 @@ class Eagle(Method):
         tokens = torch.tensor(state.ids[root_pos - k + 1:], dtype=torch.long, device=self.device)
         return state.hidden, tokens
 
-    @torch.inference_mode()
+    @inference_mode
     def propose(self, state: DecodeState) -> Draft:
         n = state.budget - 1
         if n <= 0 or state.remaining <= 1:

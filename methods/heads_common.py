@@ -24,7 +24,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Optional
 
-import torch
+from specbench_cli.lazy import torch
 
 from specbench_cli.engine.verify import SamplingConfig, target_probs
 from specbench_cli.errors import UsageError
@@ -77,13 +77,13 @@ class HeadsCheckpoint:
 
     def __init__(self, method: str, kind: str, ref: Optional[str], target: Optional[str],
                  vocab: str = "auto") -> None:
-        from specbench_cli.training.heads_model import load_draft_vocab, read_heads_config
-
         if vocab not in VOCAB_MODES:
             raise UsageError(f"{method}.vocab must be one of {', '.join(VOCAB_MODES)} (got '{vocab}')")
-        if not ref:
+        if not ref:  # checked before the heads code (and torch) is imported: this is the common mistake
             raise UsageError(f"method {method} needs trained heads: pass --heads HEADS_DIR (or -o {method}.heads=HEADS_DIR) "
                              f"(train them with: {train_command(kind)})")
+        from specbench_cli.training.heads_model import load_draft_vocab, read_heads_config
+
         self.kind, self.folder = kind, Path(ref).expanduser()
         found, self.config = read_heads_config(self.folder)
         if found != kind:

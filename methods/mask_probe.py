@@ -41,7 +41,7 @@ import heapq
 from dataclasses import dataclass
 from typing import Optional
 
-import torch
+from specbench_cli.lazy import torch
 
 from specbench_cli.engine.drafter import DecodeState, Structure, VerifyResult
 from specbench_cli.engine.tree import Draft

@@ -22,7 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
-import torch
+from specbench_cli.lazy import inference_mode, torch
 
 from specbench_cli.engine.drafter import DecodeState, Structure
 from specbench_cli.engine.tree import Draft
@@ -78,7 +78,7 @@ class Medusa(Method):
     def reset(self, prompt_ids: list[int]) -> None:
         self.ckpt.prompt_vocab(prompt_ids)
 
-    @torch.inference_mode()
+    @inference_mode
     def propose(self, state: DecodeState) -> Draft:
         n = state.budget - 1
         if n <= 0 or state.remaining <= 1:

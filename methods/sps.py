@@ -25,9 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-import torch
+from specbench_cli.lazy import inference_mode, torch
 
-from specbench_cli.engine.cache import KVCache
 from specbench_cli.engine.drafter import DecodeState, Structure, VerifyResult
 from specbench_cli.engine.tree import Draft
 from specbench_cli.engine.verify import target_probs
@@ -112,6 +111,8 @@ class SpeculativeSampling(Method):
         # One stream for the whole run: fresh randomness for every generation (a draft token
         # must be a new sample from p each time for speculative sampling to be exact).
         self.rng = torch.Generator(device="cpu").manual_seed((int(ctx.seed) * 1_000_003 + 0x5B5) & 0x7FFFFFFF)
+        from specbench_cli.engine.cache import KVCache  # imports transformers: not while planning
+
         self.cache = KVCache()
         self.processed = 0
 
@@ -150,7 +151,7 @@ class SpeculativeSampling(Method):
             p = torch.cat([p, p.new_zeros(self.v_target - p.shape[-1])])
         return int(torch.multinomial(p, 1, generator=self.rng)), p
 
-    @torch.inference_mode()
+    @inference_mode
     def propose(self, state: DecodeState) -> Draft:
         n = min(self.gamma, state.budget - 1, state.remaining - 1)
         if n <= 0:

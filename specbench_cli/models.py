@@ -68,8 +68,6 @@ def check_device(device: str) -> str:
     Runs before any model loads, so a typo costs no load time."""
     import re
 
-    import torch
-
     m = re.fullmatch(r"(cpu|cuda|mps)(?::(\d+))?", device or "")
     if m is None:
         kind = (device or "").split(":")[0]
@@ -77,14 +75,18 @@ def check_device(device: str) -> str:
             raise UsageError(f"--device '{device}': expected {kind} or {kind}:N with N a device number")
         raise unknown("device", device, DEVICES)
     kind, index = m.group(1), m.group(2)
+    if kind in ("cpu", "mps") and index not in (None, "0"):
+        raise UsageError(f"--device {device}: {kind} has only device 0")
+    if kind == "cpu":
+        return device  # no torch import: option checks stay fast (`import torch` takes seconds)
+    import torch
+
     if kind == "cuda" and not torch.cuda.is_available():
         raise UsageError("--device cuda was asked for, but torch sees no CUDA device on this machine")
     if kind == "cuda" and index is not None and int(index) >= torch.cuda.device_count():
         raise UsageError(f"--device {device}: torch sees only {torch.cuda.device_count()} CUDA device(s) (cuda:0..)")
     if kind == "mps" and not torch.backends.mps.is_available():
         raise UsageError("--device mps was asked for, but torch sees no MPS device on this machine")
-    if kind in ("cpu", "mps") and index not in (None, "0"):
-        raise UsageError(f"--device {device}: {kind} has only device 0")
     return device
 
 

@@ -13,12 +13,11 @@ from typing import List, Optional
 import typer
 from rich.markup import escape
 
-from specbench_cli import metrics, report
-from specbench_cli.baseline import check_entries, diff_table, read_baseline, write_baseline  # noqa: F401
 from specbench_cli.console import err, out
 from specbench_cli.errors import UsageError
-from specbench_cli.export import EXPORT_FORMATS, spec_bench_answers, write_answers
-from specbench_cli.reporting import load, summary_of, write_report
+
+# The work behind these commands (pandas, matplotlib) is imported inside each command, so
+# that `specbench run` with a bad option, which never reaches them, does not pay for it.
 
 
 def register(app: typer.Typer) -> None:
@@ -40,6 +39,8 @@ def report_command(
     no_plots: bool = typer.Option(False, "--no-plots", help="Skip the figures."),
 ) -> None:
     """Spec-Bench table (speedup per category, #MAT, tok/s) plus figures, from result folders."""
+    from specbench_cli.reporting import write_report
+
     write_report(run_dirs, fmt=fmt, output=output, columns=columns, plots=not no_plots)
 
 
@@ -52,6 +53,9 @@ def check_command(
     """CI gate: exit 0 within tolerance, 1 on regression, 2 on bad input."""
     if mat_tol < 0 or speedup_tol < 0:
         raise UsageError("tolerances must be >= 0")
+    from specbench_cli.baseline import check_entries, diff_table, read_baseline
+    from specbench_cli.reporting import summary_of
+
     entries = read_baseline(baseline)
     _, _, summary = summary_of([run_dir])
     moved = check_entries(summary, entries, mat_tol, speedup_tol)
@@ -70,6 +74,9 @@ def baseline_command(
     output: Path = typer.Option(..., "--output", "-o", help="Baseline JSON file to write."),
 ) -> None:
     """Write a baseline (#MAT, speedup, n per model, method, BC and category) for `check`."""
+    from specbench_cli.baseline import write_baseline
+    from specbench_cli.reporting import summary_of
+
     runs, _, summary = summary_of([run_dir])
     doc = write_baseline(summary, runs, output)
     err.print(f"wrote {len(doc['entries'])} baseline entries to {escape(str(output))}", highlight=False)
@@ -80,6 +87,9 @@ def compare_command(
     run_b: Path = typer.Argument(..., metavar="RUN_B"),
 ) -> None:
     """Run A vs run B side by side: speedup, #MAT and tok/s per category with relative change."""
+    from specbench_cli import report
+    from specbench_cli.reporting import summary_of
+
     _, _, summary_a = summary_of([run_a])
     _, _, summary_b = summary_of([run_b])
     for metric in ("speedup", "mat", "tokens_per_s"):
@@ -96,6 +106,10 @@ def export_command(
     output: Path = typer.Option(..., "--output", "-o", help="Folder for the answer files."),
 ) -> None:
     """Write Spec-Bench answer files (one JSONL per method, AR included) for its own scripts."""
+    from specbench_cli import metrics
+    from specbench_cli.export import EXPORT_FORMATS, spec_bench_answers, write_answers
+    from specbench_cli.reporting import load
+
     if fmt not in EXPORT_FORMATS:
         raise UsageError(f"unknown export format '{fmt}'; choose from {', '.join(EXPORT_FORMATS)}")
     _, rows = load([run_dir])

@@ -59,6 +59,30 @@ def test_list_methods_imports_no_torch_and_no_method():
     assert "mask-probe" in out.stdout
 
 
+# A cold `specbench run` with a bad option must answer in well under 2 s. Wall time in a test
+# is noise (the CI machine is shared), so the test checks the cause instead: checking options
+# imports none of torch (3-6 s here), transformers or pandas (~1 s), in a fresh interpreter.
+@pytest.mark.parametrize("args", [
+    ["--methods", "pld", "-o", "pld.max_ngrm=4"],
+    ["--methods", "lookahead", "--bc", "4", "-o", "lookahead.W=9"],
+    ["--methods", "jacobi,tr-jacobi,mask-probe", "-o", "mask-probe.bogus=1"],
+    ["--methods", "sps", "-o", "sps.gamma=-1", "--draft-model", "unused"],
+    ["--methods", "medusa"],
+    ["--methods", "eagle"],
+    ["--device", "cpu:abc"],
+    ["--dtype", "float8"],
+], ids=lambda a: " ".join(a))
+def test_a_cold_run_with_bad_input_imports_no_heavy_module(args, tmp_path):
+    code = ("import sys\nfrom specbench_cli.app import main\n"
+            f"sys.argv = ['specbench', 'run', '--output-dir', {str(tmp_path)!r}] + {args!r}\n"
+            "try:\n    main()\nexcept SystemExit as e:\n    print('EXIT', e.code)\n"
+            "print('HEAVY', sorted(m for m in ('torch', 'transformers', 'pandas') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert "EXIT 2" in out.stdout, out.stdout + out.stderr
+    assert "HEAVY []" in out.stdout, out.stdout + out.stderr
+    assert len(out.stderr.strip().splitlines()) == 1, out.stderr  # one line
+
+
 def test_registry_rejects_a_target_that_is_not_a_method(monkeypatch, capsys):
     from specbench_cli import methods
 

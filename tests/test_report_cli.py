@@ -17,7 +17,8 @@ from typer.testing import CliRunner
 
 from specbench_cli import metrics as m
 from specbench_cli.errors import SpecBenchError
-from specbench_cli.report_cli import check_entries, register
+from specbench_cli.baseline import check_entries
+from specbench_cli.report_cli import register
 from specbench_cli.runfolder import all_rows, load_runs
 from test_metrics import make_row, synthetic_rows, write_run
 

@@ -2,6 +2,10 @@
 
 Everything runs on a tiny randomly initialised Llama (hidden 32, 2 layers, vocab 128) and a
 word-level tokenizer built here; no download. Tests needing the real SmolLM2 are marked slow.
+
+(Over the usual ~350 lines: the drafter pipeline's six commands share one tiny model/tokenizer
+fixture set and one synthetic distillation file; splitting would duplicate them or hide them in
+conftest, away from the tests that explain them.)
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ import enum
 from dataclasses import dataclass
 from typing import ClassVar, Optional
 
-import torch
+from specbench_cli.lazy import torch
 
 from specbench_cli.engine.tree import Draft
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Optional
 
-import torch
+from specbench_cli.lazy import torch
 
 
 @dataclass
