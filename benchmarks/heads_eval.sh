@@ -7,7 +7,8 @@
 # A stage whose folder already holds a run is skipped (delete it to measure again).
 #   usage: benchmarks/heads_eval.sh NAME... [--stages bc10,chain4,bc30]
 #   env:   HEADS_OUT (default /work/heads_ckpt), LIMIT (1 question per category), MAX_NEW (64),
-#          DTYPE (float32), RES (results/reference/heads)
+#          DTYPE (float32), RES (results/reference/heads); the Spec-Bench questions come from
+#          $SPECBENCH_QUESTIONS or ../shared/data/spec_bench/question.jsonl (README, "Where the questions come from")
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export OMP_NUM_THREADS=1
