@@ -7,6 +7,9 @@ head's tree): #MAT, speedup over AR of the same run, pld's speedup in that run, 
 draft ms per step and the run's ar agreement. Every figure is computed from samples.jsonl with
 specbench_cli.metrics (nothing typed in).
 
+Runs are found as RESULTS/<tag>/<stage>/<run_id>/ with tag = head names joined by '+'
+(benchmarks/heads_eval.sh); each head's row reads its method's rows from its tag's runs.
+
 usage: python benchmarks/heads_table.py [RESULTS=results/reference/heads] [TRAINING=results/reference/heads-training]
 writes RESULTS/table.md and prints it
 """
@@ -23,14 +26,15 @@ from specbench_cli.runfolder import all_rows, load_runs
 HEADS = ("eagle", "medusa")
 
 
-def stage(folder: Path) -> dict | None:
-    """Overall metrics of the head, of pld and the head's draft ms/step in one stage folder."""
+def stage(folder: Path, head: str) -> dict | None:
+    """Overall metrics of method `head`, of pld and the head's draft ms/step in one stage folder."""
     runs = [p for p in folder.glob("*/") if (p / "samples.jsonl").is_file()] if folder.is_dir() else []
     if not runs:
         return None
     rows = all_rows(load_runs(runs))
     s = m.summarize(rows, by=("method",), overall=False).set_index("method")
-    head = next(h for h in HEADS if h in s.index)
+    if head not in s.index:
+        return None
     ok = [r for r in rows if r["method"] == head and r.get("status") == "ok"]
     steps = sum(r["steps"] for r in ok)
     out = {k: float(s.loc[head, k]) for k in ("mat", "speedup", "ar_agreement", "alpha1", "alpha2", "alpha3")}
@@ -53,15 +57,17 @@ def main() -> None:
              "| draft/verify ms BC30 | =AR |",
              "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: "
              "| ---: | ---: |"]
-    for d in sorted(p for p in res.iterdir() if p.is_dir() and p.name.split("-")[0] in HEADS):
-        t_file = train / d.name / "training.json"
+    heads = [(d, name) for d in sorted(p for p in res.iterdir() if p.is_dir()) for name in d.name.split("+")
+             if name.split("-")[0] in HEADS]
+    for d, name in sorted(heads, key=lambda x: x[1]):
+        t_file = train / name / "training.json"
         t = json.loads(t_file.read_text()) if t_file.is_file() else {}
-        c, b10, b30 = (stage(d / s) for s in ("chain4", "bc10", "bc30"))
+        c, b10, b30 = (stage(d / s, name.split("-")[0]) for s in ("chain4", "bc10", "bc30"))
         c, b10, b30 = (x or {} for x in (c, b10, b30))
         nan = float("nan")
         agree = [x.get("ar_agreement", nan) for x in (c, b10, b30) if x]
         lines.append(" | ".join([
-            f"| {d.name}", t.get("label", b10.get("label", "?")), f(t.get("training_seconds", nan) / 60, 1),
+            f"| {name}", t.get("label", b10.get("label", "?")), f(t.get("training_seconds", nan) / 60, 1),
             f(t.get("eval_top1_h0", nan), 3), f(c.get("mat", nan)), f(c.get("alpha1", nan)), f(c.get("alpha2", nan)),
             f(c.get("alpha3", nan)), f(b10.get("mat", nan)), f(b10.get("speedup", nan)), f(b10.get("pld", nan)),
             f"{f(b10.get('draft_ms', nan), 0)} / {f(b10.get('verify_ms', nan), 0)}", f(b30.get("mat", nan)),
