@@ -13,6 +13,10 @@ root's position. Greedy verification walks the longest matching path: lossless.
 Defaults depth = min(5, BC-1) and top_k = min(10, BC-1) (EAGLE-2's 5 and 10): a frontier
 node ranked below BC-1 on its level, or a level deeper than BC-1, can never be kept.
 
+The head's logits cover the draft vocabulary (option `vocab`, see heads_common): with `auto`
+the training sub-vocabulary plus the prompt's tokens, which makes the LM-head product per tree
+node ~10x cheaper; exactness is the target's verification either way.
+
 Under sampling (or `-o eagle.chain=true`) the draft is a chain of BC - 1 tokens: each sampled
 from the head's distribution after the target's temperature / top-p and fed back to the head,
 with the rows as `Draft.probs` for the speculative-sampling verifier.
@@ -37,6 +41,7 @@ class EagleOptions:
     heads: Optional[str] = None  # heads folder from `specbench train heads --kind eagle`
     depth: Optional[int] = None  # tree levels; None: min(5, BC-1)
     top_k: Optional[int] = None  # children per node and frontier width; None: min(10, BC-1)
+    vocab: str = "auto"          # draft vocabulary: auto (the heads' training vocabulary + the prompt's tokens) | full
     chain: bool = False          # draft the head's greedy chain (KOALA's n-alpha); always a chain under sampling
 
 
@@ -58,7 +63,7 @@ class Eagle(Method):
         # Capped at BC-1: deeper levels or wider frontiers can never make the kept BC-1 nodes.
         self.depth = min(n, 5 if self.opts.depth is None else self.opts.depth)
         self.top_k = min(n, 10 if self.opts.top_k is None else self.opts.top_k)
-        self.ckpt = HeadsCheckpoint(self.name, "eagle", self.opts.heads, self.ctx.target)
+        self.ckpt = HeadsCheckpoint(self.name, "eagle", self.opts.heads, self.ctx.target, self.opts.vocab)
         self.chain = draws_chains(self.opts.chain, self.ctx.sampling)
         if self.chain:
             self.structure = Structure.CHAIN  # instance attribute: k-alpha is reported for chains
@@ -80,6 +85,7 @@ class Eagle(Method):
 
     def reset(self, prompt_ids: list[int]) -> None:
         self.cache = self.head.new_cache()
+        self.ckpt.prompt_vocab(prompt_ids)
 
     def _pending(self, state: DecodeState) -> tuple[torch.Tensor, torch.Tensor]:
         """(features [k, h], tokens [k]) of the pairs not yet in the head's cache; tokens[-1] = root."""
@@ -112,7 +118,7 @@ class Eagle(Method):
         drafted: list[int] = []
         rows: list[torch.Tensor] = []
         for d in range(n):
-            tok, p = pick(row, self.ctx.sampling, self.rng)
+            tok, p = pick(row, self.ctx.sampling, self.rng, self.head)
             drafted.append(tok)
             if p is not None:
                 rows.append(p)

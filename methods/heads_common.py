@@ -11,6 +11,12 @@ Checks, as early as each can run:
 - plan (no model): `heads` given, a heads folder of this method's kind, trained for this run's
   target when both names are known (compared after resolving aliases and paths);
 - setup (target loaded): the head's hidden size and vocabulary equal the target's.
+
+Draft vocabulary (option `vocab`, docs/methods/heads.md): `auto` (default) restricts the heads'
+logits to the folder's `draft_vocab.safetensors` (the training sub-vocabulary) plus the current
+prompt's tokens; `full` uses all V rows of the LM head. Exactness does not depend on it: the
+target verifies every drafted token, and under sampling the draft distribution is scattered
+back to [V] (zero outside the vocabulary), which speculative sampling accepts as any q.
 """
 
 from __future__ import annotations
@@ -22,6 +28,26 @@ from specbench_cli.lazy import torch
 
 from specbench_cli.engine.verify import SamplingConfig, target_probs
 from specbench_cli.errors import UsageError
+
+
+HEAD_METHODS = ("medusa", "eagle")
+
+
+def apply_heads_flag(methods: list[str], options: dict[str, dict[str, str]], heads: Optional[str]) -> None:
+    """`specbench run --heads PATH`: the same as `-o METHOD.heads=PATH` for the one head method
+    of `methods` (medusa or eagle) that has no `-o METHOD.heads` yet; edits `options` in place.
+    UsageError when no head method is selected or the choice is ambiguous."""
+    if not heads:
+        return
+    chosen = [m for m in methods if m in HEAD_METHODS]
+    if not chosen:
+        raise UsageError(f"--heads needs a head method in --methods ({' or '.join(HEAD_METHODS)})")
+    free = [m for m in chosen if "heads" not in options.get(m, {})]
+    if len(free) != 1:
+        why = "both have" if not free else "neither has"
+        raise UsageError(f"--heads is ambiguous: {' and '.join(chosen)} are selected and {why} -o METHOD.heads; "
+                         f"give each its folder with -o {chosen[0]}.heads=DIR -o {chosen[-1]}.heads=DIR")
+    options.setdefault(free[0], {})["heads"] = heads
 
 
 def train_command(kind: str) -> str:
@@ -42,15 +68,21 @@ def _same_target(a: str, b: str) -> bool:
     return a == b or key(a) == key(b)
 
 
+VOCAB_MODES = ("auto", "full")
+
+
 class HeadsCheckpoint:
     """A heads folder opened for method `method` (kind `kind`): read and checked at plan time
-    (config.json only, no weights), loaded onto the target by `load` at setup."""
+    (config.json and the draft vocabulary, no weights), loaded onto the target by `load` at setup."""
 
-    def __init__(self, method: str, kind: str, ref: Optional[str], target: Optional[str]) -> None:
+    def __init__(self, method: str, kind: str, ref: Optional[str], target: Optional[str],
+                 vocab: str = "auto") -> None:
+        if vocab not in VOCAB_MODES:
+            raise UsageError(f"{method}.vocab must be one of {', '.join(VOCAB_MODES)} (got '{vocab}')")
         if not ref:  # checked before the heads code (and torch) is imported: this is the common mistake
-            raise UsageError(f"method {method} needs trained heads: pass -o {method}.heads=HEADS_DIR "
+            raise UsageError(f"method {method} needs trained heads: pass --heads HEADS_DIR (or -o {method}.heads=HEADS_DIR) "
                              f"(train them with: {train_command(kind)})")
-        from specbench_cli.training.heads_model import read_heads_config
+        from specbench_cli.training.heads_model import load_draft_vocab, read_heads_config
 
         self.kind, self.folder = kind, Path(ref).expanduser()
         found, self.config = read_heads_config(self.folder)
@@ -62,6 +94,7 @@ class HeadsCheckpoint:
         if trained_for and target and not _same_target(str(trained_for), str(target)):
             raise UsageError(f"heads {self.folder} were trained for target '{trained_for}', this run's target is "
                              f"'{target}'; train heads for it: {train_command(kind)} --target {target}")
+        self.vocab = load_draft_vocab(self.folder) if vocab == "auto" else None  # [V'] or None = full
         self.head: Any = None
 
     def load(self, model: Any) -> Any:
@@ -78,8 +111,19 @@ class HeadsCheckpoint:
         if h_head != hidden or (v_head is not None and v_head != vocab):
             raise UsageError(f"heads {self.folder} (hidden {h_head}, vocab {v_head or 'target'}) do not fit this "
                              f"target (hidden {hidden}, vocab {vocab}): trained for '{self.meta.get('target', '?')}'")
+        if self.vocab is not None and int(self.vocab.max()) >= vocab:
+            raise UsageError(f"{self.folder}: draft vocabulary has ids >= the target's vocabulary ({vocab})")
         self.head = head
         return head
+
+    def prompt_vocab(self, prompt_ids: list[int]) -> None:
+        """Set the head's draft vocabulary for one prompt: the stored ids plus the prompt's tokens
+        (copied text is a common continuation). No-op with the full vocabulary."""
+        if self.vocab is None:
+            return
+        v = int(self.head.lm_head.weight.shape[0])
+        prompt = torch.tensor([t for t in prompt_ids if 0 <= t < v], dtype=torch.long)
+        self.head.use_vocab(torch.cat([self.vocab, prompt]).unique())  # sorted
 
     @property
     def n_params(self) -> int:
@@ -127,12 +171,21 @@ def sampling_rng(seed: int) -> torch.Generator:
     return torch.Generator(device="cpu").manual_seed((int(seed) * 1_000_003 + 0x4EAD) & 0x7FFFFFFF)
 
 
-def pick(logits: torch.Tensor, sampling: SamplingConfig, rng: torch.Generator) -> tuple[int, Optional[torch.Tensor]]:
-    """`[V]` head logits -> (token, `[V]` probabilities it was drawn from | None when greedy).
+def pick(logits: torch.Tensor, sampling: SamplingConfig, rng: torch.Generator,
+         head: Any) -> tuple[int, Optional[torch.Tensor]]:
+    """`[V']` head logits (draft vocabulary of `head`, or all V) -> (target token id, `[V]`
+    probabilities it was drawn from | None when greedy).
 
     Under sampling the head's logits get the target's temperature / top-p processing, so
-    speculative sampling compares like with like (as sps does)."""
+    speculative sampling compares like with like (as sps does); with a draft vocabulary the
+    distribution is scattered back to [V], zero elsewhere."""
     if sampling.greedy:
-        return int(logits.argmax()), None
+        return int(head.to_target(logits.argmax())), None
     p = target_probs(logits, sampling).to("cpu", torch.float32)
-    return int(torch.multinomial(p, 1, generator=rng)), p
+    i = torch.multinomial(p, 1, generator=rng)
+    ids = head.draft_ids
+    if ids is None:
+        return int(i), p
+    full = torch.zeros(int(head.lm_head.weight.shape[0]), dtype=torch.float32)
+    full[ids.cpu()] = p
+    return int(ids[i.to(ids.device)]), full

@@ -7,6 +7,9 @@ draft is a static tree: a list of top-k rank paths, best first (`default_medusa_
 prior over head accuracy and rank), taken until BC - 1 nodes; node (r1, ..., rd) holds head
 d's rank-rd token. Greedy verification walks the longest path matching the target: lossless.
 
+The logits cover the draft vocabulary (option `vocab`, see heads_common; `auto` = the training
+sub-vocabulary plus the prompt's tokens); the target verifies every draft either way.
+
 Under sampling (or `-o medusa.chain=true`) the draft is a chain of min(H, BC - 1) tokens, one
 per head, sampled from each head's distribution after the target's temperature / top-p, with
 those rows as `Draft.probs` so the speculative-sampling verifier keeps the output exact. (The
@@ -32,6 +35,7 @@ from specbench_cli.methods.heads_common import HeadsCheckpoint, draws_chains, pi
 class MedusaOptions:
     heads: Optional[str] = None  # heads folder from `specbench train heads --kind medusa`
     width: int = 10              # ranks per head considered by the path list
+    vocab: str = "auto"          # draft vocabulary: auto (the heads' training vocabulary + the prompt's tokens) | full
     chain: bool = False          # draft each head's top-1 as a chain (KOALA's n-alpha); always a chain under sampling
 
 
@@ -47,7 +51,7 @@ class Medusa(Method):
     def plan(self) -> None:
         if self.opts.width < 1:
             raise UsageError(f"medusa.width must be >= 1 (got {self.opts.width})")
-        self.ckpt = HeadsCheckpoint(self.name, "medusa", self.opts.heads, self.ctx.target)
+        self.ckpt = HeadsCheckpoint(self.name, "medusa", self.opts.heads, self.ctx.target, self.opts.vocab)
         self.chain = draws_chains(self.opts.chain, self.ctx.sampling)
         if self.chain:
             self.structure = Structure.CHAIN  # instance attribute: k-alpha is reported for chains
@@ -71,17 +75,20 @@ class Medusa(Method):
         return {**self.ckpt.params(), "structure": self.structure.value, "width": self.opts.width,
                 "paths": len(self.paths)}
 
+    def reset(self, prompt_ids: list[int]) -> None:
+        self.ckpt.prompt_vocab(prompt_ids)
+
     @inference_mode
     def propose(self, state: DecodeState) -> Draft:
         n = state.budget - 1
         if n <= 0 or state.remaining <= 1:
             return Draft()
-        logits = self.head.head_logits(state.hidden[-1])  # [H, V]: row i = depth i + 1
+        logits = self.head.head_logits(state.hidden[-1])  # [H, V'] (draft vocabulary): row i = depth i + 1
         if self.chain:
-            picks = [pick(row, self.ctx.sampling, self.rng) for row in logits[: min(n, logits.shape[0])]]
+            picks = [pick(row, self.ctx.sampling, self.rng, self.head) for row in logits[: min(n, logits.shape[0])]]
             probs = torch.stack([p for _, p in picks]) if picks[0][1] is not None else None
             return Draft.chain([t for t, _ in picks], probs)
         from specbench_cli.training.heads_tree import medusa_tree
 
-        tree = medusa_tree(logits, self.paths, budget=n)
+        tree = medusa_tree(logits, self.paths, budget=n, ids=self.head.draft_ids)
         return Draft(tokens=tree.tokens, parents=tree.parents)

@@ -66,6 +66,7 @@ def run(
     repeats: int = typer.Option(1, "--repeats", help="Run everything N times (mean ± std of speedups in reports)."),
     draft_model: Optional[str] = typer.Option(None, "--draft-model", help="Draft model for sps (same kinds of reference as --model)."),
     option: Optional[List[str]] = typer.Option(None, "--option", "-o", help="Method option METHOD.KEY=VALUE (repeatable)."),
+    heads: Optional[str] = typer.Option(None, "--heads", help="Trained heads folder for the selected head method (medusa or eagle): same as -o METHOD.heads=PATH."),
     output_dir: Path = typer.Option(Path("results"), "--output-dir", help="Where run folders are created."),
     resume: Optional[Path] = typer.Option(None, "--resume", help="Continue an interrupted run folder (its manifest's settings are used)."),
     no_warmup: bool = typer.Option(False, "--no-warmup", help="Skip the untimed warm-up generation."),
@@ -95,8 +96,13 @@ def run(
         err.print(f"resuming {resume} ({len(store.rows())} rows already there)")
     else:
         store = None
+        method_list, method_options = _split(methods) or default_methods(), _parse_method_options(option)
+        if heads:
+            from specbench_cli.methods.heads_common import apply_heads_flag
+
+            apply_heads_flag(method_list, method_options, heads)
         cfg = RunConfig(
-            model=model, methods=_split(methods) or default_methods(), method_options=_parse_method_options(option),
+            model=model, methods=method_list, method_options=method_options,
             tasks=_split(tasks) or ["mini"], questions=questions, categories=_split(categories), limit=limit,
             question_ids=_split(question_ids), block_complexity=block_complexity, max_new_tokens=max_new_tokens,
             dtype=dtype, device=device, threads=threads, temperature=temperature, top_p=top_p, seed=seed,

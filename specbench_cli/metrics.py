@@ -213,6 +213,36 @@ def position_acceptance(
     return rates
 
 
+def chain_alphas(
+    accept_lengths: Iterable[Sequence[int]], draft_sizes: Iterable[Sequence[int]], max_n: int = 3
+) -> dict[int, float]:
+    """KOALA's / EAGLE's n-alpha for n = 1..max_n (chain drafts): among steps whose chain reached
+    position n (proposed >= n tokens) with its first n-1 draft tokens accepted, the share that
+    accepted token n too. Conditional, unlike `position_acceptance`; positions never reached are
+    omitted."""
+    accepted = [a - 1 for row in accept_lengths for a in row]
+    proposed = [d for row in draft_sizes for d in row]
+    m = min(len(accepted), len(proposed))
+    acc, prop = np.asarray(accepted[:m]), np.asarray(proposed[:m])
+    rates = {}
+    for n in range(1, max_n + 1):
+        reached = (prop >= n) & (acc >= n - 1)
+        if reached.any():
+            rates[n] = float((acc[reached] >= n).mean())
+    return rates
+
+
+def group_is_chain(rows: pd.DataFrame) -> bool:
+    """Whether a group's rows come from a chain drafter (AR excluded): the rows' `structure`,
+    else the legacy guess from their method parameters (`is_chain`)."""
+    if len(rows) == 0 or (rows["method"] == AR_METHOD).all():
+        return False
+    structure = next((s for s in rows["structure"] if isinstance(s, str)), None)
+    if structure is not None:
+        return structure == "chain"
+    return is_chain(next((p for p in rows["method_params"] if isinstance(p, dict)), {}))
+
+
 def accept_length_counts(accept_lengths: Iterable[Sequence[int]]) -> dict[int, int]:
     """How many decoding steps added 1, 2, 3, ... tokens (sorted by length)."""
     counts = Counter(a for row in accept_lengths for a in row)
@@ -234,6 +264,7 @@ def _group_metrics(rows: pd.DataFrame, tp: pd.DataFrame, paired: pd.DataFrame) -
     speedup, speedup_std = mean_std(speedups)
     agreement, mismatches, compared = ar_agreement(ok["ar_match"])
     params = next((p for p in rows["method_params"] if isinstance(p, dict)), {})
+    alphas = chain_alphas(ok["accept_lengths"], ok["draft_sizes"]) if group_is_chain(ok) else {}
     return {
         "n_rows": int(len(rows)),
         "n_errors": int((rows["status"] != "ok").sum()),
@@ -257,6 +288,7 @@ def _group_metrics(rows: pd.DataFrame, tp: pd.DataFrame, paired: pd.DataFrame) -
         "block_complexities": sorted({int(b) for b in rows["block_complexity"]}),
         "lossless": bool(rows["lossless"].dropna().all()) if rows["lossless"].notna().any() else None,
         "method_params": params,
+        **{f"alpha{n}": alphas.get(n, float("nan")) for n in (1, 2, 3)},
     }
 
 
@@ -335,10 +367,7 @@ def position_acceptance_by_method(
     df = ok_rows(to_frame(rows))
     curves = {}
     for key, g in df.groupby(list(by), sort=False):
-        params = next((p for p in g["method_params"] if isinstance(p, dict)), {})
-        structure = next((s for s in g["structure"] if isinstance(s, str)), None)
-        chain = structure == "chain" if structure is not None else is_chain(params)
-        if (g["method"] == AR_METHOD).all() or not chain:
+        if not group_is_chain(g):
             continue
         rates = position_acceptance(g["accept_lengths"], g["draft_sizes"], max_k)
         if rates:

@@ -3,8 +3,8 @@
 The Spec-Bench table has one row per (model, method) — plus block complexity when a method
 was measured at several — with the speedup of each category, then #MAT, tokens/s and the
 overall speedup. Optional columns: `bc` (block complexity), `mbsu`, `params` (the drafter's
-resolved configuration). With several replicates a value reads "2.31 ± 0.04" (mean ± sample
-std of the per-replicate speedups).
+resolved configuration), `alpha` (KOALA's 1-/2-/3-alpha of chain drafters). With several
+replicates a value reads "2.31 ± 0.04" (mean ± sample std of the per-replicate speedups).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from rich.table import Table
 from specbench_cli.console import out
 from specbench_cli.metrics import AR_METHOD, OVERALL, display_category, order_categories
 
-OPTIONAL_COLUMNS = ("bc", "mbsu", "params", "median", "agree")
+OPTIONAL_COLUMNS = ("bc", "mbsu", "params", "median", "agree", "alpha")
 FORMATS = ("markdown", "csv", "latex", "json")
 EXTENSIONS = {"markdown": "md", "csv": "csv", "latex": "tex", "json": "json"}
 MISSING = "–"
@@ -128,7 +128,8 @@ def wide_frame(summary: pd.DataFrame) -> pd.DataFrame:
     """One row per (model, method, BC): per-category speedup (+std) and the overall metrics."""
     overall = summary[summary["category"] == OVERALL].set_index(ROW_KEY)
     wide = overall[["mat", "tokens_per_s", "speedup", "speedup_std", "mbsu", "n_errors", "n_replicates",
-                    "median_speedup", "ar_agreement", "lossless"]]
+                    "median_speedup", "ar_agreement", "lossless"]
+                   + [c for c in ("alpha1", "alpha2", "alpha3") if c in overall.columns]]
     wide = wide.rename(columns={"speedup": "speedup_overall", "speedup_std": "speedup_std_overall"}).copy()
     wide["params"] = overall["method_params"].map(format_params)
     for category in categories_of(summary):
@@ -170,6 +171,8 @@ def spec_bench_table(summary: pd.DataFrame, columns: Iterable[str] = (), quality
     cols.append(Column("#MAT", "mat"))
     if "mbsu" in columns:
         cols.append(Column("MBSU", "mbsu"))
+    if "alpha" in columns:  # chain drafters only (KOALA measures n-alpha with chains); others show "–"
+        cols += [Column(f"{n}-α", f"alpha{n}") for n in (1, 2, 3) if f"alpha{n}" in frame.columns]
     cols += [Column("Tok/s", "tokens_per_s", digits=1), Column("Overall", "speedup_overall", "speedup_std_overall")]
     notes = table_notes(summary)
     if quality is not None and len(quality):

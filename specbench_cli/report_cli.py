@@ -36,7 +36,7 @@ def report_command(
         None, "--format", "-f", help="markdown|csv|latex|json: write only table.<ext> and print it instead of the terminal table."
     ),
     output: Optional[Path] = typer.Option(None, "--output", "-o", help="Output folder [default: first RUN_DIR/report]."),
-    columns: str = typer.Option("", "--columns", help="Extra columns, comma-separated: bc, mbsu, params, median (median paired speedup), agree (share of outputs equal to AR)."),
+    columns: str = typer.Option("", "--columns", help="Extra columns, comma-separated: bc, mbsu, params, median (median paired speedup), agree (share of outputs equal to AR), alpha (KOALA's 1-/2-/3-alpha of chain drafters)."),
     no_plots: bool = typer.Option(False, "--no-plots", help="Skip the figures."),
     execute_code: bool = typer.Option(False, "--execute-code", help="Run model-written code to score it (HumanEval pass@1): each program in its own sandboxed subprocess (docs/metrics.md). Off by default."),
 ) -> None:

@@ -89,6 +89,87 @@ def test_sampling_drafts_chains_with_probabilities(kind, tiny_model, tiny_tok, t
         assert all(d.probs[i, t] > 0 for i, t in enumerate(d.tokens))  # drawn from these rows
 
 
+@pytest.mark.parametrize("kind", KINDS)
+def test_draft_vocabulary_restricts_drafts_and_stays_exact(kind, tmp_path, tiny_model, tiny_tok, tiny_heads):
+    """vocab=auto: the heads rank only the stored ids plus the prompt's tokens; with a deliberately
+    small stored vocabulary every draft stays inside it and the output is still AR's."""
+    from safetensors.torch import save_file
+
+    folder = tmp_path / kind
+    shutil.copytree(tiny_heads[kind], folder)
+    stored = torch.tensor([3, 5, 9, 14, 40, 41, 42, 60])
+    save_file({"ids": stored}, str(folder / "draft_vocab.safetensors"))
+    ctx = MethodContext(tiny_model, tiny_tok, budget=8)
+    dec, ar = Decoder(tiny_model, {EOS}), methods.get("ar").create(ctx)
+    method = methods.get(kind).create(ctx, heads=str(folder))
+    full = methods.get(kind).create(ctx, heads=str(folder), vocab="full")
+    drafts = recording(method)
+    for prompt in PROMPTS:
+        expected = dec.generate(ar, prompt, 30, 8).output_ids
+        assert dec.generate(method, prompt, 30, 8).output_ids == expected
+        allowed = set(stored.tolist()) | set(prompt)
+        assert method.head.draft_ids.tolist() == sorted(allowed)
+        assert all(set(d.tokens) <= allowed for d, _ in drafts)
+        drafts.clear()
+        assert dec.generate(full, prompt, 30, 8).output_ids == expected
+        assert full.head.draft_ids is None
+    assert full.label().endswith(",vocab=full)")
+
+
+def test_draft_vocabulary_under_sampling_scatters_to_the_full_vocabulary(tmp_path, tiny_model, tiny_tok, tiny_heads):
+    from safetensors.torch import save_file
+
+    folder = tmp_path / "eagle"
+    shutil.copytree(tiny_heads["eagle"], folder)
+    save_file({"ids": torch.arange(20, 60)}, str(folder / "draft_vocab.safetensors"))
+    sampling = SamplingConfig(temperature=0.8)
+    ctx = MethodContext(tiny_model, tiny_tok, budget=5, sampling=sampling, seed=1)
+    method = methods.get("eagle").create(ctx, heads=str(folder))
+    drafts = recording(method)
+    Decoder(tiny_model, {EOS}, sampling).generate(method, PROMPTS[1], 20, 5, torch.Generator().manual_seed(0))
+    allowed = torch.zeros(128, dtype=torch.bool)
+    allowed[20:60] = True
+    allowed[PROMPTS[1]] = True
+    drafted = [d for d, _ in drafts if len(d)]
+    assert drafted
+    for d in drafted:
+        assert d.probs.shape == (len(d), 128) and torch.allclose(d.probs.sum(-1), torch.ones(len(d)), atol=1e-5)
+        assert float(d.probs[:, ~allowed].abs().sum()) == 0.0 and all(allowed[t] for t in d.tokens)
+
+
+def test_draft_vocabulary_checks(tmp_path, tiny_model, tiny_tok, tiny_heads):
+    from safetensors.torch import save_file
+
+    ctx = MethodContext(tiny_model, tiny_tok, budget=4)
+    with pytest.raises(UsageError, match="eagle.vocab must be one of auto, full"):
+        methods.get("eagle")(ctx, heads=tiny_heads["eagle"], vocab="tiny")
+    folder = tmp_path / "bad"
+    shutil.copytree(tiny_heads["medusa"], folder)
+    save_file({"ids": torch.tensor([5, 3])}, str(folder / "draft_vocab.safetensors"))
+    with pytest.raises(UsageError, match="sorted distinct"):
+        methods.get("medusa")(ctx, heads=str(folder))
+    save_file({"ids": torch.tensor([3, 500])}, str(folder / "draft_vocab.safetensors"))
+    with pytest.raises(UsageError, match="ids >= the target's vocabulary"):
+        methods.get("medusa").create(ctx, heads=str(folder))
+    methods.get("medusa").create(ctx, heads=str(folder), vocab="full")  # the file is not read then
+
+
+def test_heads_flag_picks_the_one_head_method():
+    from specbench_cli.methods.heads_common import apply_heads_flag
+
+    opts: dict = {}
+    apply_heads_flag(["ar", "pld", "eagle"], opts, "/h")
+    assert opts == {"eagle": {"heads": "/h"}}
+    opts = {"eagle": {"heads": "/e"}}
+    apply_heads_flag(["medusa", "eagle"], opts, "/m")
+    assert opts == {"eagle": {"heads": "/e"}, "medusa": {"heads": "/m"}}
+    with pytest.raises(UsageError, match="needs a head method"):
+        apply_heads_flag(["ar", "pld"], {}, "/h")
+    with pytest.raises(UsageError, match="ambiguous"):
+        apply_heads_flag(["medusa", "eagle"], {}, "/h")
+    apply_heads_flag(["pld"], opts, None)  # no flag: nothing to do
+
+
 def _save_eagle(model, folder, layers, meta):
     torch.manual_seed(1)
     head = EagleHead(eagle_config(model.config, layers)).bind(model)
@@ -150,7 +231,7 @@ def test_cli_run_with_heads(tiny_model_dir, tiny_heads, tmp_path, capsys):
     heads = tmp_path / "eagle-heads"
     shutil.copytree(tiny_heads["eagle"], heads)
     args = ["run", "--model", str(tiny_model_dir), "--methods", "ar,eagle", "--limit", "1", "--categories", "qa",
-            "--max-new-tokens", "12", "--threads", "1", "--no-report", "-o", f"eagle.heads={heads}"]
+            "--max-new-tokens", "12", "--threads", "1", "--no-report", "--heads", str(heads)]
     code, _, err = cli(args + ["--output-dir", str(tmp_path / "bad")], capsys)
     assert code == 2 and "trained for target 'tiny'" in " ".join(err.split())
     cfg = json.loads((heads / "config.json").read_text())
@@ -164,7 +245,9 @@ def test_cli_run_with_heads(tiny_model_dir, tiny_heads, tmp_path, capsys):
     (row,) = [r for r in rows if r["method"] == "eagle"]
     assert row["status"] == "ok" and row["ar_match"] is True
     assert row["method_label"] == "eagle(K=1)" and row["extra_params"] == cfg["specbench"]["params"] > 0
-    assert row["structure"] == "tree"
+    assert row["structure"] == "tree" and row["method_params"]["heads"] == str(heads)  # --heads = -o eagle.heads
+    code, _, err = cli(args[:4] + ["ar,pld"] + args[5:] + ["--output-dir", str(tmp_path / "nohead")], capsys)
+    assert code == 2 and "--heads needs a head method" in " ".join(err.split())
 
 
 def test_not_in_the_default_method_list():

@@ -3,6 +3,7 @@
 import json
 import pytest
 import torch
+from safetensors.torch import load_file
 from test_cli import cli as run_cli
 
 from specbench_cli.training.heads_data import build_feature_cache, heads_prompts, load_feature_cache, \
@@ -179,10 +180,11 @@ def test_feature_cache(cache, tiny_model, tiny_tok):
     assert torch.allclose(cache.features[o0:o1].float(), ref, atol=2e-2, rtol=1e-2)
 
 
-@pytest.mark.parametrize("kind,adv", [("medusa", False), ("eagle", False), ("eagle", True), ("medusa", True)])
-def test_training_loss_decreases(tmp_path, tiny_model, cache, kind, adv):
+@pytest.mark.parametrize("kind,adv,amp", [("medusa", False, False), ("eagle", False, False), ("eagle", True, False),
+                                          ("medusa", True, False), ("eagle", True, True)])
+def test_training_loss_decreases(tmp_path, tiny_model, cache, kind, adv, amp):
     recipe = HeadsRecipe(kind=kind, heads_count=2, layers=2, adversarial=adv, disc_width=16, steps=25,
-                         batch_size=4, lr=3e-3, warmup=2, save_every=100, holdout=0.2)
+                         batch_size=4, lr=3e-3, warmup=2, save_every=100, holdout=0.2, autocast=amp)
     summary = train_heads(tiny_model, cache, recipe, tmp_path / "h", {"target": "tiny"}, progress=False)
     hist = json.loads((tmp_path / "h" / "history.json").read_text())
     first = sum(h["distill"] for h in hist[:3]) / 3
@@ -194,6 +196,9 @@ def test_training_loss_decreases(tmp_path, tiny_model, cache, kind, adv):
         assert all("d_loss" in h and "g_adv" in h for h in hist)
     assert "eval_top1_h0" in summary
     assert load_heads(tmp_path / "h", tiny_model).meta["label"] == recipe.label()
+    assert summary["recipe"]["autocast"] is amp
+    ids = load_file(str(tmp_path / "h" / "draft_vocab.safetensors"))["ids"]  # the training sub-vocabulary
+    assert ids.numel() == summary["sub_vocab"] and bool((ids[1:] > ids[:-1]).all())
 
 
 def test_resume_continues_exactly(tmp_path, tiny_model, cache):

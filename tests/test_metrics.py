@@ -260,6 +260,15 @@ def test_position_acceptance_hand_computed():
     assert m.position_acceptance([[1, 1]], [[0, 0]]) == {}
 
 
+def test_chain_alphas_are_conditional_on_the_earlier_positions():
+    accepts = [[4, 1, 3, 2], [2, 3], [2]]  # accepted drafts 3, 0, 2, 1 | 1, 2 | 1
+    drafts = [[3, 3, 3, 3], [3, 2], [3]]
+    # n=1: 6 of 7 steps; n=2: the 6 that accepted one go on, 3 accept a second; n=3: of the
+    # steps with two accepted, the one that proposed only 2 never reached position 3 -> 1 of 2
+    assert m.chain_alphas(accepts, drafts) == pytest.approx({1: 6 / 7, 2: 3 / 6, 3: 1 / 2})
+    assert m.chain_alphas([[1, 1]], [[0, 0]]) == {}
+
+
 def test_mbsu_formula():
     rows = [make_row("sps", 1, [1, 2, 3], 1.0, draft_sizes=[4, 4, 4], extra_params=30_000_000),
             make_row("sps", 2, [4], 1.0, draft_sizes=[4], extra_params=30_000_000)]

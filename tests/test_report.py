@@ -71,6 +71,16 @@ def test_optional_columns_and_repeats():
         r.spec_bench_table(m.summarize(small_rows()), ["nope"])
 
 
+def test_alpha_columns_for_chain_drafters_only():
+    """pld accepts 1,1,1,1,0 (qa) and 2,2,2 (rag) draft tokens of 3: 1-α 7/8, 2-α 3/7, 3-α 0/3."""
+    rows = small_rows() + tag([{**make_row("eagle", 1, [3, 1], 1.0, draft_sizes=[9, 9]), "structure": "tree"}])
+    table = r.spec_bench_table(m.summarize(rows), ["alpha"])
+    assert table.headers == ["Method", "QA", "RAG", "#MAT", "1-α", "2-α", "3-α", "Tok/s", "Overall"]
+    cells = {row[0]: row for row in table.cells()}
+    assert cells["pld"][4:7] == ["0.88", "0.43", "0.00"]
+    assert cells["ar"][4:7] == cells["eagle"][4:7] == [r.MISSING] * 3  # AR and trees: no n-α
+
+
 def test_bc_column_appears_when_a_method_has_several_bcs():
     rows = small_rows() + tag([{**row, "block_complexity": 16} for row in small_rows()], run_id="r2")
     table = r.spec_bench_table(m.summarize(rows))

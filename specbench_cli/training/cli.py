@@ -314,6 +314,8 @@ def heads_cmd(
     full_vocab: bool = typer.Option(False, "--full-vocab", help="Softmax over the whole vocabulary instead of the "
                                     "tokens seen in the data (slower on CPU)."),
     target: Optional[str] = typer.Option(None, "--target", "-m", help="Target model (default: the data's 'target')."),
+    autocast: bool = typer.Option(False, "--autocast", help="bfloat16 autocast for the heads' training step "
+                                  "(float32 weights; ~2.5x faster on CPUs with AMX / AVX512-BF16)."),
     save_every: int = typer.Option(50), seed: int = typer.Option(0),
     resume: bool = typer.Option(False, help="Continue from the latest checkpoint in --out."),
     dtype: str = _DTYPE, device: str = _DEVICE, threads: Optional[int] = _THREADS, quiet: bool = _QUIET,
@@ -325,7 +327,8 @@ def heads_cmd(
 
     recipe = HeadsRecipe(kind=kind, heads_count=heads_count, layers=layers, adversarial=adversarial, lam=lam,
                          disc_layers=disc_layers, steps=steps, batch_size=batch_size, lr=lr, disc_lr=disc_lr,
-                         max_len=max_len, save_every=save_every, seed=seed, sub_vocab=not full_vocab)
+                         max_len=max_len, save_every=save_every, seed=seed, sub_vocab=not full_vocab,
+                         autocast=autocast)
     recipe.validate()
     torch_dtype(dtype)
     check_device(device)

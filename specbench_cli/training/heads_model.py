@@ -30,11 +30,46 @@ from specbench_cli.errors import UsageError
 MEDUSA_FILE = "medusa_lm_head.safetensors"
 EAGLE_FILE = "model.safetensors"
 CONFIG_FILE = "config.json"
+VOCAB_FILE = "draft_vocab.safetensors"  # {"ids": int64 [V'] sorted target ids}: the training sub-vocabulary
 
 
 def _target_parts(target: Any) -> tuple[nn.Module, nn.Module]:
     """(output head [h -> V], input embedding [V -> h]) of a causal LM."""
     return target.get_output_embeddings(), target.get_input_embeddings()
+
+
+class DraftVocabMixin:
+    """A restricted draft vocabulary at inference (`use_vocab`): the heads' logits are then computed
+    against the target LM head's rows `ids` only ([..., V'] instead of [..., V]); `to_target` maps
+    indices of those logits back to target token ids. Speed only: the target verifies every draft,
+    so a token outside the vocabulary is merely never proposed (EAGLE-3's draft vocabulary idea)."""
+
+    def use_vocab(self, ids: torch.Tensor | None) -> None:
+        """ids: sorted target ids [V'] (None = the full vocabulary). Copies V' rows of the LM head."""
+        if ids is None:
+            self.__dict__["vocab_ids"] = self.__dict__["vocab_w"] = None
+            return
+        w = self.lm_head.weight
+        ids = ids.to(w.device)
+        self.__dict__["vocab_ids"], self.__dict__["vocab_w"] = ids, w.index_select(0, ids).contiguous()
+
+    def project(self, states: torch.Tensor) -> torch.Tensor:
+        """[..., h] -> [..., V] logits, or [..., V'] over the draft vocabulary when one is set."""
+        w = self.__dict__.get("vocab_w")
+        if w is None:
+            return self.lm_head(states.to(self.lm_head.weight.dtype))
+        return F.linear(states.to(w.dtype), w, self.lm_head.bias[self.vocab_ids] if self.lm_head.bias is not None
+                        else None)
+
+    @property
+    def draft_ids(self) -> torch.Tensor | None:
+        """The draft vocabulary's target ids [V'], None = full vocabulary."""
+        return self.__dict__.get("vocab_ids")
+
+    def to_target(self, idx: torch.Tensor) -> torch.Tensor:
+        """Indices into `project`'s last dimension -> target token ids (same shape)."""
+        ids = self.__dict__.get("vocab_ids")
+        return idx if ids is None else ids[idx.to(ids.device)]
 
 
 class ResBlock(nn.Module):
@@ -49,11 +84,12 @@ class ResBlock(nn.Module):
         return x + F.silu(self.linear(x))
 
 
-class MedusaHeads(nn.ModuleList):
+class MedusaHeads(DraftVocabMixin, nn.ModuleList):
     """H heads of K distinct ResBlocks each; head i predicts token t+2+i from the feature at t.
 
     State-dict keys are exactly Medusa's `{i}.{j}.linear.weight|bias`.
-    Inference: `head_logits(hidden [..., h]) -> [..., H, V]` (through the target's LM head).
+    Inference: `head_logits(hidden [..., h]) -> [..., H, V]` (through the target's LM head;
+    [..., H, V'] after `use_vocab(ids)`, map indices back with `to_target`).
     """
 
     kind = "medusa"
@@ -64,6 +100,7 @@ class MedusaHeads(nn.ModuleList):
         super().__init__([nn.Sequential(*[ResBlock(hidden) for _ in range(layers)]) for _ in range(heads)])
         self.hidden, self.n_heads, self.n_layers = hidden, heads, layers
         self.__dict__["lm_head"] = None  # bound target part, kept out of state_dict/parameters
+        self.use_vocab(None)
 
     def bind(self, target: Any) -> "MedusaHeads":
         self.__dict__["lm_head"] = _target_parts(target)[0]
@@ -74,8 +111,8 @@ class MedusaHeads(nn.ModuleList):
         return torch.stack([head(hidden) for head in self], dim=-2)
 
     def head_logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        """[..., h] target feature(s) -> [..., H, V] logits; [H, V] for one position."""
-        return self.lm_head(self.head_states(hidden.to(self.lm_head.weight.dtype)))
+        """[..., h] target feature(s) -> [..., H, V] logits ([..., H, V'] with a draft vocabulary)."""
+        return self.project(self.head_states(hidden.to(self.lm_head.weight.dtype)))
 
     def config_dict(self) -> dict:
         return {"medusa_num_heads": self.n_heads, "medusa_num_layers": self.n_layers, "hidden_size": self.hidden,
@@ -131,7 +168,7 @@ def eagle_config(target_config: Any, layers: int):
     return cfg
 
 
-class EagleHead(nn.Module):
+class EagleHead(DraftVocabMixin, nn.Module):
     """EAGLE-1/2 draft head with K decoder layers (KOALA K > 1).
 
     Input pair at position t: (feature_t [h], token_{t+1}); output: predicted feature_{t+1} [h]
@@ -139,7 +176,8 @@ class EagleHead(nn.Module):
     Training: `forward(features [B,T,h], tokens [B,T], mask [B,1,T,T] bool) -> [B,T,h]`.
     Inference: `new_cache()`, then `step(cache, features [n,h], tokens [n], positions [n],
     mask [n, cache.length + n] bool | None) -> (features [n,h], logits [n,V])`, which appends
-    the n pairs to the cache (mask None = causal over the n new pairs).
+    the n pairs to the cache (mask None = causal over the n new pairs). After `use_vocab(ids)`
+    the logits are [n, V'] over the draft vocabulary (map indices back with `to_target`).
     """
 
     kind = "eagle"
@@ -158,6 +196,7 @@ class EagleHead(nn.Module):
         self.n_layers = config.num_hidden_layers
         self.__dict__["lm_head"] = None
         self.__dict__["embed"] = None
+        self.use_vocab(None)
 
     def bind(self, target: Any) -> "EagleHead":
         self.__dict__["lm_head"], self.__dict__["embed"] = _target_parts(target)
@@ -179,8 +218,8 @@ class EagleHead(nn.Module):
         return self._run(features, tokens, positions, mask)
 
     def logits(self, states: torch.Tensor) -> torch.Tensor:
-        """[..., h] -> [..., V] through the target's LM head."""
-        return self.lm_head(states.to(self.lm_head.weight.dtype))
+        """[..., h] -> [..., V] through the target's LM head ([..., V'] with a draft vocabulary)."""
+        return self.project(states)
 
     @staticmethod
     def new_cache() -> HeadKV:
@@ -216,8 +255,10 @@ def count_params(head: nn.Module) -> int:
 
 # ----------------------------------------------------------------------------- checkpoints
 
-def save_heads(head: nn.Module, folder: Path, meta: dict) -> Path:
-    """Write `config.json` (public fields + "specbench": meta) and the head's safetensors."""
+def save_heads(head: nn.Module, folder: Path, meta: dict, vocab: torch.Tensor | None = None) -> Path:
+    """Write `config.json` (public fields + "specbench": meta) and the head's safetensors; with
+    `vocab` (sorted target ids [V']) also `draft_vocab.safetensors`, the draft vocabulary the
+    methods use by default (the head was trained to rank tokens within it)."""
     from safetensors.torch import save_file
 
     folder = Path(folder).expanduser()
@@ -229,8 +270,28 @@ def save_heads(head: nn.Module, folder: Path, meta: dict) -> Path:
         cfg["specbench"]["heads"] = head.n_heads
     save_file(state, str(folder / (MEDUSA_FILE if head.kind == "medusa" else EAGLE_FILE)),
               metadata={"format": "pt"})
+    if vocab is not None:
+        save_file({"ids": vocab.detach().to(torch.long).contiguous().cpu()}, str(folder / VOCAB_FILE))
     (folder / CONFIG_FILE).write_text(json.dumps(cfg, indent=2, default=str) + "\n")
     return folder
+
+
+def load_draft_vocab(folder: Path) -> torch.Tensor | None:
+    """Sorted target ids [V'] from `draft_vocab.safetensors`, or None when the folder has none;
+    UsageError when the file is not a 1-D sorted, duplicate-free, non-negative id list."""
+    from safetensors.torch import load_file
+
+    path = Path(folder).expanduser() / VOCAB_FILE
+    if not path.is_file():
+        return None
+    try:
+        ids = load_file(str(path))["ids"]
+    except Exception as e:  # noqa: BLE001 - any unreadable file is the user's input problem
+        raise UsageError(f"{path}: not a draft vocabulary ({e})") from None
+    if ids.dim() != 1 or ids.numel() == 0 or ids.dtype != torch.long or int(ids.min()) < 0 \
+            or (ids.numel() > 1 and not bool((ids[1:] > ids[:-1]).all())):
+        raise UsageError(f"{path}: 'ids' must be sorted distinct non-negative int64 token ids")
+    return ids
 
 
 def read_heads_config(folder: Path) -> tuple[str, dict]:

@@ -5,6 +5,9 @@ Checkpoints (`out/checkpoints/step-NNNNNNN/`) hold only safetensors and JSON: th
 discriminator) and `state.json` (step, history, seconds). Batches and feature noise depend on
 (seed, step) only and the LR is a function of the step, so a resumed run continues exactly.
 At the end: the head in `out/`, `history.json`, `curves.png`, `training.json`.
+`--autocast` runs the forward passes of the training step under bfloat16 autocast (weights and
+AdamW state stay float32; softmax / losses are float32 by autocast's rules); it changes the
+numbers, so it is part of the recipe.
 `train_heads` is longer than 60 lines because the G step, the D step and the checkpoint of one
 training step read best in one place.
 """
@@ -54,6 +57,7 @@ class HeadsRecipe:
     save_every: int = 50
     holdout: float = 0.05
     sub_vocab: bool = True
+    autocast: bool = False  # bfloat16 autocast of the head's (and discriminator's) matmuls: ~2.5x faster on AMX CPUs
 
     def validate(self) -> None:
         """UsageError (exit 2) on a bad option; called before any model loads."""
@@ -142,6 +146,13 @@ def head_losses(head, batch, weight: torch.Tensor, recipe: HeadsRecipe, step: in
         adv_rows = [(src, t, d)]
     logs["distill"] = loss.item()
     return loss, logs, adv_rows
+
+
+def _autocast(recipe: HeadsRecipe):
+    """bfloat16 autocast on the CPU when the recipe asks for it, else a no-op context."""
+    import contextlib
+
+    return torch.autocast("cpu", dtype=torch.bfloat16) if recipe.autocast else contextlib.nullcontext()
 
 
 def _save_state(out: Path, step: int, head, disc, opts, history, seconds, meta) -> None:
@@ -246,11 +257,12 @@ def train_heads(target: Any, cache: FeatureCache, recipe: HeadsRecipe, out: Path
     with progress_bar(recipe.label(), recipe.steps, start, progress) as advance:
         for step in range(start, recipe.steps):
             batch = make_batch(cache, _batch(train_idx, recipe, step), max_len=recipe.max_len)
-            loss, logs, rows = head_losses(head, batch, weight, recipe, step)
-            if disc is not None:  # G step: L_G = lambda * (-log D(draft)) + L_distill
-                adv = sum(g_adv_loss(disc, s.float(), d) for s, _, d in rows) / len(rows)
-                loss = loss + recipe.lam * adv
-                logs["g_adv"] = adv.item()
+            with _autocast(recipe):
+                loss, logs, rows = head_losses(head, batch, weight, recipe, step)
+                if disc is not None:  # G step: L_G = lambda * (-log D(draft)) + L_distill
+                    adv = sum(g_adv_loss(disc, s.float(), d) for s, _, d in rows) / len(rows)
+                    loss = loss + recipe.lam * adv
+                    logs["g_adv"] = adv.item()
             if not torch.isfinite(loss):
                 raise RuntimeFailure(f"loss became {loss.item()} at step {step}; lower --lr")
             for g in opts["head"].param_groups:
@@ -263,7 +275,8 @@ def train_heads(target: Any, cache: FeatureCache, recipe: HeadsRecipe, out: Path
             opts["head"].step()
             if disc is not None:  # D step on the same batch, draft logits of the G step detached
                 opts["disc"].zero_grad(set_to_none=True)
-                ld = sum(d_loss(disc, s.float(), t, d) for s, t, d in rows) / len(rows)
+                with _autocast(recipe):
+                    ld = sum(d_loss(disc, s.float(), t, d) for s, t, d in rows) / len(rows)
                 ld.backward()
                 opts["disc"].step()
                 logs["d_loss"] = ld.item()
@@ -279,7 +292,7 @@ def train_heads(target: Any, cache: FeatureCache, recipe: HeadsRecipe, out: Path
     summary = {**full_meta, "steps_done": recipe.steps, "tokens_seen": seen, "training_seconds": seconds,
                "resumed_from": start if resume else None, **evaluate(head, cache, held, weight, recipe)}
     head.eval()
-    save_heads(head, out, summary)
+    save_heads(head, out, summary, vocab=vocab)
     write_json(out / "history.json", history)
     write_json(out / "training.json", summary)
     plot_curves(history, out / "curves.png", f"{recipe.label()} on {meta.get('target', 'target')}")

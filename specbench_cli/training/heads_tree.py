@@ -64,8 +64,9 @@ def eagle2_tree(head: EagleHead, cache: HeadKV, features: torch.Tensor, tokens: 
     committed = cache.length
     logp = torch.log_softmax(logits[-1].float(), -1)
     top = logp.topk(min(top_k, logp.shape[-1]))
+    top_ids = head.to_target(top.indices).tolist()  # draft-vocabulary index -> target id
     # pool rows: (score, depth, pool index, parent pool index, token)
-    pool = [(top.values[j].item(), 1, j, -1, top.indices[j].item()) for j in range(top.indices.shape[0])]
+    pool = [(top.values[j].item(), 1, j, -1, top_ids[j]) for j in range(len(top_ids))]
     frontier = list(range(len(pool)))          # pool indices to feed next
     parent_state = out[-1:].expand(len(frontier), -1)  # head feature each frontier node's parent produced
     slot: dict[int, int] = {}                  # pool index -> cache slot (offset from `committed`)
@@ -89,10 +90,11 @@ def eagle2_tree(head: EagleHead, cache: HeadKV, features: torch.Tensor, tokens: 
         kv = lp.topk(min(top_k, lp.shape[-1]), dim=-1)
         cand = torch.tensor([pool[i][0] for i in frontier])[:, None] + kv.values.cpu()  # [n, k]
         best = cand.flatten().topk(min(top_k, cand.numel())).indices.tolist()
+        kid_ids, cand_l = head.to_target(kv.indices).tolist(), cand.tolist()
         children = []
         for r in range(n):
             for j in range(kv.indices.shape[1]):
-                pool.append((cand[r, j].item(), d, len(pool), frontier[r], kv.indices[r, j].item()))
+                pool.append((cand_l[r][j], d, len(pool), frontier[r], kid_ids[r][j]))
                 children.append(len(pool) - 1)
         frontier = [children[b] for b in best]
         parent_state = states[[b // kv.indices.shape[1] for b in best]]
@@ -100,15 +102,19 @@ def eagle2_tree(head: EagleHead, cache: HeadKV, features: torch.Tensor, tokens: 
     return _select(pool, budget)
 
 
-def medusa_tree(logits: torch.Tensor, paths: list[list[int]], budget: int) -> HeadTree:
+def medusa_tree(logits: torch.Tensor, paths: list[list[int]], budget: int,
+                ids: torch.Tensor | None = None) -> HeadTree:
     """Static Medusa tree: logits [H, V] of the heads at the last accepted position; `paths` lists
     per-depth top-k ranks (Medusa's `medusa_choices`, best first). The first paths whose prefixes
-    are all kept are taken until `budget` nodes; a path deeper than H is skipped."""
+    are all kept are taken until `budget` nodes; a path deeper than H is skipped. With a draft
+    vocabulary the logits are [H, V'] and `ids` [V'] maps their indices to target ids."""
     if budget < 1:
         raise ValueError("budget must be >= 1")
     logp = torch.log_softmax(logits.float(), -1)
     max_rank = 1 + max((r for p in paths for r in p), default=0)
     top = logp.topk(min(max_rank, logp.shape[-1]), dim=-1)
+    tok = (top.indices if ids is None else ids[top.indices.to(ids.device)]).tolist()
+    val = top.values.tolist()
     node_of: dict[tuple[int, ...], int] = {}
     tree = HeadTree()
     for path in paths:
@@ -118,13 +124,13 @@ def medusa_tree(logits: torch.Tensor, paths: list[list[int]], budget: int) -> He
         if not key or len(key) > logits.shape[0] or key in node_of or (len(key) > 1 and key[:-1] not in node_of):
             continue
         d, r = len(key) - 1, key[-1]
-        if r >= top.indices.shape[1]:
+        if r >= len(tok[d]):
             continue
         parent = node_of.get(key[:-1], -1)
         node_of[key] = len(tree.tokens)
-        tree.tokens.append(top.indices[d, r].item())
+        tree.tokens.append(tok[d][r])
         tree.parents.append(parent)
-        tree.scores.append(top.values[d, r].item() + (tree.scores[parent] if parent >= 0 else 0.0))
+        tree.scores.append(val[d][r] + (tree.scores[parent] if parent >= 0 else 0.0))
         tree.depths.append(d + 1)
     return tree
 
