@@ -46,6 +46,7 @@ def _parse_method_options(values: Optional[List[str]]) -> dict[str, dict[str, st
 
 
 @app.command()
+# Long (~65 lines) only because typer declares every option as a parameter; the body just builds a RunConfig.
 def run(
     ctx: typer.Context,
     model: str = typer.Option("smollm2-135m", "--model", "-m", help="Alias, Hugging Face id, local folder or .gguf file."),

@@ -1,5 +1,7 @@
 """Tables from `metrics.summarize` output: markdown, csv, LaTeX, json, and the terminal.
 
+(~355 lines: the table model and its notes in one place; the renderers live in formats.py.)
+
 The Spec-Bench table has one row per (model, method) — plus block complexity when a method
 was measured at several — with the speedup of each category, then #MAT, tokens/s and the
 overall speedup. Optional columns: `bc` (block complexity), `mbsu`, `params` (the drafter's

@@ -1,5 +1,8 @@
 """`specbench run`: questions x methods -> rows in a run folder.
 
+(~370 lines: the run config, its checks, planning per method instance and the fairness rules
+below are one unit; the run's orchestration is workflow.py, auto budgets bcauto*.py.)
+
 Fairness rules this file enforces:
 - AR is always run, on the same questions, prompts and token counting as every method;
 - per question, AR runs first and the other methods follow in an order that rotates from

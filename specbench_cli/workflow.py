@@ -44,6 +44,8 @@ def _note(msg: str) -> None:
     err.print(f"[yellow]note:[/] {escape(msg)}", highlight=False)
 
 
+# ~60 lines: the ordered checks before the model loads, the lock, the manifest and the progress bar
+# must happen in this order in one place; each step is a call.
 def _execute(cfg: RunConfig, store: Optional[RunFolder], report: bool, trust_remote_code: bool,
              retry_errors: bool, locks: contextlib.ExitStack) -> Path:
     from specbench_cli.models import load_model

@@ -132,6 +132,8 @@ def _top1(model, ids, att, mask) -> float:
     return (pred == torch.roll(ids, -1, dims=1)[mask]).float().mean().item()
 
 
+# ~70 lines: the sft/msn step (noise applied per batch) and the optional LoRA wrap/save/restore hooks
+# are closures over the same examples and model; the loop itself is trainloop.train_loop.
 def train_sft(model: Any, tokenizer: Any, rows: list[dict], out: Path, cfg: TrainConfig,
               noise: NoiseConfig | None = None, max_len: int = 384, holdout: float = 0.05,
               autocast: str = "float32", meta: dict | None = None, resume: bool = False,

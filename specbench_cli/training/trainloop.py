@@ -136,6 +136,23 @@ def restore_weights(model: Any, ck: Path) -> None:
     del loaded
 
 
+def _resume(ck: Path, model: Any, opt: Any, sched: Any, cfg: TrainConfig, restore: Callable) -> tuple[list[dict], int]:
+    """Load checkpoint `ck` into model, optimizer, scheduler and RNGs; (history, step reached)."""
+    from specbench_cli.console import err
+
+    state = load_state(ck)  # no pickle: a checkpoint folder may come from anyone
+    restore(model, ck)
+    opt.load_state_dict(state["optimizer"])
+    sched.load_state_dict(state["scheduler"])
+    _set_rng_state(state["rng"])
+    history, start = state["history"], state["step"]
+    if start > cfg.steps:
+        raise UsageError(f"checkpoint {ck.name} is already at step {start} > --steps {cfg.steps}")
+    # start == steps: nothing left to train; the final folder, curve and summary are (re)written
+    err.print(f"[dim]resuming from {ck} at step {start}[/dim]")
+    return history, start
+
+
 def train_loop(model: Any, tokenizer: Any, out: Path, cfg: TrainConfig, step_fn: StepFn, meta: dict,
                resume: bool = False, progress: bool = True, title: str = "training",
                save_folder: Callable = save_model_folder, restore: Callable = restore_weights) -> dict:
@@ -168,20 +185,7 @@ def train_loop(model: Any, tokenizer: Any, out: Path, cfg: TrainConfig, step_fn:
     opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=cfg.lr,
                             betas=(0.9, 0.95), weight_decay=cfg.weight_decay)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, _lr_lambda(cfg.warmup, cfg.steps))
-    history: list[dict] = []
-    start = 0
-    if resume:
-        ck = found[-1]
-        state = load_state(ck)  # no pickle: a checkpoint folder may come from anyone
-        restore(model, ck)
-        opt.load_state_dict(state["optimizer"])
-        sched.load_state_dict(state["scheduler"])
-        _set_rng_state(state["rng"])
-        history, start = state["history"], state["step"]
-        if start > cfg.steps:
-            raise UsageError(f"checkpoint {ck.name} is already at step {start} > --steps {cfg.steps}")
-        # start == steps: nothing left to train; the final folder, curve and summary are (re)written
-        err.print(f"[dim]resuming from {ck} at step {start}[/dim]")
+    history, start = _resume(found[-1], model, opt, sched, cfg, restore) if resume else ([], 0)
     full_meta = {**meta, "train_config": asdict(cfg)}
     model.train()
     t0 = time.time()
