@@ -85,6 +85,13 @@ def merged_state_dict(model: Any) -> dict:
                 for adapter in module.active_adapters:
                     delta = module.get_delta_weight(adapter)
                     merged[f"{name}.weight"] += delta.to(merged[f"{name}.weight"].dtype)
+    if getattr(base.config, "tie_word_embeddings", False):
+        # a tied head is the embedding (never a LoRA target): saving it again would add a
+        # second copy of the 49k x 576 matrix (113 MB for SmolLM2) that the loader ignores
+        head = base.get_output_embeddings()
+        for name, module in base.named_modules():
+            if module is head:
+                merged.pop(f"{name}.weight", None)
     return merged
 
 
