@@ -3,19 +3,25 @@
 # at equal budget (same data order, steps, lr, seed), then the noise-length ablation.
 #   bash benchmarks/msn_train.sh data          # prompts + the target's own answers (time-capped)
 #   bash benchmarks/msn_train.sh sft|msn4|msn1|msn8   # one training run (resumes if interrupted)
-#   bash benchmarks/msn_train.sh eval NAME     # ar,jacobi,tr-jacobi,lookahead,pld with the trained model
+#   bash benchmarks/msn_train.sh eval NAME     # ar,jacobi,tr-jacobi,lookahead,pld at BC 10 (NAME=base: untouched)
+#   bash benchmarks/msn_train.sh window NAME   # jacobi at BC 2,5,17 (window 1,4,16; 9 from eval: their Fig. 4)
 #   bash benchmarks/msn_train.sh collect       # copy histories/plots into results/reference/msn-training
+# DATA defaults to the self-distillation file the lead generated for issue 12 (302 non-Spec-Bench
+# prompts, greedy, max 160 tokens); `data` writes $root/data.jsonl instead.
 # Weights and data live OUTSIDE the repo (MSN_ROOT, default /work/msn_ckpt); only small result
 # files are copied into the repo. Everything runs at 1 thread: the machine is a shared 2-core CPU.
 set -euo pipefail
 root=${MSN_ROOT:-/work/msn_ckpt}
 data_seconds=${DATA_SECONDS:-1440}   # ~24 min of generation; rows are flushed per batch
-steps=${STEPS:-300}
+data=${DATA:-/work/heads_ckpt/data/selfdistill.jsonl}
+steps=${STEPS:-48}
 batch=${BATCH:-8}
 max_len=${MAX_LEN:-256}
-lr=${LR:-1e-5}
-warmup=${WARMUP:-10}
-save_every=${SAVE_EVERY:-25}
+lr=${LR:-5e-5}
+warmup=${WARMUP:-5}
+save_every=${SAVE_EVERY:-12}
+questions=${SPECBENCH_QUESTIONS:-/work/shared/data/spec_bench/question.jsonl}
+runs=${RUNS:-/work/msn_runs}
 export OMP_NUM_THREADS=1
 mkdir -p "$root"
 here=$(cd "$(dirname "$0")/.." && pwd)
@@ -24,10 +30,13 @@ results="$here/results/reference/msn-training"
 train() {  # train NAME COMMAND [noise options]
   local name=$1 cmd=$2; shift 2
   local resume=()
+  local lora=()
   [ -d "$root/$name/checkpoints" ] && resume=(--resume)
-  /usr/bin/time -v specbench train "$cmd" --data "$root/data.jsonl" -o "$root/$name" \
+  [ -n "${LORA_RANK:-}" ] && lora=(--lora-rank "$LORA_RANK")
+  /usr/bin/time -v specbench train "$cmd" --data "$data" -o "$root/$name" \
     --steps "$steps" --batch-size "$batch" --max-len "$max_len" --lr "$lr" --warmup "$warmup" --seed 0 \
-    --dtype "${DTYPE:-float32}" --threads 1 --save-every "$save_every" "${resume[@]}" "$@" --quiet 2> "$root/$name.time.log"
+    --dtype "${DTYPE:-bfloat16}" --threads 1 --save-every "$save_every" "${resume[@]}" "${lora[@]}" "$@" \
+    --quiet 2> "$root/$name.time.log"
 }
 
 case ${1:-} in
@@ -46,10 +55,20 @@ case ${1:-} in
   msn1) train msn1 msn --noise-length 1 ;;
   msn8) train msn8 msn --noise-length 8 ;;
   eval)
-    name=${2:?eval needs a model name (sft, msn4, ...)}
-    specbench run --model "$root/$name" --methods ar,jacobi,tr-jacobi,lookahead,pld --tasks spec_bench \
-      --limit "${LIMIT:-1}" --max-new-tokens "${MAX_NEW:-64}" --threads 1 \
-      --output-dir "${RUNS:-/work/msn_runs}/$name" ;;
+    name=${2:?eval needs a model name (base, sft, msn4, ...)}
+    model="$root/$name"; [ "$name" = base ] && model=smollm2-135m
+    specbench run --model "$model" --methods ar,jacobi,tr-jacobi,lookahead,pld --tasks spec_bench \
+      --questions "$questions" --limit "${LIMIT:-1}" --bc 10 --max-new-tokens "${MAX_NEW:-64}" --threads 1 \
+      --output-dir "$runs/$name" ;;
+  window)
+    name=${2:?window needs a model name (sft, msn4, ...)}
+    model="$root/$name"; [ "$name" = base ] && model=smollm2-135m
+    # BC 10 (window 9) comes from `eval`; --no-warmup: only #MAT is read from these runs
+    for bc in ${WINDOW_BCS:-2 5 17}; do
+      specbench run --model "$model" --methods ar,jacobi --tasks spec_bench --questions "$questions" \
+        --limit "${LIMIT:-1}" --bc "$bc" --max-new-tokens "${MAX_NEW:-64}" --threads 1 --no-report --no-warmup \
+        --output-dir "$runs/window-$name/bc$bc"
+    done ;;
   collect)
     mkdir -p "$results"
     for d in "$root"/*/; do
@@ -59,9 +78,9 @@ case ${1:-} in
       cp "$d/training.json" "$d/history.jsonl" "$d/loss_curve.png" "$results/$n/"
       [ -f "$root/$n.time.log" ] && grep -E "Elapsed|Maximum resident" "$root/$n.time.log" > "$results/$n/time.txt" || true
     done
-    python - "$root/data.jsonl" > "$results/data_summary.json" <<'EOF'
+    python - "$data" > "$results/data_summary.json" <<'EOF'
 import json, sys
-rows = [json.loads(l) for l in open(sys.argv[1])]
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
 temps = {}
 for r in rows:
     temps[str(r["temperature"])] = temps.get(str(r["temperature"]), 0) + 1
@@ -70,5 +89,5 @@ print(json.dumps({"rows": len(rows), "prompts": len({r["instruction"] for r in r
                   "finished": sum(bool(r["finished"]) for r in rows), "by_temperature": temps}, indent=2))
 EOF
     ;;
-  *) sed -n 2,9p "$0"; exit 2 ;;
+  *) sed -n 2,12p "$0"; exit 2 ;;
 esac

@@ -19,6 +19,8 @@ _REGISTRY = Registry("method", "specbench.methods", "specbench_cli.methods.base:
     "sps": "specbench_cli.methods.sps:SpeculativeSampling",
     "medusa": "specbench_cli.methods.medusa:Medusa",
     "eagle": "specbench_cli.methods.eagle:Eagle",
+    "fastcot": "specbench_cli.methods.fastcot:FastCoT",
+    "cot": "specbench_cli.methods.fastcot:CoT",
 })
 REGISTRY = _REGISTRY.entries  # name -> "module:Class" (mutable: tests add entries)
 DESCRIBED = {"summary": "", "lossless": True, "needs_training": False}

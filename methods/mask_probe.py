@@ -236,6 +236,8 @@ class MaskProbe(Method):
         return Draft(tokens=tokens, parents=parents, acceptable=acceptable, embeds=embeds or None)
 
     def observe(self, result: VerifyResult) -> None:
+        if self.steps == 0:  # no room for masks at this budget (BC 1): nothing to keep up to date
+            return
         if self.opts.init == "mean" and self.opts.ema > 0:
             e = self.table[result.new_tokens].float().cpu()
             w = self.opts.ema

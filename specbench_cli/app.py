@@ -46,7 +46,9 @@ def _parse_method_options(values: Optional[List[str]]) -> dict[str, dict[str, st
 
 
 @app.command()
+# Long (~65 lines) only because typer declares every option as a parameter; the body just builds a RunConfig.
 def run(
+    ctx: typer.Context,
     model: str = typer.Option("smollm2-135m", "--model", "-m", help="Alias, Hugging Face id, local folder or .gguf file."),
     methods: Optional[List[str]] = typer.Option(None, "--methods", help="Comma-separated method names (default: all that need no training). AR always runs as the baseline."),
     tasks: Optional[List[str]] = typer.Option(None, "--tasks", "-t", help="Task suites (default: mini)."),
@@ -54,7 +56,7 @@ def run(
     categories: Optional[List[str]] = typer.Option(None, "--categories", help="Only these categories (comma-separated)."),
     limit: Optional[int] = typer.Option(None, "--limit", help="At most this many questions per category."),
     question_ids: Optional[List[str]] = typer.Option(None, "--question-ids", help="Only these question ids (comma-separated)."),
-    block_complexity: int = typer.Option(10, "--block-complexity", "--bc", help="Max tokens the target processes per forward, root included."),
+    block_complexity: str = typer.Option("10", "--block-complexity", "--bc", help="Max tokens the target processes per forward, root included; 'auto': per method, the budget with the best predicted throughput on this device (docs/block-complexity-auto.md). A method listed as NAME@BC (pld@auto, pld@6) has its own."),
     max_new_tokens: int = typer.Option(128, "--max-new-tokens", help="Generation cap per turn."),
     dtype: str = typer.Option("float32", "--dtype", help="float32 (exact lossless check), bfloat16 or float16."),
     device: str = typer.Option("cpu", "--device", help="cpu or cuda (cuda:N)."),
@@ -70,16 +72,27 @@ def run(
     resume: Optional[Path] = typer.Option(None, "--resume", help="Continue an interrupted run folder (its manifest's settings are used)."),
     no_warmup: bool = typer.Option(False, "--no-warmup", help="Skip the untimed warm-up generation."),
     no_report: bool = typer.Option(False, "--no-report", help="Do not print/write the summary table at the end."),
+    auto_candidates: Optional[str] = typer.Option(None, "--auto-candidates", help="Budgets 'auto' tries, comma-separated (default 1,2,3,4,6,8,12,16,24)."),
+    auto_questions: int = typer.Option(6, "--auto-questions", help="Calibration questions for 'auto' (from the mini suite, one per category, never reported)."),
     trust_remote_code: bool = typer.Option(False, "--trust-remote-code", help="Let a model (or draft model) run the Python code it ships (auto_map). Off by default: such a model is refused. Never stored in the run folder, so give it again with --resume."),
+    retry_errors: bool = typer.Option(False, "--retry-errors", help="With --resume: run the rows that ended in an error again."),
+    forward: str = typer.Option("sdpa", "--forward", help="How the target computes a forward: sdpa, eager, short (attention for few-token blocks) or lean (fused Llama decoder + short); docs/performance.md. One for the whole run, AR included; recorded in the manifest."),
 ) -> None:
     """Run methods on a task suite and write results/<run_id>/."""
     from specbench_cli.runner import RunConfig, config_from_manifest, default_methods
     from specbench_cli.runfolder import RunFolder
     from specbench_cli.workflow import execute
 
+    if retry_errors and resume is None:
+        raise UsageError("--retry-errors needs --resume RUN_DIR")
     if resume is not None:
+        from specbench_cli.resume import check_resume_flags
+
         store = RunFolder.open(resume)
-        cfg = config_from_manifest(store.read_manifest())
+        cfg = config_from_manifest(store.read_manifest(), str(store.manifest_path))
+        given = {name: value for name, value in ctx.params.items()
+                 if ctx.get_parameter_source(name).name not in ("DEFAULT", "DEFAULT_MAP")}
+        check_resume_flags(given, cfg, _RESUME_FIELDS, str(resume))
         cfg.validate()
         err.print(f"resuming {resume} ({len(store.rows())} rows already there)")
     else:
@@ -94,9 +107,49 @@ def run(
             tasks=_split(tasks) or ["mini"], questions=questions, categories=_split(categories), limit=limit,
             question_ids=_split(question_ids), block_complexity=block_complexity, max_new_tokens=max_new_tokens,
             dtype=dtype, device=device, threads=threads, temperature=temperature, top_p=top_p, seed=seed,
-            repeats=repeats, warmup=not no_warmup, draft_model=draft_model, output_dir=str(output_dir))
+            repeats=repeats, warmup=not no_warmup, draft_model=draft_model, output_dir=str(output_dir),
+            auto_candidates=auto_candidates.split(",") if auto_candidates else None, auto_questions=auto_questions,
+            forward=forward)
         cfg.validate()
-    execute(cfg, store, report=not no_report, trust_remote_code=trust_remote_code)
+    execute(cfg, store, report=not no_report, trust_remote_code=trust_remote_code, retry_errors=retry_errors)
+
+
+def _methods_stored(value):
+    from specbench_cli.resume import methods_as_stored
+    from specbench_cli.runner import default_methods
+
+    return methods_as_stored(_split(value), default_methods())
+
+
+def _same(value):
+    return value
+
+
+def _bc(value):
+    from specbench_cli.bcauto import parse_bc
+
+    return parse_bc(value)  # "10" -> 10, "AUTO" -> "auto": as the manifest stores it
+
+
+def _candidates(value):
+    from specbench_cli.bcauto import parse_candidates
+
+    return parse_candidates(value)
+
+
+# `run` flag -> (RunConfig field, CLI value as the manifest stores it): what --resume compares
+_RESUME_FIELDS = {
+    "model": ("model", _same), "methods": ("methods", _methods_stored), "tasks": ("tasks", _split),
+    "questions": ("questions", _same), "categories": ("categories", _split), "limit": ("limit", _same),
+    "question_ids": ("question_ids", _split), "block_complexity": ("block_complexity", _bc),
+    "max_new_tokens": ("max_new_tokens", _same), "dtype": ("dtype", _same), "device": ("device", _same),
+    "threads": ("threads", _same), "temperature": ("temperature", _same), "top_p": ("top_p", _same),
+    "seed": ("seed", _same), "repeats": ("repeats", _same), "draft_model": ("draft_model", _same),
+    "option": ("method_options", _parse_method_options), "output_dir": ("output_dir", str),
+    "no_warmup": ("warmup", lambda v: not v),
+    "auto_candidates": ("auto_candidates", _candidates), "auto_questions": ("auto_questions", _same),
+    "forward": ("forward", _same),
+}
 
 
 @app.command()
@@ -111,12 +164,16 @@ def cost(
     warmup: int = typer.Option(3, "--warmup", help="Untimed forwards before timing."),
     refresh: bool = typer.Option(False, "--refresh", help="Measure again even if a cached curve exists."),
     plot: Optional[Path] = typer.Option(None, "--plot", help="Where to write the plot (default: results/cost/<key>.png)."),
+    forward: str = typer.Option("sdpa", "--forward", help="sdpa, eager, short or lean (as for run)."),
 ) -> None:
     """Measure the device's cost curve t(q): one target forward over q tokens (cached per model/device/dtype/threads)."""
     from specbench_cli import cost as c
     from specbench_cli.models import check_device, torch_dtype
 
     c.validate(max_q, context, repeats, warmup)
+    from specbench_cli.engine.attention import check as check_forward
+
+    check_forward(forward)
     torch_dtype(dtype)
     check_device(device)
     if threads is not None and threads < 1:
@@ -125,8 +182,8 @@ def cost(
     from specbench_cli.prompting import set_threads
 
     n_threads = set_threads(threads)
-    lm = load_model(model, device=device, dtype=dtype)
-    key = c.curve_key(model, lm.resolved, device, dtype, n_threads, context, lm.model.config._attn_implementation)
+    lm = load_model(model, device=device, dtype=dtype, forward=forward)
+    key = c.curve_key(model, lm.resolved, device, dtype, n_threads, context, forward)
     curve = None if refresh else c.load_cached(key)
     if curve is not None and curve.max_q >= max_q:
         err.print(f"[dim]cached curve {c.cache_path(key)} (measured {curve.measured_at}; --refresh to measure again)[/dim]")

@@ -22,8 +22,21 @@ BASELINE_VERSION = 1
 BASELINE_KEY = ("model", "method_label", "block_complexity", "category")
 
 
+# Run settings a baseline records and `check` requires to be equal (the suite, the model and
+# whatever changes #MAT or speedup); the questions file's path is machine-specific, so not here.
+SETTINGS = ("model", "tasks", "categories", "limit", "question_ids", "max_new_tokens", "dtype", "device",
+            "temperature", "top_p")
+
+
+def run_settings(run: Run) -> dict:
+    """The SETTINGS of a run, from its manifest's config (absent keys are None)."""
+    config = run.manifest.get("config") or {}
+    return {key: config.get(key) for key in SETTINGS}
+
+
 def baseline_document(summary: pd.DataFrame, runs: list[Run]) -> dict:
-    """The baseline JSON: one entry per (model, method, BC, category incl. overall)."""
+    """The baseline JSON: one entry per (model, method, BC, category incl. overall), plus the
+    settings of the run it was made from."""
     entries = [
         {**{k: row[k] for k in BASELINE_KEY}, "mat": row["mat"], "speedup": row["speedup"], "n": row["n_paired"]}
         for _, row in summary.iterrows()
@@ -34,20 +47,75 @@ def baseline_document(summary: pd.DataFrame, runs: list[Run]) -> dict:
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "runs": [run.run_id for run in runs],
         "specbench": __version__,
+        "settings": run_settings(runs[0]) if len(runs) == 1 else None,
         "entries": entries,
     })
 
 
-def read_baseline(path: Path) -> list[dict]:
-    """Entries of a baseline file; `UsageError` if it is missing or not a baseline."""
+def _number_or_null(v: object) -> bool:
+    return v is None or (isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v))
+
+
+# entry key -> (check, what it wants)
+ENTRY_TYPES = {
+    "model": (lambda v: isinstance(v, str), "a string"),
+    "method_label": (lambda v: isinstance(v, str), "a string"),
+    "block_complexity": (lambda v: isinstance(v, int) and not isinstance(v, bool), "an integer"),
+    "category": (lambda v: isinstance(v, str), "a string"),
+    "mat": (_number_or_null, "a finite number or null"),
+    "speedup": (_number_or_null, "a finite number or null"),
+    "n": (lambda v: v is None or (isinstance(v, int) and not isinstance(v, bool)), "an integer"),
+}
+
+
+def read_baseline(path: Path) -> dict:
+    """A baseline document with well-typed entries; `UsageError` naming the file (and entry)
+    if it is missing, not a baseline, or has no entries (a check would compare nothing)."""
     doc = read_json_object(path, f"baseline file not found: {path}")
     if doc.get("format") != BASELINE_FORMAT or not isinstance(doc.get("entries"), list):
         raise UsageError(f"{path}: not a specbench baseline (write one with `specbench baseline RUN_DIR -o FILE`)")
+    if not doc["entries"]:
+        raise UsageError(f"{path}: the baseline has no entries, so a check against it would compare nothing")
+    if doc.get("settings") is not None and not isinstance(doc["settings"], dict):
+        raise UsageError(f"{path}: 'settings' must be an object")
     for i, entry in enumerate(doc["entries"]):
-        missing = [k for k in BASELINE_KEY + ("mat", "speedup") if not isinstance(entry, dict) or k not in entry]
+        if not isinstance(entry, dict):
+            raise UsageError(f"{path}: entry {i} must be an object")
+        missing = [k for k in BASELINE_KEY + ("mat", "speedup") if k not in entry]
         if missing:
             raise UsageError(f"{path}: entry {i} lacks {', '.join(missing)}")
-    return doc["entries"]
+        for key, (check, wants) in ENTRY_TYPES.items():
+            if key in entry and not check(entry[key]):
+                raise UsageError(f"{path}: entry {i}: '{key}' must be {wants}, got {json.dumps(entry[key])[:40]}")
+    return doc
+
+
+def mismatches(doc: dict, run: Run, rows: list[dict]) -> list[str]:
+    """How the baseline's suite, model or settings differ from the run's ('' list: they match).
+
+    Recorded settings are compared key by key; for every baseline (including older ones without
+    settings) the models, block complexities and categories of its entries must be the run's."""
+    found = []
+    recorded = doc.get("settings") or {}
+    current = run_settings(run)
+    for key in SETTINGS:
+        if key in recorded and recorded[key] != current[key]:
+            found.append(f"{key}: baseline {json.dumps(recorded[key])}, run {json.dumps(current[key])}")
+    frame = metrics.to_frame(rows)
+    entries = doc["entries"]
+    for key, have in (("model", {run.model_name}), ("block_complexity", {int(b) for b in frame["block_complexity"]})):
+        want = {e[key] for e in entries}
+        if not want <= have:
+            found.append(f"{key}: baseline {_listing(want)}, run {_listing(have)}")
+    want = {e["category"] for e in entries} - {metrics.OVERALL}
+    have = set(frame["category"])
+    if want != have:
+        found.append(f"categories: baseline {_listing(want)}, run {_listing(have)}")
+    return found
+
+
+def _listing(values: set) -> str:
+    return ",".join(sorted(str(v) for v in values)) or "none"
 
 
 def relative(before: float | None, after: float | None) -> float:

@@ -34,20 +34,28 @@ def _epoch(timestamp: str | None) -> float | None:
 
 
 def spec_bench_answers(rows: list[dict]) -> tuple[dict[str, list[dict]], int]:
-    """Spec-Bench answer lines per file name, and the number of questions skipped for errors.
+    """Spec-Bench answer lines per file name, and the number of questions skipped (an errored
+    or missing turn). Every turn is written at most once, even from a file with duplicate rows.
 
     One file per (model, method_label, repeat) — the repeat is in the name only when a run
     has several. One line per question with all turns ok; lists run over turns except
     `accept_lengths`, which is concatenated over turns (as Spec-Bench writes it).
     """
     frame = pd.DataFrame(rows)
+    frame["question_id"] = frame["question_id"].astype(str)
+    frame["task"] = frame["task"].fillna("") if "task" in frame else ""  # rows of older writers lack it
+    # each turn once (the first row of a duplicated key, as the readers keep it)
+    frame = frame.drop_duplicates(["run_id", "method", "task", "question_id", "turn", "repeat"], keep="first")
+    # a question has as many turns as the most any row of it shows; fewer means unfinished
+    n_turns = frame.groupby(["run_id", "task", "question_id"])["turn"].transform("max") + 1
+    frame = frame.assign(expected_turns=n_turns)
     multi_repeat = frame.groupby(["run_id", "method_label"])["repeat"].nunique().gt(1).any()
     files: dict[str, list[dict]] = {}
     skipped = 0
-    keys = ["run_id", "model", "method_label", "repeat", "question_id"]
-    for (run_id, model, label, repeat, qid), group in frame.groupby(keys, sort=False):
+    keys = ["run_id", "model", "method_label", "repeat", "task", "question_id"]
+    for (run_id, model, label, repeat, _task, qid), group in frame.groupby(keys, sort=False):
         group = group.sort_values("turn")
-        if (group["status"] != "ok").any():
+        if (group["status"] != "ok").any() or list(group["turn"]) != list(range(group["expected_turns"].iloc[0])):
             skipped += 1
             continue
         name = f"{safe_name(model)}-{safe_name(label)}" + (f"-r{repeat}" if multi_repeat else "") + ".jsonl"

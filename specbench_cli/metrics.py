@@ -1,5 +1,8 @@
 """Metrics over result rows (docs/metrics.md has every formula and the reasons for it).
 
+(~390 lines, over the usual ~350: every formula the reports print - #MAT, speedups, MBSU,
+k-alpha, quality summaries - stays in one module so docs/metrics.md maps onto one file.)
+
 Everything here is a pure function of the rows of `samples.jsonl` (optionally tagged with
 `run_id`, `model` and `target_params` by `runfolder.Run.tagged_rows`). Nothing reads files.
 

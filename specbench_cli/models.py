@@ -218,16 +218,23 @@ def remote_code_refused(where: str) -> UsageError:
 
 
 def load_model(ref: str = DEFAULT_MODEL, device: str = "cpu", dtype: str = "float32",
-               attn_implementation: str = "sdpa", *, trust_remote_code: bool = False) -> LoadedModel:
-    """Load a causal LM and its tokenizer, in eval mode on `device` with `dtype`.
+               forward: str = "sdpa", *, trust_remote_code: bool = False) -> LoadedModel:
+    """Load a causal LM and its tokenizer, in eval mode on `device` with `dtype`, computing its
+    forward as `forward` says (`sdpa`, `eager`, `short` or `lean`, see engine/attention.py).
 
     A model's own Python code (`auto_map`) runs only with `trust_remote_code`; without it such a
     model is refused with a UsageError (transformers is never left to ask on stdin). A hub id is
     looked up in the local Hugging Face cache only when the hub is unreachable (fails fast)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    from specbench_cli.engine import attention
+
     tdtype = torch_dtype(dtype)
     check_device(device)
+    attention.check(forward)
+    attn_implementation = "short" if forward == "lean" else forward
+    if attn_implementation == "short":
+        attention.register()
     kind, location = resolve(ref)
     folder = str(converted_gguf_dir(location)) if kind == "gguf" else location
     if kind == "folder" and not trust_remote_code and (culprit := needs_remote_code(folder)):
@@ -256,5 +263,11 @@ def load_model(ref: str = DEFAULT_MODEL, device: str = "cpu", dtype: str = "floa
     if ref in ALIASES:
         name = ref
     params = sum(p.numel() for p in model.parameters())
+    if forward == "lean":  # after counting: lean may give a tied output head its own copy
+        from specbench_cli.engine import lean
+
+        if reason := lean.unsupported_reason(model):
+            raise UsageError(f"--forward lean: {reason}; use --forward sdpa or short")
+        lean.install(model)
     return LoadedModel(model=model, tokenizer=tokenizer, ref=ref, resolved=folder, name=name, params=params,
                        trust_remote_code=trust_remote_code)

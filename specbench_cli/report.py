@@ -1,5 +1,7 @@
 """Tables from `metrics.summarize` output: markdown, csv, LaTeX, json, and the terminal.
 
+(~355 lines: the table model and its notes in one place; the renderers live in formats.py.)
+
 The Spec-Bench table has one row per (model, method) — plus block complexity when a method
 was measured at several — with the speedup of each category, then #MAT, tokens/s and the
 overall speedup. Optional columns: `bc` (block complexity), `mbsu`, `params` (the drafter's
@@ -128,7 +130,7 @@ def wide_frame(summary: pd.DataFrame) -> pd.DataFrame:
     """One row per (model, method, BC): per-category speedup (+std) and the overall metrics."""
     overall = summary[summary["category"] == OVERALL].set_index(ROW_KEY)
     wide = overall[["mat", "tokens_per_s", "speedup", "speedup_std", "mbsu", "n_errors", "n_replicates",
-                    "median_speedup", "ar_agreement"]
+                    "median_speedup", "ar_agreement", "lossless"]
                    + [c for c in ("alpha1", "alpha2", "alpha3") if c in overall.columns]]
     wide = wide.rename(columns={"speedup": "speedup_overall", "speedup_std": "speedup_std_overall"}).copy()
     wide["params"] = overall["method_params"].map(format_params)
@@ -149,8 +151,10 @@ def categories_of(summary: pd.DataFrame) -> list[str]:
     return [c for c in order_categories(summary["category"].unique()) if c != OVERALL]
 
 
-def spec_bench_table(summary: pd.DataFrame, columns: Iterable[str] = ()) -> TableData:
-    """The Spec-Bench table (see module docstring) from a `summarize` frame."""
+def spec_bench_table(summary: pd.DataFrame, columns: Iterable[str] = (), quality: pd.DataFrame | None = None) -> TableData:
+    """The Spec-Bench table (see module docstring) from a `summarize` frame; with a
+    `quality.quality_summary` frame, one quality column per scorer after Overall. Lossy
+    methods' labels get " (lossy)"."""
     columns = validate_columns(columns)
     if summary.empty:
         raise ValueError("no rows to tabulate")
@@ -160,7 +164,8 @@ def spec_bench_table(summary: pd.DataFrame, columns: Iterable[str] = ()) -> Tabl
     if frame["model"].nunique() > 1:
         cols.append(Column("Model", "model", numeric=False))
     cols.append(Column("Method", "method_label", numeric=False))
-    if "bc" in columns or "block_complexity" in keys:
+    # NAME@auto / NAME@N instances: the BC column shows each one's (chosen) budget
+    if "bc" in columns or "block_complexity" in keys or frame["method_label"].astype(str).str.contains("@").any():
         cols.append(Column("BC", "block_complexity", digits=0))
     if "params" in columns:
         cols.append(Column("Params", "params", numeric=False))
@@ -171,11 +176,18 @@ def spec_bench_table(summary: pd.DataFrame, columns: Iterable[str] = ()) -> Tabl
     if "alpha" in columns:  # chain drafters only (KOALA measures n-alpha with chains); others show "–"
         cols += [Column(f"{n}-α", f"alpha{n}") for n in (1, 2, 3) if f"alpha{n}" in frame.columns]
     cols += [Column("Tok/s", "tokens_per_s", digits=1), Column("Overall", "speedup_overall", "speedup_std_overall")]
+    notes = table_notes(summary)
+    if quality is not None and len(quality):
+        from specbench_cli.quality import add_quality_columns
+
+        frame = add_quality_columns(frame, cols, notes, quality)
+    frame["method_label"] = [f"{m} (lossy)" if lossless is False else m
+                             for m, lossless in zip(frame["method_label"], frame["lossless"])]
     if "median" in columns:
         cols.append(Column("Median", "median_speedup"))
     if "agree" in columns:
         cols.append(Column("=AR", "ar_agreement"))
-    return TableData(table_title(summary), cols, frame.reset_index(drop=True), table_notes(summary))
+    return TableData(table_title(summary), cols, frame.reset_index(drop=True), notes)
 
 
 def validate_columns(columns: Iterable[str]) -> set[str]:
@@ -206,7 +218,8 @@ def table_notes(summary: pd.DataFrame) -> list[str]:
         if row["n_errors"]:
             notes.append(f"{name}: {row['n_errors']} of {row['n_rows']} rows errored and are left out.")
         if row["ar_mismatches"]:
-            claim = " although it claims to be lossless" if row["lossless"] else ""
+            claim = (" although it claims to be lossless" if row["lossless"]
+                     else " (lossy by design: not part of the losslessness check)")
             notes.append(f"{name}: {row['ar_mismatches']} of {row['ar_compared']} outputs differ from AR{claim}.")
         if row["method_label"] != AR_METHOD and row["n_paired"] == 0:
             notes.append(f"{name}: no AR rows for the same questions; speedup not available.")
@@ -228,6 +241,8 @@ def comparison_table(summary_a: pd.DataFrame, summary_b: pd.DataFrame, metric: s
     for key, group in merged.groupby(keys, sort=False):
         by_cat = group.set_index("category")
         row = dict(zip(keys, key))
+        if (group["lossless_a"] == False).any():  # noqa: E712 (None = unknown, not lossy)
+            row["method_label"] += " (lossy)"
         for category in categories:
             if category in by_cat.index:
                 a, b = float(by_cat.at[category, f"{metric}_a"]), float(by_cat.at[category, f"{metric}_b"])

@@ -7,6 +7,7 @@ exits 1 through `typer.Exit(1)` after printing what regressed.
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import List, Optional
 
@@ -14,7 +15,7 @@ import typer
 from rich.markup import escape
 
 from specbench_cli.console import err, out
-from specbench_cli.errors import UsageError
+from specbench_cli.errors import UsageError, check_output_file, check_output_folder
 
 # The work behind these commands (pandas, matplotlib) is imported inside each command, so
 # that `specbench run` with a bad option, which never reaches them, does not pay for it.
@@ -37,11 +38,14 @@ def report_command(
     output: Optional[Path] = typer.Option(None, "--output", "-o", help="Output folder [default: first RUN_DIR/report]."),
     columns: str = typer.Option("", "--columns", help="Extra columns, comma-separated: bc, mbsu, params, median (median paired speedup), agree (share of outputs equal to AR), alpha (KOALA's 1-/2-/3-alpha of chain drafters)."),
     no_plots: bool = typer.Option(False, "--no-plots", help="Skip the figures."),
+    execute_code: bool = typer.Option(False, "--execute-code", help="Run model-written code to score it (HumanEval pass@1): each program in its own sandboxed subprocess (docs/metrics.md). Off by default."),
 ) -> None:
-    """Spec-Bench table (speedup per category, #MAT, tok/s) plus figures, from result folders."""
+    """Spec-Bench table (speedup per category, #MAT, tok/s, answer quality) plus figures, from result folders."""
     from specbench_cli.reporting import write_report
 
-    write_report(run_dirs, fmt=fmt, output=output, columns=columns, plots=not no_plots)
+    if output is not None:
+        check_output_folder(output, "--output")
+    write_report(run_dirs, fmt=fmt, output=output, columns=columns, plots=not no_plots, execute_code=execute_code)
 
 
 def check_command(
@@ -50,14 +54,20 @@ def check_command(
     mat_tol: float = typer.Option(0.02, "--mat-tol", help="Allowed relative #MAT change, either way."),
     speedup_tol: float = typer.Option(0.25, "--speedup-tol", help="Allowed relative speedup drop."),
 ) -> None:
-    """CI gate: exit 0 within tolerance, 1 on regression, 2 on bad input."""
-    if mat_tol < 0 or speedup_tol < 0:
-        raise UsageError("tolerances must be >= 0")
-    from specbench_cli.baseline import check_entries, diff_table, read_baseline
+    """CI gate: exit 0 within tolerance, 1 on regression, 2 on bad input (including a baseline
+    with no entries or one made from another suite, model or settings)."""
+    for name, tol in (("--mat-tol", mat_tol), ("--speedup-tol", speedup_tol)):
+        if not (math.isfinite(tol) and tol >= 0):
+            raise UsageError(f"{name} must be a finite number >= 0, got {tol}")
+    from specbench_cli.baseline import check_entries, diff_table, mismatches, read_baseline
     from specbench_cli.reporting import summary_of
 
-    entries = read_baseline(baseline)
-    _, _, summary = summary_of([run_dir])
+    doc = read_baseline(baseline)
+    entries = doc["entries"]
+    runs, rows, summary = summary_of([run_dir])
+    differences = mismatches(doc, runs[0], rows)
+    if differences:
+        raise UsageError(f"{baseline} was not made from a run like {run_dir}: {'; '.join(differences)}")
     moved = check_entries(summary, entries, mat_tol, speedup_tol)
     regressions = sum(rec["regression"] for rec in moved)
     if moved:
@@ -74,10 +84,13 @@ def baseline_command(
     output: Path = typer.Option(..., "--output", "-o", help="Baseline JSON file to write."),
 ) -> None:
     """Write a baseline (#MAT, speedup, n per model, method, BC and category) for `check`."""
+    check_output_file(output, "--output")
     from specbench_cli.baseline import write_baseline
     from specbench_cli.reporting import summary_of
 
     runs, _, summary = summary_of([run_dir])
+    if summary.empty:
+        raise UsageError(f"{run_dir} has no finished rows to make a baseline of")
     doc = write_baseline(summary, runs, output)
     err.print(f"wrote {len(doc['entries'])} baseline entries to {escape(str(output))}", highlight=False)
 
@@ -112,12 +125,13 @@ def export_command(
 
     if fmt not in EXPORT_FORMATS:
         raise UsageError(f"unknown export format '{fmt}'; choose from {', '.join(EXPORT_FORMATS)}")
+    check_output_folder(output, "--output")
     _, rows = load([run_dir])
     files, skipped = spec_bench_answers(rows)
     if not any(row["method"] == metrics.AR_METHOD for row in rows):
         err.print("[yellow]warning:[/] no `ar` rows: Spec-Bench's speed.py needs an AR baseline file")
     if skipped:
-        err.print(f"[yellow]warning:[/] left out {skipped} question(s) with an errored turn")
+        err.print(f"[yellow]warning:[/] left out {skipped} question(s) with an errored or missing turn")
     write_answers(files, output)
     for name, lines in files.items():
         out.print(f"{escape(str(output / name))}: {len(lines)} questions", highlight=False)

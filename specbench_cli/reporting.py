@@ -36,17 +36,20 @@ def summary_of(paths: List[Path]) -> tuple[list[Run], list[dict], pd.DataFrame]:
 
 
 def write_report(run_dirs: List[Path], fmt: Optional[str] = None, output: Optional[Path] = None,
-                 columns: str = "", plots: bool = True) -> Path:
+                 columns: str = "", plots: bool = True, execute_code: bool = False) -> Path:
     """Print the table (the terminal table, or the `fmt` rendering on stdout) and write
     table.<ext> (all formats, or only `fmt`) plus figures to `output` (default: first
-    run's report/). Returns the folder."""
+    run's report/). Quality columns come from rows that carry a scorer; HumanEval code runs
+    only with `execute_code` (the user's --execute-code). Returns the folder."""
     import typer
 
     if fmt is not None and fmt not in report.FORMATS:
         raise UsageError(f"unknown format '{fmt}'; choose from {', '.join(report.FORMATS)}")
     _, rows, summary = summary_of(run_dirs)
+    from specbench_cli.quality import quality_summary
+
     try:
-        table = report.spec_bench_table(summary, columns.split(","))
+        table = report.spec_bench_table(summary, columns.split(","), quality_summary(rows, execute_code))
     except ValueError as exc:
         raise UsageError(str(exc)) from exc
     directory = output or Path(run_dirs[0]) / "report"

@@ -53,6 +53,9 @@ class SampleRow:
     overhead_time: float = 0.0
     output_ids: list = field(default_factory=list)
     output_text: str = ""
+    method_stats: Optional[dict] = None      # a method's own counters (fastcot: iterations, approx tokens...)
+    scorer: Optional[str] = None             # quality scorer of this question (specbench_cli/quality.py)
+    reference: Any = None                    # what the scorer compares against (this turn's reference)
     ar_match: Optional[bool] = None
     first_mismatch: Optional[int] = None
     timestamp: Optional[str] = None
@@ -93,16 +96,88 @@ def defaults() -> dict[str, Any]:
     return out
 
 
+def _is_int(v: object) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _is_num(v: object) -> bool:
+    return _is_int(v) or isinstance(v, float)
+
+
+def _ints(v: object) -> bool:
+    return isinstance(v, list) and all(_is_int(x) for x in v)
+
+
+def _nums(v: object) -> bool:
+    return isinstance(v, list) and all(_is_num(x) for x in v)
+
+
+def _opt(check):
+    return lambda v: v is None or check(v)
+
+
+# Field -> (check, what it wants). Metrics sum, divide and compare these, so a row that passes
+# cannot crash them. question_id may be a number (files written by other tools).
+FIELD_TYPES: dict[str, tuple[Any, str]] = {
+    "method": (lambda v: isinstance(v, str) and v != "", "a non-empty string"),
+    "method_label": (lambda v: isinstance(v, str) and v != "", "a non-empty string"),
+    "method_params": (_opt(lambda v: isinstance(v, dict)), "an object or null"),
+    "lossless": (_opt(lambda v: isinstance(v, bool)), "true, false or null"),
+    "extra_params": (lambda v: _is_int(v) and v >= 0, "an integer >= 0"),
+    "structure": (_opt(lambda v: isinstance(v, str)), "a string or null"),
+    "task": (_opt(lambda v: isinstance(v, str)), "a string"),
+    "category": (lambda v: isinstance(v, str) and v != "", "a non-empty string"),
+    "subcategory": (_opt(lambda v: isinstance(v, str)), "a string or null"),
+    "question_id": (lambda v: (isinstance(v, str) and v != "") or _is_int(v), "a string or an integer"),
+    "turn": (lambda v: _is_int(v) and 0 <= v < 1000, "an integer in 0..999"),
+    "repeat": (lambda v: _is_int(v) and 0 <= v < 100000, "an integer >= 0"),
+    "block_complexity": (lambda v: _is_int(v) and v >= 0, "an integer >= 0"),
+    "temperature": (lambda v: _is_num(v) and v >= 0, "a number >= 0"),
+    "top_p": (lambda v: _is_num(v) and 0 <= v <= 1, "a number in [0, 1]"),
+    "error": (_opt(lambda v: isinstance(v, str)), "a string or null"),
+    "prompt_tokens": (lambda v: _is_int(v) and v >= 0, "an integer >= 0"),
+    "new_tokens": (lambda v: _is_int(v) and v >= 0, "an integer >= 0"),
+    "wall_time": (lambda v: _is_num(v) and 0 <= v < float("inf"), "a finite number >= 0"),
+    "prefill_time": (lambda v: _is_num(v) and 0 <= v < float("inf"), "a finite number >= 0"),
+    "steps": (lambda v: _is_int(v) and v >= 0, "an integer >= 0"),
+    "accept_lengths": (_ints, "a list of integers"),
+    "draft_sizes": (_ints, "a list of integers"),
+    "budget_used": (_ints, "a list of integers"),
+    "step_draft_ms": (_nums, "a list of numbers"),
+    "step_verify_ms": (_nums, "a list of numbers"),
+    "draft_time": (lambda v: _is_num(v) and v >= 0, "a number >= 0"),
+    "verify_time": (lambda v: _is_num(v) and v >= 0, "a number >= 0"),
+    "overhead_time": (_is_num, "a number"),
+    "output_ids": (_ints, "a list of integers"),
+    "output_text": (_opt(lambda v: isinstance(v, str)), "a string"),
+    "ar_match": (_opt(lambda v: isinstance(v, bool)), "true, false or null"),
+    "first_mismatch": (_opt(lambda v: _is_int(v) and v >= 0), "an integer >= 0 or null"),
+    "timestamp": (_opt(lambda v: isinstance(v, str)), "a string or null"),
+}
+
+
 def validate(row: object, where: str = "row") -> dict:
-    """UsageError naming `where` unless `row` is an object with the keys metrics need."""
+    """UsageError naming `where` unless `row` is an object with the keys metrics need, each of
+    the type `FIELD_TYPES` gives (unknown keys are left alone)."""
     if not isinstance(row, dict):
         raise UsageError(f"{where}: expected a JSON object, got {type(row).__name__}")
-    missing = [key for key in required_keys(row.get("status")) if key not in row]
+    if row.get("status") not in STATUSES:
+        raise UsageError(f"{where}: status must be 'ok' or 'error', got {row.get('status')!r}")
+    missing = [key for key in required_keys(row["status"]) if key not in row]
     if missing:
         raise UsageError(f"{where}: missing key(s) {', '.join(missing)}")
-    if row["status"] not in STATUSES:
-        raise UsageError(f"{where}: status must be 'ok' or 'error', got {row['status']!r}")
+    for key, (check, wants) in FIELD_TYPES.items():
+        if key in row and not check(row[key]):
+            raise UsageError(f"{where}: '{key}' must be {wants}, got {_short(row[key])}")
     return row
+
+
+def _short(value: object) -> str:
+    """A JSON value for an error line: at most 40 characters."""
+    import json
+
+    text = json.dumps(value, ensure_ascii=True, default=str)
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def row_key(row: dict) -> tuple:

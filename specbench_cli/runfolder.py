@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Optional
 
-from specbench_cli.errors import UsageError
+from specbench_cli.errors import UsageError, check_output_folder
 from specbench_cli.jsonl import read_json_object
 from specbench_cli.rows import row_key, validate_row  # noqa: F401 (row_key re-exported for resume)
 
@@ -82,8 +82,34 @@ def all_rows(runs: Iterable[Run]) -> list[dict]:
 
 
 def read_manifest(path: Path) -> dict:
-    """Parse manifest.json; it must be a JSON object."""
-    return read_json_object(path, f"missing {path.name} in {path.parent} (is this a `specbench run` folder?)")
+    """Parse manifest.json; it must be a JSON object whose known keys have the right types."""
+    doc = read_json_object(path, f"missing {path.name} in {path.parent} (is this a `specbench run` folder?)")
+    return validate_manifest(doc, path)
+
+
+# manifest key -> (check, what it wants); keys other tools add are left alone
+_MANIFEST_TYPES = {
+    "run_id": (lambda v: isinstance(v, str) and v.strip() != "", "a non-empty string"),
+    "config": (lambda v: isinstance(v, dict), "an object"),
+    "model": (lambda v: isinstance(v, dict), "an object"),
+    "methods": (lambda v: isinstance(v, dict), "an object"),
+    "created": (lambda v: v is None or isinstance(v, str), "a string"),
+    "finished": (lambda v: v is None or isinstance(v, str), "a string or null"),
+}
+_MODEL_TYPES = {
+    "name": (lambda v: v is None or isinstance(v, str), "a string"),
+    "ref": (lambda v: v is None or isinstance(v, str), "a string"),
+    "params": (lambda v: v is None or (isinstance(v, int) and not isinstance(v, bool) and v >= 0), "an integer"),
+}
+
+
+def validate_manifest(doc: dict, path: Path) -> dict:
+    """`doc` unchanged, or a UsageError naming the file and the first key of the wrong type."""
+    for where, table, obj in (("", _MANIFEST_TYPES, doc), ("model.", _MODEL_TYPES, doc.get("model") or {})):
+        for key, (check, wants) in table.items():
+            if key in obj and not check(obj[key]):
+                raise UsageError(f"{path}: '{where}{key}' must be {wants}, got {json.dumps(obj[key])[:40]}")
+    return doc
 
 
 def read_samples(path: Path) -> tuple[list[dict], list[str]]:
@@ -104,13 +130,29 @@ def read_samples(path: Path) -> tuple[list[dict], list[str]]:
     for position, (lineno, line) in enumerate(numbered):
         try:
             row = json.loads(line)
-        except json.JSONDecodeError as exc:
-            if position == len(numbered) - 1:
+        except (json.JSONDecodeError, RecursionError) as exc:
+            if position == len(numbered) - 1 and isinstance(exc, json.JSONDecodeError):
                 warnings.append(f"{path}:{lineno}: skipped a truncated final line (crash mid-write?)")
                 continue
-            raise UsageError(f"{path}:{lineno}: malformed JSON ({exc.msg})") from exc
+            raise UsageError(f"{path}:{lineno}: malformed JSON ({getattr(exc, 'msg', 'nested too deeply')})") from None
         rows.append(validate_row(row, path, lineno))
-    return rows, warnings
+    return dedupe(rows, path, warnings), warnings
+
+
+def dedupe(rows: list[dict], path: Path, warnings: list[str]) -> list[dict]:
+    """The first row of each (method, task, question, turn, repeat); later copies (two writers
+    at once, before run folders were locked) are dropped with one warning naming how many."""
+    seen: set[tuple] = set()
+    kept = []
+    for row in rows:
+        key = row_key(row)
+        if key not in seen:
+            seen.add(key)
+            kept.append(row)
+    if len(kept) < len(rows):
+        warnings.append(f"{path}: ignored {len(rows) - len(kept)} duplicate row(s) (same method, question, turn "
+                        f"and repeat); the first of each is used")
+    return kept
 
 
 # ----------------------------------------------------------------------------- writing
@@ -149,8 +191,17 @@ def environment() -> dict[str, Any]:
     }
 
 
+LOCK = "run.lock"
+
+
+def check_output_dir(output_dir: str | Path) -> Path:
+    """The folder new run folders go into (created with the first run folder); a UsageError
+    before any model loads if it is a file or cannot be written."""
+    return check_output_folder(output_dir, "--output-dir")
+
+
 class RunFolder:
-    """A run folder open for appending."""
+    """A run folder open for appending. Writers hold `lock()` (RUN/run.lock) while they write."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
@@ -176,6 +227,28 @@ class RunFolder:
 
     def read_manifest(self) -> dict:
         return read_manifest(self.manifest_path)
+
+    def lock(self, note=lambda msg: None):
+        """RUN/run.lock (sweep/lock.py's FolderLock): a second writer exits 2 naming the holder's pid;
+        a lock left by a dead process is taken over with `note`."""
+        from specbench_cli.sweep.lock import FolderLock
+
+        return FolderLock(self.path, LOCK, "specbench run", note)
+
+    def drop_rows(self, drop) -> int:
+        """Rewrite samples.jsonl without the rows for which `drop(row)` is true (atomically:
+        temp file, fsync, rename); return how many went. Call with the lock held."""
+        rows = self.rows()
+        kept = [r for r in rows if not drop(r)]
+        if len(kept) == len(rows):
+            return 0
+        tmp = self.samples_path.with_suffix(".jsonl.tmp")
+        with tmp.open("w", encoding="utf-8") as f:
+            f.writelines(json.dumps(r, ensure_ascii=False) + "\n" for r in kept)
+            f.flush()
+            os.fsync(f.fileno())
+        tmp.replace(self.samples_path)
+        return len(rows) - len(kept)
 
     def write_manifest(self, manifest: dict) -> None:
         tmp = self.manifest_path.with_suffix(".tmp")

@@ -1,5 +1,8 @@
 """`specbench run`: questions x methods -> rows in a run folder.
 
+(~370 lines: the run config, its checks, planning per method instance and the fairness rules
+below are one unit; the run's orchestration is workflow.py, auto budgets bcauto*.py.)
+
 Fairness rules this file enforces:
 - AR is always run, on the same questions, prompts and token counting as every method;
 - per question, AR runs first and the other methods follow in an order that rotates from
@@ -13,9 +16,13 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import math
+import types
+import typing
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
+from specbench_cli import bcauto
 from specbench_cli import methods as method_registry
 from specbench_cli import tasks as task_registry
 from specbench_cli.errors import UsageError
@@ -37,7 +44,7 @@ class RunConfig:
     categories: Optional[list[str]] = None
     limit: Optional[int] = None
     question_ids: Optional[list[str]] = None
-    block_complexity: int = DEFAULT_BUDGET
+    block_complexity: int | str = DEFAULT_BUDGET  # or "auto" (specbench_cli/bcauto.py)
     max_new_tokens: int = 128
     dtype: str = "float32"
     device: str = "cpu"
@@ -49,53 +56,89 @@ class RunConfig:
     warmup: bool = True
     draft_model: Optional[str] = None
     output_dir: str = "results"
+    auto_candidates: Optional[list[int]] = None  # budgets `auto` tries (None: bcauto.DEFAULT_CANDIDATES)
+    auto_questions: int = bcauto.DEFAULT_CALIBRATION_QUESTIONS  # calibration questions for `auto`
+    forward: str = "sdpa"  # how the target computes a forward, the same for every method (engine/attention.py)
 
     def validate(self) -> None:
-        if self.block_complexity < 1:
-            raise UsageError(f"--block-complexity must be at least 1 (got {self.block_complexity})")
+        self.block_complexity = bcauto.parse_bc(self.block_complexity)
+        if self.auto_candidates is not None:
+            self.auto_candidates = bcauto.parse_candidates(self.auto_candidates)
+        if self.auto_questions < 1:
+            raise UsageError(f"--auto-questions must be at least 1 (got {self.auto_questions})")
         if self.max_new_tokens < 1:
             raise UsageError(f"--max-new-tokens must be at least 1 (got {self.max_new_tokens})")
         if self.dtype not in DTYPES:
             from specbench_cli.errors import unknown
 
             raise unknown("dtype", self.dtype, DTYPES)
-        if self.temperature < 0:
-            raise UsageError(f"--temperature must be >= 0 (got {self.temperature})")
+        if not self.temperature >= 0 or not math.isfinite(self.temperature):  # NaN fails both ways
+            raise UsageError(f"--temperature must be >= 0 and finite (got {self.temperature})")
         if not 0 < self.top_p <= 1:
             raise UsageError(f"--top-p must be in (0, 1] (got {self.top_p})")
         if self.repeats < 1:
             raise UsageError(f"--repeats must be at least 1 (got {self.repeats})")
         if self.threads is not None and self.threads < 1:
             raise UsageError(f"--threads must be at least 1 (got {self.threads})")
+        named = set(self.methods) | {bcauto.parse_spec(m)[0] for m in self.methods}
         for m in self.method_options:
-            if m not in self.methods:
+            if m not in named:
                 raise UsageError(f"options given for method '{m}', which is not in --methods")
         for t in self.tasks:
             task_registry.get(t)
         check_device(self.device)
+        from specbench_cli.engine.attention import check as check_forward
+
+        check_forward(self.forward)
         plan_methods(self)
 
 
-def method_context(cfg: RunConfig, model=None, tokenizer=None):
-    """The settings every method is planned against (and the target once loaded)."""
+def method_context(cfg: RunConfig, model=None, tokenizer=None, budget: Optional[int] = None):
+    """The settings every method is planned against (and the target once loaded); `budget`
+    defaults to the run's block complexity (the default one when that is `auto`)."""
     from specbench_cli.engine.verify import SamplingConfig
     from specbench_cli.methods.base import MethodContext
 
-    return MethodContext(model=model, tokenizer=tokenizer, budget=cfg.block_complexity, device=cfg.device,
+    if budget is None:
+        budget = cfg.block_complexity if isinstance(cfg.block_complexity, int) else DEFAULT_BUDGET
+    return MethodContext(model=model, tokenizer=tokenizer, budget=budget, device=cfg.device,
                          dtype=cfg.dtype, sampling=SamplingConfig(cfg.temperature, cfg.top_p), seed=cfg.seed,
                          draft_model=cfg.draft_model, target=cfg.model)
 
 
 def plan_methods(cfg: RunConfig) -> dict:
-    """Every method of the run, planned (options parsed and checked against the run's BC and
-    sampling) but not bound: no model is loaded, so bad options fail in well under a second."""
-    ctx = method_context(cfg)
-    return {name: method_registry.get(name)(ctx, **cfg.method_options.get(name, {}))
-            for name in method_order(cfg.methods)}
+    """Every method instance of the run (`pld`, `pld@6`, `pld@auto`), planned (options parsed
+    and checked against its BC and sampling) but not bound: no model is loaded, so bad options
+    fail in well under a second. An `auto` instance is planned at the default budget here and
+    must accept at least one candidate budget; calibration re-plans it at the chosen one."""
+    planned = {}
+    for spec in method_order(cfg.methods):
+        budget = bcauto.instance_budget(spec, cfg.block_complexity)
+        if budget == bcauto.AUTO:
+            method_registry.get(bcauto.parse_spec(spec)[0])  # an unknown name says so, not "nothing fits"
+            fits = bcauto.feasible_budgets(lambda b: plan_instance(cfg, spec, b), auto_candidates(cfg), spec)
+            budget = DEFAULT_BUDGET if DEFAULT_BUDGET in fits else fits[-1]
+        planned[spec] = plan_instance(cfg, spec, budget)
+    return planned
+
+
+def plan_instance(cfg: RunConfig, spec: str, budget: int):
+    """One method instance planned at `budget`; options given for its name and for the instance
+    (`-o pld.max_ngram=4`, `-o pld@auto.max_ngram=4`) apply, the instance's last."""
+    base = bcauto.parse_spec(spec)[0]
+    options = {**cfg.method_options.get(base, {}), **(cfg.method_options.get(spec, {}) if spec != base else {})}
+    return method_registry.get(base)(method_context(cfg, budget=budget), **options)
+
+
+def auto_candidates(cfg: RunConfig) -> list[int]:
+    return list(cfg.auto_candidates or bcauto.DEFAULT_CANDIDATES)
 
 
 def default_methods() -> list[str]:
-    return [n for n in method_registry.names() if not method_registry.describe(n)["needs_training"]]
+    """Every registered method that needs no training and is lossless (lossy ones, e.g.
+    fastcot, change the answer on purpose and run only when asked for)."""
+    return [n for n in method_registry.names()
+            if not method_registry.describe(n)["needs_training"] and method_registry.describe(n)["lossless"]]
 
 
 def load_questions(cfg: RunConfig):
@@ -110,6 +153,8 @@ def load_questions(cfg: RunConfig):
 
 def method_order(names: list[str]) -> list[str]:
     """AR first (the baseline), then the rest in the given order, without duplicates."""
+    for n in names:
+        bcauto.parse_spec(n)  # NAME@BC must be well formed (and not ar@...)
     rest = [n for n in dict.fromkeys(names) if n != "ar"]
     return ["ar"] + rest
 
@@ -175,7 +220,7 @@ class Runner:
     # -- one generation -----------------------------------------------------------------------
     def _generate(self, method, prompt_ids: list[int], seed: int, max_new: int):
         gen = self.torch.Generator().manual_seed(seed) if not self.sampling.greedy else None
-        return self.decoder.generate(method, prompt_ids, max_new, self.cfg.block_complexity, gen)
+        return self.decoder.generate(method, prompt_ids, max_new, method.ctx.budget, gen)
 
     def warmup(self, question) -> None:
         ids = self.prompter(user_turn(question.turns[0]))
@@ -186,10 +231,12 @@ class Runner:
              prompt_tokens: int = 0) -> dict:
         """The SampleRow of one turn: measured from `gen`, or an error row."""
         row = SampleRow(
-            method=name, method_label=method.label(), method_params=method.params(), lossless=method.lossless,
+            method=name, method_label=bcauto.instance_label(name, method.label(), self.cfg.block_complexity), method_params=method.params(),
+            lossless=method.lossless,
             extra_params=method.extra_params, structure=method.structure.value, task=q.task, category=q.category,
             subcategory=q.subcategory, question_id=q.id, turn=turn, repeat=repeat,
-            block_complexity=self.cfg.block_complexity, temperature=self.cfg.temperature, top_p=self.cfg.top_p,
+            scorer=q.scorer, reference=q.reference_for(turn),
+            block_complexity=method.ctx.budget, temperature=self.cfg.temperature, top_p=self.cfg.top_p,
             status="error" if gen is None else "ok", error=error, prompt_tokens=prompt_tokens)
         if gen is not None:
             row.prompt_tokens, row.new_tokens, row.steps = gen.prompt_tokens, len(gen.output_ids), gen.steps
@@ -198,6 +245,7 @@ class Runner:
             row.step_draft_ms, row.step_verify_ms = gen.step_draft_ms, gen.step_verify_ms
             row.draft_time, row.verify_time, row.overhead_time = gen.draft_time, gen.verify_time, gen.overhead_time
             row.output_ids = gen.output_ids
+            row.method_stats = gen.stats
             row.output_text = self.lm.tokenizer.decode(gen.output_ids, skip_special_tokens=True)
         row.timestamp = now_iso()
         return row.to_dict()
@@ -282,6 +330,44 @@ def compare_ids(out: list[int], ref: list[int]) -> tuple[bool, Optional[int]]:
     return False, min(len(out), len(ref))
 
 
-def config_from_manifest(manifest: dict) -> RunConfig:
-    fields = {f.name for f in dataclasses.fields(RunConfig)}
-    return RunConfig(**{k: v for k, v in manifest.get("config", {}).items() if k in fields})
+def config_from_manifest(manifest: dict, where: str = "manifest") -> RunConfig:
+    """The RunConfig a manifest records; a UsageError naming `where` and the key when `config`
+    is not an object or a value does not have its field's type (checked from the annotations)."""
+    config = manifest.get("config", {})
+    if not isinstance(config, dict):
+        raise UsageError(f"{where}: 'config' must be an object, got {type(config).__name__}")
+    hints = typing.get_type_hints(RunConfig)
+    values = {}
+    for f in dataclasses.fields(RunConfig):
+        if f.name in config:
+            if not _fits(config[f.name], hints[f.name]):
+                raise UsageError(f"{where}: 'config.{f.name}' must be {_type_name(hints[f.name])}, "
+                                 f"got {type(config[f.name]).__name__} {str(config[f.name])[:40]!r}")
+            values[f.name] = config[f.name]
+    if "block_complexity" in values:  # int | str admits any string: only a number or 'auto' is one
+        values["block_complexity"] = bcauto.parse_bc(values["block_complexity"], f"{where}: 'config.block_complexity'")
+    return RunConfig(**values)
+
+
+def _fits(value: Any, hint: Any) -> bool:
+    """Does a JSON value fit a (simple) type annotation? bool is not an int here."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if hint is Any:
+        return True
+    if origin in (typing.Union, types.UnionType):
+        return any(_fits(value, a) for a in args)
+    if hint is type(None):
+        return value is None
+    if origin is list:
+        return isinstance(value, list) and all(_fits(v, args[0]) for v in value)
+    if origin is dict:
+        return isinstance(value, dict) and all(_fits(k, args[0]) and _fits(v, args[1]) for k, v in value.items())
+    if hint is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if hint is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    return isinstance(value, hint)
+
+
+def _type_name(hint: Any) -> str:
+    return getattr(hint, "__name__", None) or str(hint).replace("typing.", "")

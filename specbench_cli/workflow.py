@@ -3,18 +3,23 @@ run with a progress bar, survive Ctrl-C, summarise."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from pathlib import Path
 from typing import Optional
 
+from rich.markup import escape
 from rich.text import Text
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
+from specbench_cli.bcauto import instance_label
+from specbench_cli.bcauto_run import auto_specs, calibration_questions, prepare
 from specbench_cli.console import err
 from specbench_cli.errors import RuntimeFailure
 from specbench_cli.prompting import default_threads, set_threads
 from specbench_cli.runner import RunConfig, Runner, load_questions, plan_methods
-from specbench_cli.runfolder import RunFolder, environment, now_iso
+from specbench_cli.resume import retry_error_rows
+from specbench_cli.runfolder import RunFolder, check_output_dir, environment, now_iso
 
 
 class RunProgress(Progress):
@@ -29,23 +34,49 @@ class RunProgress(Progress):
 
 
 def execute(cfg: RunConfig, store: Optional[RunFolder] = None, report: bool = True,
-            trust_remote_code: bool = False) -> Path:
+            trust_remote_code: bool = False, retry_errors: bool = False) -> Path:
+    """Run `cfg` into a new run folder, or continue `store`; the folder is locked while written."""
+    with contextlib.ExitStack() as locks:
+        return _execute(cfg, store, report, trust_remote_code, retry_errors, locks)
+
+
+def _note(msg: str) -> None:
+    err.print(f"[yellow]note:[/] {escape(msg)}", highlight=False)
+
+
+# ~60 lines: the ordered checks before the model loads, the lock, the manifest and the progress bar
+# must happen in this order in one place; each step is a call.
+def _execute(cfg: RunConfig, store: Optional[RunFolder], report: bool, trust_remote_code: bool,
+             retry_errors: bool, locks: contextlib.ExitStack) -> Path:
     from specbench_cli.models import load_model
 
     questions = load_questions(cfg)           # bad input fails before the model loads
     planned = plan_methods(cfg)               # so do bad method options
+    if store is None:
+        check_output_dir(cfg.output_dir)      # and an --output-dir that is a file or read-only
+    else:                                     # and a run folder another process is writing
+        locks.enter_context(store.lock(_note))
+        if retry_errors:
+            err.print(f"--retry-errors: {retry_error_rows(store)} row(s) will run again")
+    if auto_specs(cfg):                       # and an `auto` run without calibration questions
+        calibration_questions(questions, cfg.auto_questions)
     threads = set_threads(cfg.threads, default_threads())
-    err.print(f"[dim]loading {cfg.model} ({cfg.dtype}, {cfg.device}, {threads} threads)[/dim]")
-    lm = load_model(cfg.model, device=cfg.device, dtype=cfg.dtype, trust_remote_code=trust_remote_code)
+    err.print(f"[dim]loading {cfg.model} ({cfg.dtype}, {cfg.device}, {threads} threads, forward {cfg.forward})[/dim]")
+    lm = load_model(cfg.model, device=cfg.device, dtype=cfg.dtype, forward=cfg.forward,
+                    trust_remote_code=trust_remote_code)
+    # the cost curve (recorded when cached; measured when `auto` needs it) and auto budgets
+    planned, costs = prepare(cfg, lm, planned, questions, threads, store.read_manifest() if store else None)
     runner = Runner(cfg, store)  # store set below
     runner.setup(lm, planned)
     if store is None:
         manifest = {"config": {**dataclasses.asdict(cfg), "threads": threads,
                                "methods": list(runner.methods)},
-                    "model": lm.manifest(), **environment(),
-                    "methods": {n: {"label": m.label(), "params": m.params(), "lossless": m.lossless,
-                                    "extra_params": m.extra_params} for n, m in runner.methods.items()}}
+                    "model": lm.manifest(), **environment(), **costs,
+                    "methods": {n: {"label": instance_label(n, m.label(), cfg.block_complexity), "params": m.params(),
+                                    "lossless": m.lossless, "extra_params": m.extra_params,
+                                    "block_complexity": m.ctx.budget} for n, m in runner.methods.items()}}
         store = RunFolder.create(Path(cfg.output_dir), manifest)
+        locks.enter_context(store.lock(_note))
     else:
         store.repair_tail()
     runner.store = store

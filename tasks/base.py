@@ -24,7 +24,14 @@ class Question:
     category: str
     turns: list[str]
     subcategory: Optional[str] = None
-    reference: Optional[list] = field(default=None, repr=False)
+    reference: Optional[list] = field(default=None, repr=False)  # one entry per turn
+    scorer: Optional[str] = None  # how answers are scored against `reference` (specbench_cli/quality.py)
+
+    def reference_for(self, turn: int):
+        """What turn `turn`'s answer is scored against (None when the question is not scored)."""
+        if not self.scorer or not self.reference or turn >= len(self.reference):
+            return None
+        return self.reference[turn]
 
 
 class Task:
@@ -34,6 +41,8 @@ class Task:
                 no loaded task names after these, alphabetically).
     fold:       category in the source file -> reported category; the source name is kept
                 as `Question.subcategory` (Spec-Bench's eight MT-bench sub-categories).
+    scorers:    category -> quality scorer (specbench_cli/quality.py) for questions that carry
+                a reference, e.g. Spec-Bench's math_reasoning -> gsm8k.
     Subclasses set `name`, `summary` and implement `load`.
     """
 
@@ -41,6 +50,15 @@ class Task:
     summary: ClassVar[str] = ""
     categories: ClassVar[dict[str, str]] = {}
     fold: ClassVar[dict[str, str]] = {}
+    scorers: ClassVar[dict[str, str]] = {}
+
+    @classmethod
+    def attach_scorers(cls, questions: list[Question]) -> list[Question]:
+        """Set `scorer` on every question of a scored category that has a reference."""
+        for q in questions:
+            if q.scorer is None and q.reference and q.category in cls.scorers:
+                q.scorer = cls.scorers[q.category]
+        return questions
 
     @classmethod
     def load(cls, questions_path: Optional[str] = None) -> list[Question]:
@@ -63,16 +81,30 @@ def read_jsonl_questions(path: Path, task: str, fold: Optional[dict[str, str]] =
         turns = row.get("turns")
         if isinstance(turns, str):
             turns = [turns]
-        if not turns or not all(isinstance(t, str) for t in turns):
-            raise UsageError(f"{path}:{lineno}: 'turns' must be a non-empty list of strings")
+        # a list only: a dict would pass as its keys, a number would not iterate
+        if not isinstance(turns, list) or not turns or not all(isinstance(t, str) and t.strip() for t in turns):
+            raise UsageError(f"{path}:{lineno}: 'turns' must be a non-empty list of non-empty strings")
         if "question_id" not in row:
             raise UsageError(f"{path}:{lineno}: missing 'question_id'")
-        cat = str(row.get("category", "default"))
+        qid = row["question_id"]
+        if isinstance(qid, bool) or not isinstance(qid, (str, int)) or not str(qid).strip():
+            raise UsageError(f"{path}:{lineno}: 'question_id' must be a string or an integer")
+        if not isinstance(row.get("category", "default"), str) or not row.get("category", "default").strip():
+            raise UsageError(f"{path}:{lineno}: 'category' must be a non-empty string")
+        cat = row.get("category", "default")
         sub = None
         if fold and cat in fold:
             cat, sub = fold[cat], cat
+        reference = row.get("reference")
+        if isinstance(reference, str):
+            reference = [reference]
+        scorer = row.get("scorer")
+        if scorer is not None:
+            from specbench_cli.quality import check_scorer
+
+            check_scorer(scorer, f"{path}:{lineno}")
         questions.append(Question(task=task, id=str(row["question_id"]), category=cat, turns=list(turns),
-                                  subcategory=sub, reference=row.get("reference")))
+                                  subcategory=sub, reference=reference, scorer=scorer))
     if not questions:
         raise UsageError(f"{path}: no questions in file")
     return questions

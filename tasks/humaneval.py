@@ -10,6 +10,7 @@ import json
 from pathlib import Path
 
 from specbench_cli.errors import UsageError
+from specbench_cli.jsonl import read_lines
 from specbench_cli.tasks.base import Question, Task
 
 
@@ -35,20 +36,26 @@ def _find() -> Path:
 
 
 def _read(path: Path) -> list[Question]:
+    """HumanEval JSONL (optionally gzipped): one object per line with string `task_id` and `prompt`."""
     if not path.is_file():
         raise UsageError(f"HumanEval file not found: {path}")
-    opener = gzip.open if path.suffix == ".gz" else open
     out = []
-    with opener(path, "rt", encoding="utf-8") as f:
-        for lineno, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-                prompt = row["prompt"]
-                tid = row["task_id"]
-            except (json.JSONDecodeError, KeyError) as e:
-                raise UsageError(f"{path}:{lineno}: not a HumanEval problem ({e})") from None
-            text = "Complete the following Python function. Reply with the code only.\n\n" + prompt
-            out.append(Question(task=HumanEval.name, id=tid, category="coding", turns=[text]))
+    for lineno, line in enumerate(read_lines(path, gzip.open if path.suffix == ".gz" else open), 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except (json.JSONDecodeError, RecursionError):
+            raise UsageError(f"{path}:{lineno}: not valid JSON") from None
+        if not isinstance(row, dict) or not all(isinstance(row.get(k), str) for k in ("task_id", "prompt")) \
+                or not all(isinstance(row.get(k, ""), str) for k in ("test", "entry_point")):
+            raise UsageError(f"{path}:{lineno}: not a HumanEval problem (an object with string 'task_id' and "
+                             f"'prompt', and string 'test' / 'entry_point' if present)")
+        text = "Complete the following Python function. Reply with the code only.\n\n" + row["prompt"]
+        # pass@1 needs the prompt (signature), the tests and the function name
+        ref = {"prompt": row["prompt"], "test": row.get("test", ""), "entry_point": row.get("entry_point", "")}
+        out.append(Question(task=HumanEval.name, id=row["task_id"], category="coding", turns=[text],
+                            reference=[ref], scorer="humaneval"))
+    if not out:
+        raise UsageError(f"{path}: no problems in file")
     return out

@@ -89,7 +89,8 @@ class SpecBench(Task):
     summary = "Spec-Bench: 480 questions, 6 categories (file found locally or downloaded and sha256-checked)"
     categories = SPEC_BENCH_NAMES
     fold = {sub: "mt_bench" for sub in MT_BENCH_SUBCATEGORIES}
+    scorers = {"math_reasoning": "gsm8k"}  # GSM8K references end in "#### <number>"
 
     @classmethod
     def load(cls, questions_path: Optional[str] = None) -> list[Question]:
-        return read_jsonl_questions(find_questions(questions_path), cls.name, cls.fold)
+        return cls.attach_scorers(read_jsonl_questions(find_questions(questions_path), cls.name, cls.fold))

@@ -204,3 +204,99 @@ def test_bfloat16_autocast_trains_and_keeps_float32_weights(tmp_path):
     assert summary["autocast"] == "bfloat16" and summary["noise"]["position"] == "loss"
     assert all(p.dtype == torch.float32 for p in model.parameters())
     assert hist[-1]["loss"] < hist[0]["loss"]
+
+
+# ----------------------------------------------------------------------------- LoRA (--lora-rank)
+
+def test_lora_without_peft_exits_2_with_the_pip_command(tmp_path, capsys, monkeypatch):
+    import sys
+
+    import specbench_cli.training.cli as tcli
+
+    monkeypatch.setitem(sys.modules, "peft", None)  # `import peft` now raises ImportError
+    monkeypatch.setattr(tcli, "_load", lambda *a, **k: (_ for _ in ()).throw(AssertionError("model loaded")))
+    data = tmp_path / "d.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows_for(3)))
+    for cmd in ("sft", "msn"):
+        code, err = _cli(["train", cmd, "--data", str(data), "-o", str(tmp_path / "o"), "--lora-rank", "4"], capsys)
+        assert code == 2 and "pip install" in err and "peft" in err and "Traceback" not in err
+    code, err = _cli(["train", "sft", "--data", str(data), "-o", str(tmp_path / "o"), "--lora-rank", "0"], capsys)
+    assert code == 2 and "--lora-rank" in err
+
+
+def _lora_train(tmp_path, name, steps=4, resume=False):
+    model, tok = make_model(0), make_tokenizer()
+    cfg = TrainConfig(steps=steps, batch_size=4, lr=3e-2, warmup=1, save_every=2, keep=2, seed=0)
+    summary = train_sft(model, tok, rows_for(24), tmp_path / name, cfg, NoiseConfig(4), max_len=64, holdout=0.0,
+                        progress=False, resume=resume, lora_rank=4)
+    hist = [json.loads(line) for line in (tmp_path / name / "history.jsonl").read_text().splitlines()]
+    return model, summary, hist
+
+
+def test_lora_trains_adapters_only_and_saves_a_merged_plain_folder(tmp_path):
+    pytest.importorskip("peft")
+    from safetensors.torch import load_file
+
+    from specbench_cli.models import load_model
+
+    base = make_model(0)
+    wrapped, summary, hist = _lora_train(tmp_path, "lora")
+    assert summary["lora"]["rank"] == 4 and 0 < summary["lora"]["trainable_params"] < summary["lora"]["total_params"]
+    assert hist[-1]["loss"] < hist[0]["loss"]
+    # the frozen base weights did not move (train_sft injected the adapters into `wrapped` in place)
+    inner = wrapped.state_dict()
+    assert torch.equal(inner["model.layers.0.mlp.up_proj.base_layer.weight"], base.state_dict()["model.layers.0.mlp.up_proj.weight"])
+    # the saved folder is a plain model (no adapter keys) that loads with load_model, and its
+    # logits are the trained adapter model's (merge is right) and not the base model's
+    weights = {k for f in (tmp_path / "lora").glob("model*.safetensors") for k in load_file(str(f))}
+    assert weights and not any("lora" in k or "base_layer" in k for k in weights)
+    lm = load_model(str(tmp_path / "lora"))
+    ids = torch.tensor([[5, 9, 13, 21, 7, 30, 4]])
+    with torch.no_grad():
+        got, want, before = (m(input_ids=ids).logits for m in (lm.model, wrapped, base))
+    assert torch.allclose(got, want, atol=1e-4)
+    assert (got - before).abs().max() > 1e-2
+
+
+def test_lora_resume_is_identical(tmp_path):
+    pytest.importorskip("peft")
+    import shutil
+
+    _, _, full = _lora_train(tmp_path, "r")
+    shutil.rmtree(tmp_path / "r" / "checkpoints" / "step-0000004")
+    _, summary, resumed = _lora_train(tmp_path, "r", resume=True)
+    assert summary["resumed_from"] == 2
+    assert [h["loss"] for h in resumed] == pytest.approx([h["loss"] for h in full], rel=1e-5)
+
+
+def test_msn_agreement_script_counts_common_prefixes(tmp_path):
+    """benchmarks/msn_agreement.py: pairs AR rows by (question, turn, repeat); agreement is the
+    common-prefix share of the longer output; non-AR / error rows and unpaired rows are not counted."""
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.spec_from_file_location(
+        "msn_agreement", Path(__file__).resolve().parents[1] / "benchmarks" / "msn_agreement.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+
+    def run(name, outputs):
+        d = tmp_path / name
+        d.mkdir()
+        (d / "manifest.json").write_text(json.dumps({"run_id": name, "config": {}, "model": {"name": name}}))
+        rows = [{"method": m, "method_label": m, "status": st, "question_id": q, "turn": 0, "repeat": 0,
+                 "category": c, "output_ids": ids, "new_tokens": len(ids), "wall_time": 1.0, "steps": len(ids),
+                 "accept_lengths": [1] * len(ids)} for (m, st, q, c, ids) in outputs]
+        (d / "samples.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+        return d
+
+    a = run("a", [("ar", "ok", "1", "qa", [1, 2, 3, 4]), ("ar", "ok", "2", "rag", [5, 6]),
+                  ("jacobi", "ok", "1", "qa", [9, 9, 9, 9]), ("ar", "ok", "3", "qa", [1])])
+    b = run("b", [("ar", "ok", "1", "qa", [1, 2, 7, 4, 5]), ("ar", "ok", "2", "rag", [5, 6]),
+                  ("ar", "error", "3", "qa", [1])])
+    res = mod.agreement(mod.ar_outputs(a), mod.ar_outputs(b))
+    overall = res["categories"]["overall"]
+    assert overall["pairs"] == 2 and overall["identical"] == 1
+    assert overall["token_agreement"] == pytest.approx((2 + 2) / (5 + 2), abs=1e-4)  # position 2 differs; later 4 == 4 not counted
+    assert res["categories"]["qa"]["mean_common_prefix"] == 2 and res["unpaired"] == 1
+    assert mod.main([str(a), str(tmp_path / "missing")]) == 2

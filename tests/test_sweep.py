@@ -27,7 +27,7 @@ def write_grid(tmp_path: Path, text: str, name: str = "grid.toml") -> Path:
 
 @pytest.mark.parametrize("text,message", [
     ('methods = ["pld"]\nbc = [10]\n', "unknown key 'bc'. Did you mean 'bcs'?"),
-    ('methods = ["pld"]\nbcs = 10\n', "'bcs' must be a non-empty list of integers >= 1, got 10"),
+    ('methods = ["pld"]\nbcs = 10\n', "'bcs' must be a non-empty list of integers >= 1 or \"auto\""),
     ('methods = ["pld"]\nbcs = [0]\n', "'bcs' must be a non-empty list of integers >= 1"),
     ('methods = ["pld"]\ndtypes = ["float8"]\n', "'dtypes' must be a list drawn from float32"),
     ('methods = ["pld"]\nrepeats = true\n', "'repeats' must be an integer >= 1, got true"),

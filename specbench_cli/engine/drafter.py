@@ -10,6 +10,11 @@ verdict. A drafter declares, as class attributes, what it is and what it needs:
   the final norm) at every position that became part of the sequence, from the same forward
   that produced the logits: no second forward and no per-layer states. Drafters that leave
   it False pay nothing.
+
+Two optional hooks exist for *lossy* methods that change the output on purpose (fastcot):
+`finished()` ends decoding before EOS or the length cap (an iteration budget), and
+`epilogue(output_ids)` returns tokens the loop appends to the decoded text before it decodes a
+short continuation (an answer trigger and the answer). Lossless drafters never override them.
 """
 
 from __future__ import annotations
@@ -91,3 +96,25 @@ class Drafter:
 
     def observe(self, result: VerifyResult) -> None:
         """See what the target accepted and its logits at every node."""
+
+    def finished(self) -> bool:
+        """True to stop decoding now (checked before every step). Lossy methods only."""
+        return False
+
+    def epilogue(self, output_ids: list[int]) -> Optional["Epilogue"]:
+        """After decoding: tokens to append to `output_ids` (EOS already removed) and a
+        continuation budget, or None (the default: the output is what was decoded)."""
+        return None
+
+    def stats(self) -> Optional[dict]:
+        """Method-specific counters of the last generation, stored in its row (`method_stats`)."""
+        return None
+
+
+@dataclass
+class Epilogue:
+    """What the loop does after decoding: feed `tokens` (not generated: e.g. approximate tokens
+    and an answer trigger) in one forward, then decode up to `max_new_tokens` more."""
+
+    tokens: list[int]
+    max_new_tokens: int

@@ -6,7 +6,11 @@
        b. one target forward over root + tree (`_forward`);
        c. the verifier picks the accepted path and the bonus token;
        d. the cache keeps only the root and the accepted path;
-       e. the drafter sees the result (`observe`); metrics are recorded.
+       e. the drafter sees the result (`observe`); metrics are recorded;
+       (a lossy drafter may end this early: `finished()`)
+    3. cut the output at EOS and the length cap;
+    4. lossy drafters only (`epilogue()`): feed the tokens it returns after the output and
+       decode a short continuation (fastcot's answer trigger and answer).
 
 The root of every step is the last accepted token, which is not yet in the KV cache.
 The drafter contract (`Drafter`, `DecodeState`, `VerifyResult`) is in `engine/drafter.py`.
@@ -46,6 +50,8 @@ class Generation:
     budget_used: list[int] = field(default_factory=list)
     step_draft_ms: list[float] = field(default_factory=list)
     step_verify_ms: list[float] = field(default_factory=list)
+    epilogue_tokens: int = 0     # tokens decoded after the drafter's epilogue (lossy methods only)
+    stats: Optional[dict] = None  # the drafter's `stats()` after this generation
 
     @property
     def steps(self) -> int:
@@ -69,8 +75,13 @@ class Decoder:
         self.embed = model.get_input_embeddings()
 
     # -- one target forward ---------------------------------------------------------------
-    def _run(self, kwargs: dict, want_hidden: bool) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
+    def _run(self, kwargs: dict, want_hidden: bool,
+             last_only: bool = False) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
         """One target forward: `[T, V]` logits and, if wanted, `[T, H]` last hidden states.
+
+        `last_only` (the prefill): logits of the last row only, `[1, V]`; hidden states stay `[T, H]`.
+        The output head is the largest matrix of a small model (49152 x 576 for SmolLM2-135M):
+        applying it to every prompt row cost more than the rest of a 400-token prefill.
 
         With hidden states it runs the decoder body and then the output head on the body's
         last hidden state (after the final norm), which is what the causal-LM forward does
@@ -79,9 +90,9 @@ class Decoder:
         step here too; the Llama-family targets used here have none.)
         """
         if not want_hidden:
-            return self.model(**kwargs).logits[0], None
+            return self.model(**kwargs, **({"logits_to_keep": 1} if last_only else {})).logits[0], None
         hidden = self.model.get_decoder()(**kwargs).last_hidden_state
-        return self.model.get_output_embeddings()(hidden)[0], hidden[0]
+        return self.model.get_output_embeddings()(hidden[:, -1:] if last_only else hidden)[0], hidden[0]
 
     def _forward(self, cache: KVCache, root: int, draft: Draft, want_hidden: bool):
         past = cache.length
@@ -107,6 +118,26 @@ class Decoder:
             return verify_greedy(draft, logits)
         return verify_sampling(draft, logits, self.sampling, generator)
 
+    def _epilogue(self, cache: KVCache, prompt_ids: list[int], out_ids: list[int], epi, generator,
+                  g: Generation) -> list[int]:
+        """Drop a final EOS, feed `epi.tokens` after the decoded text in one forward, then decode
+        up to `epi.max_new_tokens` tokens one at a time. Returns decoded + epi.tokens + answer.
+
+        The cache holds every token but the last of prompt + decoded (the root is never cached),
+        possibly more (accepted past the cap): crop it to that, then feed root + tokens."""
+        body = out_ids[:-1] if out_ids and out_ids[-1] in self.eos_ids else list(out_ids)
+        seq = prompt_ids + body
+        cache.crop_to(len(seq) - 1)
+        ids = torch.tensor([[seq[-1]] + list(epi.tokens)], dtype=torch.long, device=self.device)
+        logits, _ = self._run({"input_ids": ids, "past_key_values": cache.hf, "use_cache": True}, False)
+        answer = [self._choose(Draft(), logits[-1:], generator).new_tokens[0]]
+        while len(answer) < epi.max_new_tokens and answer[-1] not in self.eos_ids:
+            logits, _, past, _ = self._forward(cache, answer[-1], Draft(), False)
+            cache.keep(past, [0])
+            answer.append(self._choose(Draft(), logits, generator).new_tokens[0])
+        g.epilogue_tokens = len(answer)
+        return body + list(epi.tokens) + answer
+
     # -- the loop -------------------------------------------------------------------------
     @torch.inference_mode()
     def generate(self, drafter: Drafter, prompt_ids: list[int], max_new_tokens: int, budget: int,
@@ -120,6 +151,8 @@ class Decoder:
             raise ValueError("block complexity must be at least 1")
         g = Generation(prompt_tokens=len(prompt_ids))
         want_hidden = drafter.needs_hidden_states
+        # the optional hooks of lossy drafters; duck-typed drafters (no Drafter base) lack them
+        finished = getattr(drafter, "finished", None) or (lambda: False)
         cache = KVCache()
         clock = time.perf_counter
         _sync(self.device)
@@ -128,7 +161,8 @@ class Decoder:
         # 1. prefill
         drafter.reset(list(prompt_ids))
         ids = torch.tensor([prompt_ids], dtype=torch.long, device=self.device)
-        logits, fresh = self._run({"input_ids": ids, "past_key_values": cache.hf, "use_cache": True}, want_hidden)
+        logits, fresh = self._run({"input_ids": ids, "past_key_values": cache.hf, "use_cache": True}, want_hidden,
+                                  last_only=True)
         first = self._choose(Draft(), logits[-1:], generator).new_tokens[0]
         seq = list(prompt_ids) + [first]
         produced = [first]
@@ -136,7 +170,7 @@ class Decoder:
         g.prefill_time = t_now - t_start
 
         # 2. decode
-        while len(produced) < max_new_tokens and produced[-1] not in self.eos_ids:
+        while len(produced) < max_new_tokens and produced[-1] not in self.eos_ids and not finished():
             t0 = clock()
             state = DecodeState(ids=seq, prompt_len=len(prompt_ids), budget=budget,
                                 remaining=max_new_tokens - len(produced), step=g.steps, hidden=fresh)
@@ -174,6 +208,13 @@ class Decoder:
             if tok in self.eos_ids:
                 out_ids = out_ids[: i + 1]
                 break
+        epilogue, stats = getattr(drafter, "epilogue", None), getattr(drafter, "stats", None)
+        epi = epilogue([t for t in out_ids if t not in self.eos_ids]) if epilogue else None  # 4. lossy only
+        if epi is not None:
+            out_ids = self._epilogue(cache, list(prompt_ids), out_ids, epi, generator, g)
+        g.stats = stats() if stats else None
+        if epi is not None:
+            g.stats = {**(g.stats or {}), "answer_tokens": g.epilogue_tokens}
         _sync(self.device)
         g.wall_time = clock() - t_start
         g.output_ids = out_ids

@@ -33,10 +33,6 @@ def _str_list(v: Any) -> bool:
     return isinstance(v, list) and bool(v) and all(isinstance(x, str) and x.strip() for x in v)
 
 
-def _int_list(v: Any) -> bool:
-    return isinstance(v, list) and bool(v) and all(_is_int(x) and x >= 1 for x in v)
-
-
 def _method_sets(v: Any) -> bool:
     """A flat list of names (one set) or a list of non-empty name lists (several sets)."""
     return _str_list(v) or (isinstance(v, list) and bool(v) and all(_str_list(x) for x in v))
@@ -52,7 +48,8 @@ def _options(v: Any) -> bool:
 SCHEMA: dict[str, tuple[Callable[[Any], bool], str, Any]] = {
     "models": (_str_list, "a non-empty list of strings", ["smollm2-135m"]),
     "methods": (_method_sets, "a list of method names, or a list of such lists (one job per set)", None),
-    "bcs": (_int_list, "a non-empty list of integers >= 1", [10]),
+    "bcs": (lambda v: isinstance(v, list) and bool(v) and all(x == "auto" or (_is_int(x) and x >= 1) for x in v),
+            "a non-empty list of integers >= 1 or \"auto\" (docs/block-complexity-auto.md)", [10]),
     "dtypes": (lambda v: _str_list(v) and all(x in DTYPES for x in v), f"a list drawn from {', '.join(DTYPES)}",
                ["float32"]),
     "tasks": (_str_list, "a non-empty list of task names", ["mini"]),
@@ -75,7 +72,7 @@ class Grid:
     path: Path
     models: list[str]
     method_sets: list[list[str]]
-    bcs: list[int]
+    bcs: list  # ints, or "auto"
     dtypes: list[str]
     tasks: list[str]
     categories: Optional[list[str]]

@@ -127,6 +127,7 @@ def run_job(job: dict, sweep_dir: str, attempt: int = 0) -> dict:
         return {**result, "status": "finished", "run": str(run), "skipped": True, "errors": _error_rows(run)}
     if state == "partial":
         args = ["run", "--resume", str(run), "--no-report"]
+        _drop_foreign_run_lock(run, job_dir, host)
     else:
         args = [*job["args"], "--output-dir", str(job_dir), "--no-report"]
     if STOPPING.is_set():
@@ -153,6 +154,23 @@ def run_job(job: dict, sweep_dir: str, attempt: int = 0) -> dict:
     if state == "finished":
         return {**result, "status": "finished", "errors": _error_rows(run)}
     return {**result, "status": "usage" if rc == 2 else "failed", "error": _last_line(log) or f"exit code {rc}"}
+
+
+def _drop_foreign_run_lock(run: Path, job_dir: Path, host: str) -> None:
+    """A run.lock written on another node is left by an attempt that died with its node (this
+    sweep holds sweep.lock, and retries a job only after its attempt ended); `run` cannot check a
+    remote pid and would refuse the retry with exit 2, so remove it and say so in job.log. A
+    lock of this host is left to `run` itself, which takes it over when its pid is dead."""
+    lock = run / "run.lock"
+    try:
+        holder = json.loads(lock.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return
+    if isinstance(holder, dict) and holder.get("host") not in (None, host):
+        lock.unlink(missing_ok=True)
+        with (job_dir / "job.log").open("a", encoding="utf-8") as out:
+            out.write(f"note: removed {lock} left by pid {holder.get('pid')} on {holder.get('host')} "
+                      f"(that attempt ended)\n")
 
 
 def _error_rows(run: Path) -> int:

@@ -1,8 +1,9 @@
-"""One sweep per folder: SWEEP/sweep.lock holds the owner's host and pid.
+"""One writer per folder: SWEEP/sweep.lock (and RUN/run.lock, see runfolder.py) holds the
+owner's host and pid.
 
-Created with O_EXCL, so two sweeps starting at once cannot both win. A lock whose pid is dead on
-this host is stale (a sweep killed with -9) and is taken over with a note; a live one, or one
-written on another host (whose pid we cannot check), refuses the second sweep with exit 2.
+Created with O_EXCL, so two writers starting at once cannot both win. A lock whose pid is dead on
+this host is stale (a process killed with -9) and is taken over with a note; a live one, or one
+written on another host (whose pid we cannot check), refuses the second writer with exit 2.
 """
 
 from __future__ import annotations
@@ -29,9 +30,12 @@ def pid_alive(pid: int) -> bool:
     return True
 
 
-class SweepLock:
-    def __init__(self, sweep_dir: Path, note: Callable[[str], None] = lambda msg: None) -> None:
-        self.path = Path(sweep_dir) / LOCK
+class FolderLock:
+    """`with FolderLock(folder, "run.lock", "run"):` holds FOLDER/run.lock, or exits 2 naming the holder."""
+
+    def __init__(self, folder: Path, name: str, what: str, note: Callable[[str], None] = lambda msg: None) -> None:
+        self.path = Path(folder) / name
+        self.what = what
         self.note = note
         self.held = False
 
@@ -53,7 +57,7 @@ class SweepLock:
             return {}
         return doc if isinstance(doc, dict) else {}
 
-    def acquire(self) -> "SweepLock":
+    def acquire(self) -> "FolderLock":
         self.path.parent.mkdir(parents=True, exist_ok=True)
         for _ in range(3):  # a lost race on a stale lock is retried, then treated as busy
             if self._create():
@@ -68,17 +72,24 @@ class SweepLock:
                 self.path.unlink(missing_ok=True)
                 continue
             where = f" on {host}" if host and host != socket.gethostname() else ""
-            raise UsageError(f"{self.path.parent} is in use by another sweep (pid {pid}{where}); "
+            raise UsageError(f"{self.path.parent} is in use by another {self.what} (pid {pid}{where}); "
                              f"wait for it, or delete {self.path} if that process is gone")
-        raise UsageError(f"{self.path.parent} is in use by another sweep (could not take {self.path})")
+        raise UsageError(f"{self.path.parent} is in use by another {self.what} (could not take {self.path})")
 
     def release(self) -> None:
         if self.held and (self._holder() or {}).get("pid") == os.getpid():
             self.path.unlink(missing_ok=True)
         self.held = False
 
-    def __enter__(self) -> "SweepLock":
+    def __enter__(self) -> "FolderLock":
         return self.acquire()
 
     def __exit__(self, *exc) -> None:
         self.release()
+
+
+class SweepLock(FolderLock):
+    """SWEEP/sweep.lock: one sweep per folder."""
+
+    def __init__(self, sweep_dir: Path, note: Callable[[str], None] = lambda msg: None) -> None:
+        super().__init__(sweep_dir, LOCK, "sweep", note)

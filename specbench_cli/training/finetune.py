@@ -210,6 +210,8 @@ def cache_target_logits(target: Any, examples: list[Example], pad_id: int, batch
 
 # ----------------------------------------------------------------------------- fine-tuning
 
+# ~80 lines: data split, optional target-logit cache, the two step kinds (distil / pretrain) and the
+# held-out evaluation share local state; split apart they would pass ten arguments around.
 def finetune(drafter: Any, target: Any, tokenizer: Any, rows: list[dict], out: Path, loss: str,
              cfg: TrainConfig, pretrain_text: str | None = None, pretrain_mix: float = 0.0,
              max_len: int = 384, holdout: float = 0.2, meta: dict | None = None, resume: bool = False,

@@ -11,6 +11,9 @@ from a generator seeded with (seed, s) that is used for nothing else, so an sft 
 with the same options see the same batches in the same order, and a resumed run continues
 exactly as an uninterrupted one would.
 
+LoRA (`lora_rank`): the same recipe on peft adapters over the frozen base; the saved folders
+hold the merged weights (sft_lora.py).
+
 Compute: the weights and AdamW state stay float32; `autocast` = "bfloat16" runs forward and
 backward under CPU bfloat16 autocast (several times faster on this CPU), "float32" does not.
 """
@@ -129,13 +132,20 @@ def _top1(model, ids, att, mask) -> float:
     return (pred == torch.roll(ids, -1, dims=1)[mask]).float().mean().item()
 
 
+# ~70 lines: the sft/msn step (noise applied per batch) and the optional LoRA wrap/save/restore hooks
+# are closures over the same examples and model; the loop itself is trainloop.train_loop.
 def train_sft(model: Any, tokenizer: Any, rows: list[dict], out: Path, cfg: TrainConfig,
               noise: NoiseConfig | None = None, max_len: int = 384, holdout: float = 0.05,
               autocast: str = "float32", meta: dict | None = None, resume: bool = False,
-              progress: bool = True) -> dict:
-    """Fine-tune `model` on `rows`; `noise` None = sft, else msn. Returns the training summary
-    (also out/training.json); the final model is a Hugging Face folder at `out`."""
+              progress: bool = True, lora_rank: int | None = None, lora_alpha: float | None = None) -> dict:
+    """Fine-tune `model` on `rows`; `noise` None = sft, else msn; `lora_rank` None = all weights,
+    else LoRA adapters (merged into the saved folders). Returns the training summary (also
+    out/training.json); the final model is a Hugging Face folder at `out`."""
     import torch
+
+    from specbench_cli.training import save_model_folder
+    from specbench_cli.training.trainloop import restore_weights
+    from specbench_cli.training.sft_lora import check_lora, lora_stats, restore_adapter, save_merged, wrap
 
     t_start = time.time()
     check_autocast(autocast)
@@ -143,6 +153,12 @@ def train_sft(model: Any, tokenizer: Any, rows: list[dict], out: Path, cfg: Trai
         noise.validate()
     if max_len < 8:
         raise UsageError("--max-len must be >= 8")
+    check_lora(lora_rank, lora_alpha)
+    lora = None
+    if lora_rank is not None:
+        model = wrap(model, lora_rank, lora_alpha)
+        lora = {"rank": lora_rank, "alpha": float(lora_alpha if lora_alpha is not None else 2 * lora_rank),
+                **lora_stats(model)}
     train_rows, eval_rows = split_rows(rows, holdout)
     train_ex = build_examples(train_rows, tokenizer, model, max_len)
     eval_ex = build_examples(eval_rows, tokenizer, model, max_len)
@@ -167,17 +183,23 @@ def train_sft(model: Any, tokenizer: Any, rows: list[dict], out: Path, cfg: Trai
 
     kind = "sft" if noise is None else "msn"
     meta = {**(meta or {}), "kind": kind, "noise": None if noise is None else vars(noise).copy(),
-            "autocast": autocast, "max_len": max_len, "holdout": holdout, "train_rows": len(train_rows),
+            "autocast": autocast, "lora": lora, "max_len": max_len, "holdout": holdout, "train_rows": len(train_rows),
             "eval_rows": len(eval_rows), "train_examples": len(train_ex), "eval_examples": len(eval_ex),
             "train_response_tokens": sum(e.end - e.start for e in train_ex)}
     if eval_ex and not resume:
         meta["eval_before"] = evaluate(model, eval_ex, pad_id, seed=cfg.seed, autocast=autocast)
     elif resume and checkpoints(out):  # keep the fresh run's "before" numbers
         previous = json.loads((checkpoints(out)[-1] / DRAFTER_META).read_text())
+        if previous.get("lora") != lora:
+            raise UsageError(f"--resume: the checkpoint was trained with lora={previous.get('lora')}, "
+                             f"this run asks for lora={lora}; use the same --lora-rank/--lora-alpha")
         meta.update({k: previous[k] for k in ("eval_before",) if k in previous})
     model.train()
+    title = kind if noise is None else f"msn L={noise.length} {noise.kind}/{noise.position}"
     summary = train_loop(model, tokenizer, out, cfg, step_fn, meta, resume=resume, progress=progress,
-                         title=kind if noise is None else f"msn L={noise.length} {noise.kind}/{noise.position}")
+                         title=title + ("" if lora is None else f" LoRA r={lora_rank}"),
+                         save_folder=save_model_folder if lora is None else save_merged,
+                         restore=restore_weights if lora is None else restore_adapter)
     if eval_ex:
         summary["eval_after"] = evaluate(model, eval_ex, pad_id, seed=cfg.seed, autocast=autocast)
     summary["wall_seconds_total"] = round(time.time() - t_start, 2)

@@ -16,6 +16,9 @@ _DATA = typer.Option(..., help="Instruction/response JSONL (`train drafter disti
                                "target's own answers).")
 _OUT = typer.Option(..., "--output", "-o", help="Folder for the fine-tuned model (HF format) + checkpoints.")
 _TARGET = typer.Option("smollm2-135m", "--target", "-m", help="Model to fine-tune: alias, .gguf, HF folder.")
+_LORA_RANK = typer.Option(None, help="Train LoRA adapters of this rank (peft; `pip install 'specbench-cli[lora]'`) "
+                                     "instead of all weights; the saved folder has them merged.")
+_LORA_ALPHA = typer.Option(None, help="LoRA scale numerator (W + alpha/r BA); default 2 x --lora-rank.")
 _DTYPE = typer.Option("float32", help="Compute dtype: float32 | bfloat16 (autocast; weights stay float32). bfloat16 is "
                               "only faster on CPUs with native bf16 (AVX512-BF16/AMX) or GPUs.")
 
@@ -29,6 +32,7 @@ def sft_cmd(
     save_every: int = typer.Option(25), keep: int = typer.Option(1), seed: int = typer.Option(0),
     resume: bool = typer.Option(False, help="Continue from the latest checkpoint in --output."),
     force: bool = typer.Option(False, help="Start over in an --output that already holds a model/checkpoints."),
+    lora_rank: Optional[int] = _LORA_RANK, lora_alpha: Optional[float] = _LORA_ALPHA,
     dtype: str = _DTYPE, device: str = typer.Option("cpu", help="cpu | cuda | mps."),
     threads: Optional[int] = typer.Option(None, help="torch CPU threads."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar."),
@@ -49,6 +53,7 @@ def msn_cmd(
     save_every: int = typer.Option(25), keep: int = typer.Option(1), seed: int = typer.Option(0),
     resume: bool = typer.Option(False, help="Continue from the latest checkpoint in --output."),
     force: bool = typer.Option(False, help="Start over in an --output that already holds a model/checkpoints."),
+    lora_rank: Optional[int] = _LORA_RANK, lora_alpha: Optional[float] = _LORA_ALPHA,
     dtype: str = _DTYPE, device: str = typer.Option("cpu", help="cpu | cuda | mps."),
     threads: Optional[int] = typer.Option(None, help="torch CPU threads."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar."),
@@ -68,10 +73,12 @@ def _run(a: dict, noise) -> None:
     from specbench_cli.training.distill_data import load_jsonl
     from specbench_cli.training.finetune import check_distill_rows, split_rows
     from specbench_cli.training.sft import check_autocast, train_sft
+    from specbench_cli.training.sft_lora import check_lora
 
     set_threads(a["threads"])
     check_device(a["device"])
     check_autocast(a["dtype"])
+    check_lora(a["lora_rank"], a["lora_alpha"])
     if noise is not None:
         noise.validate()
     if a["max_len"] < 8:
@@ -88,9 +95,11 @@ def _run(a: dict, noise) -> None:
     lm = _load(a["target"], a["device"], "float32")
     summary = train_sft(lm.model, lm.tokenizer, rows, out, cfg, noise, a["max_len"], a["holdout"], a["dtype"],
                         meta={"init": a["target"], "data": str(a["data"])}, resume=a["resume"],
-                        progress=not a["quiet"])
+                        progress=not a["quiet"], lora_rank=a["lora_rank"], lora_alpha=a["lora_alpha"])
     table = {"steps": summary["steps_done"], "training seconds": summary["wall_seconds_this_run"],
              "total seconds": round(time.time() - t0, 1), "train examples": summary["train_examples"]}
+    if summary.get("lora"):
+        table["LoRA trainable params"] = summary["lora"]["trainable_params"]
     for when in ("eval_before", "eval_after"):
         table.update({f"{when} {k}": v for k, v in summary.get(when, {}).items()})
     _print_table(f"{summary['kind']} -> {out}", table)

@@ -36,12 +36,14 @@ class TrainConfig:
     def validate(self) -> None:
         if self.steps < 1 or self.batch_size < 1:
             raise UsageError("--steps and --batch-size must be >= 1")
-        if self.lr <= 0:
+        if not 0 < self.lr < math.inf:  # written so that NaN fails too
             raise UsageError(f"--lr must be > 0, got {self.lr}")
         if self.save_every < 1 or self.keep < 1:
             raise UsageError("--save-every and --keep must be >= 1")
-        if self.warmup < 0 or self.grad_clip <= 0:
+        if self.warmup < 0 or not 0 < self.grad_clip < math.inf:
             raise UsageError("--warmup must be >= 0 and --grad-clip > 0")
+        if not 0 <= self.weight_decay < math.inf:
+            raise UsageError(f"--weight-decay must be >= 0, got {self.weight_decay}")
 
 
 def checkpoints(out: Path) -> list[Path]:
@@ -76,12 +78,13 @@ def _set_rng_state(state: dict) -> None:
     np.random.set_state(state["numpy"])
 
 
-def _save_checkpoint(out: Path, step: int, model, tokenizer, opt, sched, history, meta, keep: int) -> Path:
+def _save_checkpoint(out: Path, step: int, model, tokenizer, opt, sched, history, meta, keep: int,
+                     save_folder=save_model_folder) -> Path:
     ck = Path(out) / CKPT_DIR / f"step-{step:07d}"
     tmp = ck.with_name(ck.name + ".tmp")
     if tmp.exists():
         shutil.rmtree(tmp)
-    save_model_folder(model, tokenizer, tmp, {**meta, "step": step})
+    save_folder(model, tokenizer, tmp, {**meta, "step": step})
     save_state(tmp, {"step": step, "optimizer": opt.state_dict(), "scheduler": sched.state_dict(),
                      "rng": _rng_state(), "history": history})
     if ck.exists():
@@ -125,8 +128,34 @@ def plot_history(history: list[dict], path: Path, title: str) -> None:
 StepFn = Callable[[int], tuple[Any, dict]]
 
 
+def restore_weights(model: Any, ck: Path) -> None:
+    """Default checkpoint restore: the checkpoint's HF folder into `model` (all weights)."""
+    # use_safetensors: never fall back to a pickled pytorch_model.bin found in the folder
+    loaded = type(model).from_pretrained(ck, dtype=next(model.parameters()).dtype, use_safetensors=True)
+    model.load_state_dict(loaded.state_dict())
+    del loaded
+
+
+def _resume(ck: Path, model: Any, opt: Any, sched: Any, cfg: TrainConfig, restore: Callable) -> tuple[list[dict], int]:
+    """Load checkpoint `ck` into model, optimizer, scheduler and RNGs; (history, step reached)."""
+    from specbench_cli.console import err
+
+    state = load_state(ck)  # no pickle: a checkpoint folder may come from anyone
+    restore(model, ck)
+    opt.load_state_dict(state["optimizer"])
+    sched.load_state_dict(state["scheduler"])
+    _set_rng_state(state["rng"])
+    history, start = state["history"], state["step"]
+    if start > cfg.steps:
+        raise UsageError(f"checkpoint {ck.name} is already at step {start} > --steps {cfg.steps}")
+    # start == steps: nothing left to train; the final folder, curve and summary are (re)written
+    err.print(f"[dim]resuming from {ck} at step {start}[/dim]")
+    return history, start
+
+
 def train_loop(model: Any, tokenizer: Any, out: Path, cfg: TrainConfig, step_fn: StepFn, meta: dict,
-               resume: bool = False, progress: bool = True, title: str = "training") -> dict:
+               resume: bool = False, progress: bool = True, title: str = "training",
+               save_folder: Callable = save_model_folder, restore: Callable = restore_weights) -> dict:
     """Generic resumable loop: AdamW, warmup+cosine LR, grad clipping, checkpoints.
 
     `step_fn(step)` returns (scalar loss tensor with grad, dict of floats to log). Every
@@ -137,6 +166,8 @@ def train_loop(model: Any, tokenizer: Any, out: Path, cfg: TrainConfig, step_fn:
     checkpoint already at `cfg.steps` is just exported).
     At the end the model goes to `out/` (HF folder), with history.jsonl, loss_curve.png and
     training.json. Returns the training.json dict.
+    `save_folder(model, tokenizer, folder, meta)` writes a model folder and `restore(model, ck)`
+    loads a checkpoint's weights back (defaults: all weights; LoRA passes its own, sft_lora.py).
     """
     import torch
 
@@ -154,23 +185,7 @@ def train_loop(model: Any, tokenizer: Any, out: Path, cfg: TrainConfig, step_fn:
     opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=cfg.lr,
                             betas=(0.9, 0.95), weight_decay=cfg.weight_decay)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, _lr_lambda(cfg.warmup, cfg.steps))
-    history: list[dict] = []
-    start = 0
-    if resume:
-        ck = found[-1]
-        state = load_state(ck)  # no pickle: a checkpoint folder may come from anyone
-        # use_safetensors: never fall back to a pickled pytorch_model.bin found in the folder
-        loaded = type(model).from_pretrained(ck, dtype=next(model.parameters()).dtype, use_safetensors=True)
-        model.load_state_dict(loaded.state_dict())
-        del loaded
-        opt.load_state_dict(state["optimizer"])
-        sched.load_state_dict(state["scheduler"])
-        _set_rng_state(state["rng"])
-        history, start = state["history"], state["step"]
-        if start > cfg.steps:
-            raise UsageError(f"checkpoint {ck.name} is already at step {start} > --steps {cfg.steps}")
-        # start == steps: nothing left to train; the final folder, curve and summary are (re)written
-        err.print(f"[dim]resuming from {ck} at step {start}[/dim]")
+    history, start = _resume(found[-1], model, opt, sched, cfg, restore) if resume else ([], 0)
     full_meta = {**meta, "train_config": asdict(cfg)}
     model.train()
     t0 = time.time()
@@ -195,12 +210,13 @@ def train_loop(model: Any, tokenizer: Any, out: Path, cfg: TrainConfig, step_fn:
             bar.update(task, advance=1, info=" ".join(f"{k}={v:.4g}" for k, v in logs.items()
                                                       if isinstance(v, float)))
             if (step + 1) % cfg.save_every == 0 or step + 1 == cfg.steps:
-                _save_checkpoint(out, step + 1, model, tokenizer, opt, sched, history, full_meta, cfg.keep)
+                _save_checkpoint(out, step + 1, model, tokenizer, opt, sched, history, full_meta, cfg.keep,
+                                 save_folder)
     model.eval()
     train_seconds = time.time() - t0
     summary = {**full_meta, "steps_done": cfg.steps, "resumed_from": start if resume else None,
                "wall_seconds_this_run": round(train_seconds, 2)}
-    save_model_folder(model, tokenizer, out, summary)
+    save_folder(model, tokenizer, out, summary)
     with (out / "history.jsonl").open("w") as f:
         for h in history:
             f.write(json.dumps(h) + "\n")

@@ -1,0 +1,160 @@
+"""The MSN paper's tables at small scale, from run folders and training summaries only.
+
+    python benchmarks/msn_tables.py -o results/reference/msn/tables \
+        --eval base=RUN --eval sft=RUN --eval msn4=RUN [--eval msn1=RUN --eval msn8=RUN] \
+        --window sft=DIR --window msn4=DIR [--training sft=training.json ...]
+
+- table2.md (their Table 2): per model and method, #MAT, Spec-Bench speedup over AR (same run,
+  same questions), tokens/s, agreement with AR, and the relative change of #MAT and speedup
+  against the `sft` model (the MSN rows' "↑x%").
+- table3.md (their Table 3): noise length L (sft = no noise) vs #MAT / speedup of the Jacobi-like
+  methods, with the held-out probe from training.json (top-1 after ahead noise, clean CE).
+- fig4.png / fig4.md (their Fig. 4): Jacobi window length (BC - 1) vs #MAT per model, from
+  `--window NAME=DIR` (repeatable) where DIRs hold run folders at several block complexities
+  (any depth; the BC 10 evaluation run can be one of them: its jacobi rows are window 9).
+Model names are the NAME given here (not the folder names). Nothing is typed in by hand.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from pathlib import Path
+
+JACOBI_LIKE = ("jacobi", "tr-jacobi", "lookahead")
+
+
+def _pairs(items: list[str], what: str) -> dict[str, list[Path]]:
+    """NAME=PATH items -> {NAME: [PATH, ...]} (a NAME may be given several times)."""
+    out: dict[str, list[Path]] = {}
+    for item in items or []:
+        name, sep, path = item.partition("=")
+        if not sep or not name or not path:
+            raise SystemExit(f"error: {what} expects NAME=PATH, got '{item}'")
+        out.setdefault(name, []).append(Path(path))
+    return out
+
+
+def summary_of(runs: dict[str, list[Path]]):
+    """Overall metrics per (model NAME, method, block complexity) of the given run folders."""
+    import pandas as pd
+
+    from specbench_cli.metrics import summarize
+    from specbench_cli.runfolder import load_run
+
+    rows = []
+    for name, folders in runs.items():
+        for folder in folders:
+            rows += [{**r, "model": name} for r in load_run(folder).tagged_rows()]
+    if not rows:
+        return pd.DataFrame()
+    s = summarize(rows, by=("model", "method", "block_complexity", "category"))
+    return s[s["category"] == "overall"]
+
+
+def _fmt(x: float, digits: int = 2) -> str:
+    return "–" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.{digits}f}"
+
+
+def _x(speedup: float) -> str:
+    text = _fmt(speedup)
+    return text if text == "–" else text + "x"
+
+
+def _change(before: float, after: float) -> str:
+    from specbench_cli.report import relative_change
+
+    return relative_change(before, after)
+
+
+def table2(s, ref: str = "sft") -> str:
+    order = list(dict.fromkeys(s["model"]))
+    lines = ["| model | method | #MAT | speedup | tokens/s | questions | AR agreement | #MAT vs sft | speedup vs sft |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    base = {m: r for m, r in s[s["model"] == ref].set_index("method").iterrows()} if ref in order else {}
+    for model in order:
+        for _, r in s[s["model"] == model].iterrows():
+            b = base.get(r["method"])
+            rel = (_change(b["mat"], r["mat"]), _change(b["speedup"], r["speedup"])) \
+                if b is not None and model not in (ref, "base") else ("", "")
+            agree = "–" if r["method"] == "ar" else f"{_fmt(r['ar_agreement'] * 100, 0)}%"
+            lines.append(f"| {model} | {r['method']} | {_fmt(r['mat'])} | {_x(r['speedup'])} | "
+                         f"{_fmt(r['tokens_per_s'], 1)} | {r['n_questions']} | {agree} | {rel[0]} | {rel[1]} |")
+    return "\n".join(lines) + "\n"
+
+
+def table3(s, training: dict[str, Path]) -> str:
+    methods = [m for m in JACOBI_LIKE if m in set(s["method"])]
+    head = ["model", "L"] + [f"{m} #MAT" for m in methods] + [f"{m} speedup" for m in methods] + \
+           ["probe: top-1 after noise", "probe: clean CE"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for model in dict.fromkeys(s["model"]):
+        sub = s[s["model"] == model].set_index("method")
+        info = json.loads(training[model].read_text()) if model in training else {}
+        noise = info.get("noise") or {}
+        length = str(noise.get("length", "–")) if info else "–"
+        if info and not noise:
+            length = "0 (sft)"
+        after = info.get("eval_after", info.get("eval_before", {})) if info else {}
+        cells = [model, length] + [_fmt(sub.loc[m, "mat"]) if m in sub.index else "–" for m in methods] + \
+                [_x(sub.loc[m, "speedup"]) if m in sub.index else "–" for m in methods] + \
+                [_fmt(after.get("noise_top1"), 3), _fmt(after.get("ce"), 3)]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def fig4(s, out: Path) -> str:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    jac = s[s["method"] == "jacobi"].sort_values("block_complexity")
+    bcs = sorted(set(int(b) for b in jac["block_complexity"]))
+    lines = ["| model | " + " | ".join(f"window {b - 1}" for b in bcs) + " |", "|---|" + "---|" * len(bcs)]
+    fig, ax = plt.subplots(figsize=(5.5, 3.8))
+    for model in dict.fromkeys(jac["model"]):
+        sub = jac[jac["model"] == model]
+        by_bc = dict(zip(sub["block_complexity"].astype(int), sub["mat"]))
+        lines.append(f"| {model} | " + " | ".join(_fmt(by_bc.get(b)) for b in bcs) + " |")
+        ax.plot([b - 1 for b in sub["block_complexity"]], sub["mat"], marker="o", label=model)
+    ax.set_xlabel("Jacobi window (draft tokens per step = BC - 1)")
+    ax.set_ylabel("#MAT")
+    ax.set_xscale("log", base=2)
+    ax.set_xticks([b - 1 for b in bcs], [str(b - 1) for b in bcs])
+    ax.grid(alpha=0.3)
+    ax.legend()
+    ax.set_title("Jacobi window vs #MAT (MSN Fig. 4 analog)")
+    fig.tight_layout()
+    fig.savefig(out / "fig4.png", dpi=120)
+    plt.close(fig)
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description="MSN Table 2 / Table 3 / Fig. 4 analogs from run folders.")
+    ap.add_argument("-o", "--out", type=Path, required=True)
+    ap.add_argument("--eval", action="append", default=[], help="NAME=RUN_FOLDER (BC 10, all methods)")
+    ap.add_argument("--window", action="append", default=[], help="NAME=DIR of jacobi runs at several BCs")
+    ap.add_argument("--training", action="append", default=[], help="NAME=training.json")
+    args = ap.parse_args(argv)
+    args.out.mkdir(parents=True, exist_ok=True)
+    evals, windows, training = (_pairs(args.eval, "--eval"), _pairs(args.window, "--window"),
+                                _pairs(args.training, "--training"))
+    if evals:
+        training = {k: v[-1] for k, v in training.items()}
+        s = summary_of(evals)
+        for name, text in (("table2.md", table2(s)), ("table3.md", table3(s, training))):
+            (args.out / name).write_text(text)
+            print(f"## {name}\n{text}")
+    if windows:
+        folders = {k: sorted(m.parent for d in v for m in d.rglob("manifest.json")) for k, v in windows.items()}
+        text = fig4(summary_of(folders), args.out)
+        (args.out / "fig4.md").write_text(text)
+        print(f"## fig4.md\n{text}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
