@@ -17,22 +17,10 @@ from pathlib import Path
 import pytest
 
 from specbench_cli.app import main
+from test_cli import cli  # the one in-process runner
 from test_metrics import synthetic_rows, write_run
 
 
-def cli(args: list[str], capsys) -> tuple[int, str, str]:
-    """`specbench ARGS` in-process: (exit code, stdout, stderr)."""
-    old = sys.argv
-    sys.argv = ["specbench", *args]
-    try:
-        main()
-        code = 0
-    except SystemExit as e:
-        code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
-    finally:
-        sys.argv = old
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
 
 
 @pytest.fixture(autouse=True)
