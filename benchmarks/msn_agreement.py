@@ -20,6 +20,8 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
+from specbench_cli.runner import compare_ids
+
 
 def ar_outputs(run: Path) -> dict[tuple, tuple[str, list[int]]]:
     """(question_id, turn, repeat) -> (category, output_ids) of the run's ok `ar` rows."""
@@ -34,12 +36,8 @@ def ar_outputs(run: Path) -> dict[tuple, tuple[str, list[int]]]:
 
 
 def common_prefix(a: list[int], b: list[int]) -> int:
-    n = 0
-    for x, y in zip(a, b):
-        if x != y:
-            break
-        n += 1
-    return n
+    same, first = compare_ids(a, b)  # the runner's own AR comparison
+    return len(a) if same else first
 
 
 def agreement(a_rows: dict, b_rows: dict) -> dict:

@@ -20,10 +20,14 @@ class LazyModule:
 
     def __init__(self, name: str) -> None:
         self._name = name
+        self._module: Any = None
 
     def __getattr__(self, attr: str) -> Any:
-        module = importlib.import_module(self._name)  # a dict lookup after the first call
-        return getattr(module, attr)
+        # only attributes not set in __init__ land here; the engine reads `torch.x` every step,
+        # so the module is imported once and kept, not looked up again on each access
+        if self._module is None:
+            self._module = importlib.import_module(self._name)
+        return getattr(self._module, attr)
 
     def __repr__(self) -> str:
         return f"<lazy module {self._name!r}>"

@@ -17,7 +17,8 @@ like with like; the manifest records it (`config.forward`).
 
 from __future__ import annotations
 
-from typing import Optional
+import functools
+from typing import Any, Optional
 
 from specbench_cli.lazy import torch  # `check` runs while planning: no torch import there
 
@@ -46,8 +47,7 @@ def short_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.Ten
     scores.mul_(scaling)
     if attention_mask is None:
         if q > 1:  # causal among the q new tokens; every cached token is visible
-            hide = torch.ones((q, q), dtype=torch.bool, device=query.device).triu_(1)
-            scores[..., length - q:].masked_fill_(hide, float("-inf"))
+            scores[..., length - q:].masked_fill_(_causal_hide(q, query.device), float("-inf"))
     elif attention_mask.dtype == torch.bool:
         scores.masked_fill_(~attention_mask[:, :, None, :, -length:], float("-inf"))
     else:
@@ -55,6 +55,12 @@ def short_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.Ten
     probs = torch.softmax(scores, dim=-1, dtype=torch.float32).to(value.dtype)
     out = torch.matmul(probs.view(b, hkv, g * q, length), value)  # [b, Hkv, g*q, d]
     return out.view(b, h, q, d).transpose(1, 2), None
+
+
+@functools.lru_cache(maxsize=64)
+def _causal_hide(q: int, device: Any) -> torch.Tensor:
+    """`[q, q]` bool, True above the diagonal. Called by every layer of every forward: built once per q."""
+    return torch.ones((q, q), dtype=torch.bool, device=device).triu_(1)
 
 
 def _long_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, mask: Optional[torch.Tensor],
