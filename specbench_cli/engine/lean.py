@@ -13,7 +13,8 @@ about 30 calls:
 The fused matrices are built once by `install` and the original q/k/v and gate/up weights
 become views into them, so no weight is stored twice; in float32 every matrix is kept in
 `[in, out]` memory order, which MKL multiplies by a vector faster on this CPU, and blocks of
-several rows go through oneDNN, which multiplies them 2x faster than MKL here (`_linear`). It replaces the forward of the
+several rows (and single rows when torch has 2+ threads) go through oneDNN, which multiplies
+them up to 2x faster than MKL here (`_linear`). It replaces the forward of the
 decoder body (`model.model`), so both `model(...)` and the hidden-state path go through it:
 every method of a run, AR included, runs on exactly the same arithmetic. Only plain
 Llama-architecture models (no biases, SiLU MLP, full attention) qualify; anything else is
@@ -56,10 +57,13 @@ _ONEDNN = _onednn_available()
 def _linear(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     """`x @ w.T` for `x` `[1, T, in]`, `w` `[out, in]` (float32: an `[in, out]`-ordered view).
 
-    float32 blocks of several rows go through oneDNN's matmul, a single row through MKL's
-    (`F.linear`): on this project's CPU, with `[in, out]` storage, oneDNN is 2x faster than
-    MKL for 10 rows and MKL slightly faster for one (docs/performance.md, finding 2)."""
-    if _ONEDNN and x.shape[-2] > 1 and x.dtype == torch.float32 and x.device.type == "cpu":
+    float32 on a CPU: blocks of several rows go through oneDNN's matmul (2x faster than MKL
+    here with `[in, out]` storage); a single row goes through oneDNN too when torch has more
+    than one thread, because MKL's matrix-vector product runs on one thread only (quiet
+    machine, 2 threads: q=1 lean forward 29.0 ms with MKL vs 22.2 ms with oneDNN), and through
+    MKL with one thread, where MKL is slightly faster (29.3 vs 30.5 ms; docs/performance.md)."""
+    if _ONEDNN and x.dtype == torch.float32 and x.device.type == "cpu" and (
+            x.shape[-2] > 1 or torch.get_num_threads() > 1):
         return torch.ops.mkldnn._linear_pointwise(x, w, None, "none", [], "")
     return F.linear(x, w)
 
