@@ -2,7 +2,8 @@
 # The issue-14 measurement: every training-free method at `auto` and at BC 10 side by side in
 # ONE run per dtype (instances NAME@auto next to NAME at --bc 10, one AR baseline), Spec-Bench
 # questions (first LIMIT per category), SmolLM2-135M, float32 and bfloat16.
-# THREADS (default 1) and FORWARD (default sdpa) choose torch threads and `--forward` for the whole run.
+# THREADS (default 1) and FORWARD (default sdpa) choose torch threads and `--forward` for the whole run;
+# AUTO_TOKENS sets --auto-tokens (new tokens per calibration question).
 #   bash benchmarks/bc_auto.sh [OUT_DIR] [LIMIT] [MAX_NEW] [CANDIDATES] [CAL_QUESTIONS]
 # Record `uptime` next to the numbers: wall-clock speedups are noisy on a shared machine.
 set -euo pipefail
@@ -16,7 +17,7 @@ for m in pld jacobi lookahead tr-jacobi mask-probe; do methods="$methods,$m,$m@a
 for dtype in ${DTYPES:-float32 bfloat16}; do
   uptime | tee "$out/uptime-$dtype-start.txt" 2>/dev/null || { mkdir -p "$out"; uptime > "$out/uptime-$dtype-start.txt"; }
   specbench run --tasks spec_bench --limit "$limit" --max-new-tokens "$max_new" --threads "${THREADS:-1}" --forward "${FORWARD:-sdpa}" --dtype "$dtype" \
-    ${SPECBENCH_QUESTIONS:+--questions "$SPECBENCH_QUESTIONS"} --methods "$methods" --block-complexity 10 --auto-candidates "$candidates" --auto-questions "$cal" \
+    ${SPECBENCH_QUESTIONS:+--questions "$SPECBENCH_QUESTIONS"} --methods "$methods" --block-complexity 10 --auto-candidates "$candidates" --auto-questions "$cal" ${AUTO_TOKENS:+--auto-tokens "$AUTO_TOKENS"} \
     --output-dir "$out/$dtype" --no-report
   uptime > "$out/uptime-$dtype-end.txt"
   specbench report "$out/$dtype"/2* --columns bc,median,agree -o "$out/$dtype/report"

@@ -10,6 +10,7 @@ from typing import List, Optional
 import typer
 
 from specbench_cli.console import err, out
+from specbench_cli.bcauto import CALIBRATION_TOKENS as CAL_TOKENS
 from specbench_cli.errors import SpecBenchError, UsageError
 
 app = typer.Typer(
@@ -74,9 +75,10 @@ def run(
     no_report: bool = typer.Option(False, "--no-report", help="Do not print/write the summary table at the end."),
     auto_candidates: Optional[str] = typer.Option(None, "--auto-candidates", help="Budgets 'auto' tries, comma-separated (default 1,2,3,4,6,8,12,16,24)."),
     auto_questions: int = typer.Option(6, "--auto-questions", help="Calibration questions for 'auto' (from the mini suite, one per category, never reported)."),
+    auto_tokens: int = typer.Option(CAL_TOKENS, "--auto-tokens", help="New tokens per calibration question for 'auto' (capped by --max-new-tokens)."),
     trust_remote_code: bool = typer.Option(False, "--trust-remote-code", help="Let a model (or draft model) run the Python code it ships (auto_map). Off by default: such a model is refused. Never stored in the run folder, so give it again with --resume."),
     retry_errors: bool = typer.Option(False, "--retry-errors", help="With --resume: run the rows that ended in an error again."),
-    forward: str = typer.Option("sdpa", "--forward", help="How the target computes a forward: sdpa, eager, short (attention for few-token blocks) or lean (fused Llama decoder + short); docs/performance.md. One for the whole run, AR included; recorded in the manifest."),
+    forward: str = typer.Option("auto", "--forward", help="How the target computes a forward: auto (lean for a Llama-architecture target on CPU, else sdpa), sdpa, eager, short (attention for few-token blocks) or lean (fused Llama decoder + short); docs/performance.md. One for the whole run, AR included; the manifest records the resolved one."),
 ) -> None:
     """Run methods on a task suite and write results/<run_id>/."""
     from specbench_cli.runner import RunConfig, config_from_manifest, default_methods
@@ -109,7 +111,7 @@ def run(
             dtype=dtype, device=device, threads=threads, temperature=temperature, top_p=top_p, seed=seed,
             repeats=repeats, warmup=not no_warmup, draft_model=draft_model, output_dir=str(output_dir),
             auto_candidates=auto_candidates.split(",") if auto_candidates else None, auto_questions=auto_questions,
-            forward=forward)
+            auto_tokens=auto_tokens, forward=forward)
         cfg.validate()
     execute(cfg, store, report=not no_report, trust_remote_code=trust_remote_code, retry_errors=retry_errors)
 
@@ -148,6 +150,7 @@ _RESUME_FIELDS = {
     "option": ("method_options", _parse_method_options), "output_dir": ("output_dir", str),
     "no_warmup": ("warmup", lambda v: not v),
     "auto_candidates": ("auto_candidates", _candidates), "auto_questions": ("auto_questions", _same),
+    "auto_tokens": ("auto_tokens", _same),
     "forward": ("forward", _same),
 }
 
@@ -164,7 +167,7 @@ def cost(
     warmup: int = typer.Option(3, "--warmup", help="Untimed forwards before timing."),
     refresh: bool = typer.Option(False, "--refresh", help="Measure again even if a cached curve exists."),
     plot: Optional[Path] = typer.Option(None, "--plot", help="Where to write the plot (default: results/cost/<key>.png)."),
-    forward: str = typer.Option("sdpa", "--forward", help="sdpa, eager, short or lean (as for run)."),
+    forward: str = typer.Option("auto", "--forward", help="auto, sdpa, eager, short or lean (as for run)."),
 ) -> None:
     """Measure the device's cost curve t(q): one target forward over q tokens (cached per model/device/dtype/threads)."""
     from specbench_cli import cost as c
@@ -183,7 +186,7 @@ def cost(
 
     n_threads = set_threads(threads)
     lm = load_model(model, device=device, dtype=dtype, forward=forward)
-    key = c.curve_key(model, lm.resolved, device, dtype, n_threads, context, forward)
+    key = c.curve_key(model, lm.resolved, device, dtype, n_threads, context, lm.forward)
     curve = None if refresh else c.load_cached(key)
     if curve is not None and curve.max_q >= max_q:
         err.print(f"[dim]cached curve {c.cache_path(key)} (measured {curve.measured_at}; --refresh to measure again)[/dim]")
@@ -198,7 +201,7 @@ def cost(
     from rich.table import Table
 
     t = Table("q", "ms", "t(q)/t(1)", title=f"cost of one forward: {model}, {device}, {dtype}, {n_threads} threads, "
-              f"context {context}")
+              f"context {context}, forward {lm.forward}")
     for q, ms, ratio in c.curve_rows(curve, every=4):
         if q <= max_q:
             t.add_row(str(q), f"{ms:.1f}", f"{ratio:.2f}")

@@ -25,13 +25,18 @@ BASELINE_KEY = ("model", "method_label", "block_complexity", "category")
 # Run settings a baseline records and `check` requires to be equal (the suite, the model and
 # whatever changes #MAT or speedup); the questions file's path is machine-specific, so not here.
 SETTINGS = ("model", "tasks", "categories", "limit", "question_ids", "max_new_tokens", "dtype", "device",
-            "temperature", "top_p")
+            "temperature", "top_p", "forward")
 
 
 def run_settings(run: Run) -> dict:
-    """The SETTINGS of a run, from its manifest's config (absent keys are None)."""
+    """The SETTINGS of a run, from its manifest's config (absent keys are None). `forward` is the
+    path the target really ran (`auto` resolved, from `model.forward`; runs made before `auto`
+    existed recorded only `config.forward`, and runs before `--forward` existed used `sdpa`):
+    the same questions decode at different speeds on different paths."""
     config = run.manifest.get("config") or {}
-    return {key: config.get(key) for key in SETTINGS}
+    settings = {key: config.get(key) for key in SETTINGS}
+    settings["forward"] = (run.manifest.get("model") or {}).get("forward") or config.get("forward") or "sdpa"
+    return settings
 
 
 def baseline_document(summary: pd.DataFrame, runs: list[Run]) -> dict:

@@ -24,7 +24,7 @@ def run_curve(cfg, lm, threads: int, need_q: int = 0) -> tuple[Optional[costmod.
     default), measured and cached first when `need_q` > 0 and the cache lacks q up to `need_q`.
     Returns (curve, manifest record), or (None, None) when none is cached and none is needed."""
     key = costmod.curve_key(cfg.model, lm.resolved, cfg.device, cfg.dtype, threads, bcauto.CURVE_CONTEXT,
-                            cfg.forward)  # the key `specbench cost --forward` uses
+                            lm.forward)  # the key `specbench cost --forward` uses (`auto` resolved)
     curve, source = costmod.load_cached(key), "cache"
     if need_q and (curve is None or curve.max_q < need_q):
         err.print(f"[dim]measuring the cost curve t(q), q = 1..{need_q} (cached for later runs)[/dim]")
@@ -36,22 +36,40 @@ def run_curve(cfg, lm, threads: int, need_q: int = 0) -> tuple[Optional[costmod.
     return curve, {"source": source, "cache_file": costmod.cache_path(key).name, **curve.to_dict()}
 
 
-def calibration_questions(run_questions: list, n: int) -> list:
-    """`n` questions of the built-in `mini` suite, none of them among the run's, taken round-robin
-    over its categories (so two questions are two kinds of text)."""
+def calibration_questions(cfg, run_questions: list, n: int) -> list:
+    """`n` calibration questions, none of them among the run's: first the run's own suite (its
+    tasks and --categories, without --limit) minus the reported questions, then the built-in
+    `mini` suite, each taken round-robin over its categories (so two questions are two kinds of
+    text). The run's own kind of text comes first because acceptance depends on it: pld accepts
+    far more on Spec-Bench's summarisation/RAG prompts than on `mini`'s short ones."""
     from specbench_cli import tasks as task_registry
 
     taken = {(q.task, q.id) for q in run_questions}
-    pool = [q for q in task_registry.get(bcauto.CALIBRATION_TASK).load(None) if (q.task, q.id) not in taken]
+    suite = []
+    for t in cfg.tasks:
+        suite += task_registry.get(t).load(cfg.questions)
+    suite = task_registry.select(suite, cfg.categories, None, None)
+    mini = task_registry.get(bcauto.CALIBRATION_TASK).load(None)
+    ordered = []
+    for pool in (suite, mini):
+        ordered += _round_robin([q for q in pool if (q.task, q.id) not in taken])
+        taken |= {(q.task, q.id) for q in ordered}
+        if len(ordered) >= n:
+            break
+    if not ordered:
+        raise UsageError("--block-complexity auto calibrates on questions the run does not report, but it "
+                         "reports all of its suite's and all of mini's; leave some out (--limit, "
+                         "--categories) or use fixed budgets")
+    return ordered[:n]
+
+
+def _round_robin(pool: list) -> list:
+    """`pool` reordered as first of each category, then second of each, ..."""
     by_cat: dict[str, list] = {}
     for q in pool:
         by_cat.setdefault(q.category, []).append(q)
-    ordered = [q for i in range(max((len(v) for v in by_cat.values()), default=0))
-               for v in by_cat.values() if i < len(v) for q in [v[i]]]
-    if not ordered:
-        raise UsageError("--block-complexity auto calibrates on the mini suite's questions, but the run "
-                         "reports all of them; leave some out (--limit, --categories) or use fixed budgets")
-    return ordered[:n]
+    return [v[i] for i in range(max((len(v) for v in by_cat.values()), default=0))
+            for v in by_cat.values() if i < len(v)]
 
 
 def calibrate_one(spec: str, cfg, lm, decoder, prompts: list[list[int]], curve: costmod.CostCurve,
@@ -116,11 +134,11 @@ def calibrate(cfg, lm, specs: list[str], questions: list, curve: costmod.CostCur
     from specbench_cli.prompting import ChatPrompter, stop_token_ids, user_turn
     from specbench_cli.runner import method_context
 
-    cal = calibration_questions(questions, cfg.auto_questions)
+    cal = calibration_questions(cfg, questions, cfg.auto_questions)
     prompter = ChatPrompter(lm.tokenizer)
     prompts = [prompter(user_turn(q.turns[0])) for q in cal]
     decoder = Decoder(lm.model, stop_token_ids(lm.tokenizer, lm.model), method_context(cfg).sampling)
-    max_new = min(bcauto.CALIBRATION_TOKENS, cfg.max_new_tokens)
+    max_new = min(cfg.auto_tokens, cfg.max_new_tokens)
     ids = [f"{q.task}/{q.id}" for q in cal]
     err.print(f"[dim]--block-complexity auto: calibrating {len(specs)} method(s) on {', '.join(ids)} "
               f"({max_new} new tokens each)[/dim]")
@@ -128,6 +146,7 @@ def calibrate(cfg, lm, specs: list[str], questions: list, curve: costmod.CostCur
     for spec in specs:
         record = calibrate_one(spec, cfg, lm, decoder, prompts, curve, max_new)
         record["questions"] = ids
+        record["max_new_tokens"] = max_new
         choices[spec] = record
         err.print(f"[dim]  {spec}: BC {record['chosen']} (predicted "
                   f"{record['candidates'][str(record['chosen'])]['predicted_tokens_per_s']:.1f} tok/s)[/dim]")

@@ -46,9 +46,11 @@ class LoadedModel:
     name: str
     params: int
     trust_remote_code: bool = False  # how it was loaded: a draft model loaded for it inherits this
+    forward: str = "sdpa"  # the `--forward` it computes with (`auto` resolved)
 
     def manifest(self) -> dict:
-        return {"ref": self.ref, "resolved": self.resolved, "name": self.name, "params": self.params}
+        return {"ref": self.ref, "resolved": self.resolved, "name": self.name, "params": self.params,
+                "forward": self.forward}
 
 
 def cache_root() -> Path:
@@ -220,7 +222,7 @@ def remote_code_refused(where: str) -> UsageError:
 def load_model(ref: str = DEFAULT_MODEL, device: str = "cpu", dtype: str = "float32",
                forward: str = "sdpa", *, trust_remote_code: bool = False) -> LoadedModel:
     """Load a causal LM and its tokenizer, in eval mode on `device` with `dtype`, computing its
-    forward as `forward` says (`sdpa`, `eager`, `short` or `lean`, see engine/attention.py).
+    forward as `forward` says (`sdpa`, `eager`, `short`, `lean` or `auto`, see engine/attention.py).
 
     A model's own Python code (`auto_map`) runs only with `trust_remote_code`; without it such a
     model is refused with a UsageError (transformers is never left to ask on stdin). A hub id is
@@ -232,9 +234,6 @@ def load_model(ref: str = DEFAULT_MODEL, device: str = "cpu", dtype: str = "floa
     tdtype = torch_dtype(dtype)
     check_device(device)
     attention.check(forward)
-    attn_implementation = "short" if forward == "lean" else forward
-    if attn_implementation == "short":
-        attention.register()
     kind, location = resolve(ref)
     folder = str(converted_gguf_dir(location)) if kind == "gguf" else location
     if kind == "folder" and not trust_remote_code and (culprit := needs_remote_code(folder)):
@@ -242,6 +241,13 @@ def load_model(ref: str = DEFAULT_MODEL, device: str = "cpu", dtype: str = "floa
     offline = kind == "hub" and not hub_reachable()
     kwargs = {"trust_remote_code": trust_remote_code, "local_files_only": offline}
     try:
+        if forward == "auto":  # the config alone decides (no weights loaded twice)
+            from transformers import AutoConfig
+
+            forward = attention.resolve(forward, AutoConfig.from_pretrained(folder, **kwargs), device)
+        attn_implementation = "short" if forward == "lean" else forward
+        if attn_implementation == "short":
+            attention.register()
         tokenizer = AutoTokenizer.from_pretrained(folder, **kwargs)
         model = AutoModelForCausalLM.from_pretrained(folder, dtype=tdtype, attn_implementation=attn_implementation,
                                                      **kwargs)
@@ -270,4 +276,4 @@ def load_model(ref: str = DEFAULT_MODEL, device: str = "cpu", dtype: str = "floa
             raise UsageError(f"--forward lean: {reason}; use --forward sdpa or short")
         lean.install(model)
     return LoadedModel(model=model, tokenizer=tokenizer, ref=ref, resolved=folder, name=name, params=params,
-                       trust_remote_code=trust_remote_code)
+                       trust_remote_code=trust_remote_code, forward=forward)

@@ -58,7 +58,8 @@ class RunConfig:
     output_dir: str = "results"
     auto_candidates: Optional[list[int]] = None  # budgets `auto` tries (None: bcauto.DEFAULT_CANDIDATES)
     auto_questions: int = bcauto.DEFAULT_CALIBRATION_QUESTIONS  # calibration questions for `auto`
-    forward: str = "sdpa"  # how the target computes a forward, the same for every method (engine/attention.py)
+    auto_tokens: int = bcauto.CALIBRATION_TOKENS  # new tokens per calibration question
+    forward: str = "auto"  # how the target computes a forward, the same for every method (engine/attention.py)
 
     def validate(self) -> None:
         self.block_complexity = bcauto.parse_bc(self.block_complexity)
@@ -66,6 +67,8 @@ class RunConfig:
             self.auto_candidates = bcauto.parse_candidates(self.auto_candidates)
         if self.auto_questions < 1:
             raise UsageError(f"--auto-questions must be at least 1 (got {self.auto_questions})")
+        if self.auto_tokens < 1:
+            raise UsageError(f"--auto-tokens must be at least 1 (got {self.auto_tokens})")
         if self.max_new_tokens < 1:
             raise UsageError(f"--max-new-tokens must be at least 1 (got {self.max_new_tokens})")
         if self.dtype not in DTYPES:

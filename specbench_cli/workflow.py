@@ -59,11 +59,13 @@ def _execute(cfg: RunConfig, store: Optional[RunFolder], report: bool, trust_rem
         if retry_errors:
             err.print(f"--retry-errors: {retry_error_rows(store)} row(s) will run again")
     if auto_specs(cfg):                       # and an `auto` run without calibration questions
-        calibration_questions(questions, cfg.auto_questions)
+        calibration_questions(cfg, questions, cfg.auto_questions)
     threads = set_threads(cfg.threads, default_threads())
     err.print(f"[dim]loading {cfg.model} ({cfg.dtype}, {cfg.device}, {threads} threads, forward {cfg.forward})[/dim]")
     lm = load_model(cfg.model, device=cfg.device, dtype=cfg.dtype, forward=cfg.forward,
                     trust_remote_code=trust_remote_code)
+    if lm.forward != cfg.forward:
+        err.print(f"[dim]forward {cfg.forward}: {lm.forward}[/dim]")
     # the cost curve (recorded when cached; measured when `auto` needs it) and auto budgets
     planned, costs = prepare(cfg, lm, planned, questions, threads, store.read_manifest() if store else None)
     runner = Runner(cfg, store)  # store set below

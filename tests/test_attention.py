@@ -117,17 +117,35 @@ def test_unknown_attn_exits_2_before_loading(tmp_path, capsys):
     assert code == 2 and "unknown forward 'flash'" in err and "lean" in err
 
 
-@pytest.mark.parametrize("forward", ["short", "lean"])
-def test_manifest_records_the_forward(tiny_model_dir, tmp_path, capsys, forward):
+@pytest.mark.parametrize("forward,used", [("short", "short"), ("lean", "lean"), (None, "lean"), ("auto", "lean"),
+                                          ("sdpa", "sdpa")])
+def test_manifest_records_the_forward(tiny_model_dir, tmp_path, capsys, forward, used):
+    """The flag as given (`config.forward`, default `auto`) and the path the target ran
+    (`model.forward`): `auto` is `lean` for the tiny Llama on CPU."""
     from test_cli import cli
 
     out = tmp_path / "res"
     code, _, _ = cli(["run", "--model", str(tiny_model_dir), "--methods", "pld", "--limit", "1", "--categories",
-                      "qa", "--max-new-tokens", "8", "--forward", forward, "--output-dir", str(out), "--no-report"],
-                     capsys)
+                      "qa", "--max-new-tokens", "8", "--output-dir", str(out), "--no-report",
+                      *(["--forward", forward] if forward else [])], capsys)
     assert code == 0
     (run,) = out.iterdir()
-    assert json.loads((run / "manifest.json").read_text())["config"]["forward"] == forward
+    manifest = json.loads((run / "manifest.json").read_text())
+    assert manifest["config"]["forward"] == (forward or "auto") and manifest["model"]["forward"] == used
+
+
+def test_auto_forward_is_lean_only_for_a_plain_llama_on_cpu():
+    from types import SimpleNamespace as NS
+
+    from specbench_cli.engine.attention import resolve
+
+    llama = NS(model_type="llama", attention_bias=False, mlp_bias=False, hidden_act="silu")
+    assert resolve("auto", llama, "cpu") == "lean"
+    assert resolve("auto", llama, "cuda") == resolve("auto", llama, "cuda:0") == "sdpa"
+    assert resolve("auto", NS(**{**vars(llama), "attention_bias": True}), "cpu") == "sdpa"
+    assert resolve("auto", NS(**{**vars(llama), "hidden_act": "gelu"}), "cpu") == "sdpa"
+    assert resolve("auto", NS(model_type="qwen2"), "cpu") == "sdpa"
+    assert resolve("short", NS(model_type="qwen2"), "cuda") == "short"  # an explicit choice is kept
 
 
 def test_lean_stores_no_weight_twice_and_refuses_other_architectures():

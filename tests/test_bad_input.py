@@ -119,6 +119,8 @@ def files(tmp_path_factory) -> dict[str, str]:
     f["run_two_categories"] = _run(d / "run_two_categories", rows=[r for r in rows if r["category"] in ("qa", "rag")])
     # the same suite made with another dtype (recorded in the baseline's settings)
     f["run_bf16"] = _run(d / "run_bf16", config_dtype="bfloat16")
+    # the same suite decoded on another forward path (speedups differ between paths)
+    f["run_lean"] = _run(d / "run_lean", config_forward="lean")
     return {k: str(v) for k, v in f.items()}
 
 
@@ -230,6 +232,7 @@ CASES = [
     ("check {run} --baseline {baseline_of_run_two_categories}", 2,
      "categories: baseline qa,rag, run math_reasoning,mt_bench,qa,rag,summarization,translation"),
     ("check {run} --baseline {baseline_of_run_bf16}", 2, 'dtype: baseline "bfloat16", run "float32"'),
+    ("check {run_lean} --baseline {baseline_of_run}", 2, 'forward: baseline "sdpa", run "lean"'),
     ("check {run} --baseline {baseline_of_run} --mat-tol nan", 2, "--mat-tol must be a finite number >= 0, got nan"),
     ("check {run} --baseline {baseline_of_run} --speedup-tol -1", 2, "--speedup-tol must be a finite number >= 0"),
     ("check {run} --baseline {baseline_of_run} --mat-tol inf", 2, "--mat-tol must be a finite number"),

@@ -84,7 +84,20 @@ def test_auto_needs_calibration_questions_outside_the_reported_ones(capsys, monk
 
     monkeypatch.setattr(models, "load_model", lambda *a, **k: pytest.fail("model loaded before validation"))
     code, _, err = cli(["run", "--bc", "auto", "--tasks", "mini"], capsys)  # all 18 mini questions reported
-    assert code == 2 and "calibrates on the mini suite's questions" in " ".join(err.split())
+    assert code == 2 and "reports all of its suite's and all of mini's" in " ".join(err.split())
+
+
+def test_calibration_takes_the_runs_own_suite_first_then_mini():
+    from specbench_cli.bcauto_run import calibration_questions
+    from specbench_cli.runner import RunConfig, load_questions
+
+    cfg = RunConfig(tasks=["mini"], categories=["qa"], limit=1)
+    reported = load_questions(cfg)
+    cal = calibration_questions(cfg, reported, 4)
+    ids = [(q.task, q.id) for q in cal]
+    assert len(ids) == 4 == len(set(ids)) and not set(ids) & {(q.task, q.id) for q in reported}
+    assert [q.category for q in cal[:2]] == ["qa", "qa"]  # the suite's held-out qa questions first
+    assert {q.category for q in cal[2:]} <= {q.category for q in load_questions(RunConfig(tasks=["mini"]))} - {"qa"}
 
 
 @pytest.mark.parametrize("args,message", [
@@ -95,6 +108,7 @@ def test_auto_needs_calibration_questions_outside_the_reported_ones(capsys, monk
     (["run", "--methods", "pldd@auto"], "unknown method 'pldd'"),
     (["run", "--bc", "auto", "--auto-candidates", "0,4"], "--auto-candidates must be at least 1"),
     (["run", "--bc", "auto", "--auto-questions", "0"], "--auto-questions must be at least 1"),
+    (["run", "--bc", "auto", "--auto-tokens", "0"], "--auto-tokens must be at least 1"),
     (["run", "--methods", "lookahead@auto", "--auto-candidates", "1", "-o", "lookahead.W=4"],
      "lookahead@auto: none of the auto candidates [1] fits"),
 ])
@@ -143,7 +157,8 @@ def test_auto_run_end_to_end_on_the_tiny_model(tiny_model_dir, isolated_cache, t
     from specbench_cli import bcauto_run
 
     out_dir = tmp_path / "out"
-    args = run_args(tiny_model_dir, out_dir, AUTO_METHODS, "--auto-candidates", "2,4", "--auto-questions", "1")
+    args = run_args(tiny_model_dir, out_dir, AUTO_METHODS, "--auto-candidates", "2,4", "--auto-questions", "1",
+                    "--auto-tokens", "5")
     code, out, err = cli(args, capsys)
     assert code == 0, err
     run, manifest, rows = only_run(out_dir)
@@ -152,7 +167,7 @@ def test_auto_run_end_to_end_on_the_tiny_model(tiny_model_dir, isolated_cache, t
     reported = {f"{r['task']}/{r['question_id']}" for r in rows}
     assert set(choices) == {s for s in AUTO_METHODS.split(",") if s.endswith("@auto")}
     for spec, record in choices.items():
-        assert record["chosen"] in (2, 4) and len(record["questions"]) == 1
+        assert record["chosen"] in (2, 4) and len(record["questions"]) == 1 and record["max_new_tokens"] == 5
         assert record["questions"][0].startswith("mini/") and record["questions"][0] not in reported
         assert set(record["candidates"]) <= {"2", "4"} and str(record["chosen"]) in record["candidates"]
         mine = [r for r in rows if r["method"] == spec]

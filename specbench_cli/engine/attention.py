@@ -9,7 +9,10 @@
   columns, softmax in float32, and one more matmul. Longer inputs (the prompt's prefill) fall
   back to SDPA. Why it exists: on CPU, SDPA's flash kernel pays a fixed cost per call that
   dwarfs a q=1 attention over a few hundred cached tokens (measured in docs/performance.md);
-- `lean`: `short` attention inside this project's fused Llama decoder (engine/lean.py).
+- `lean`: `short` attention inside this project's fused Llama decoder (engine/lean.py);
+- `auto` (the `run`/`cost` default): `lean` for a plain Llama-architecture target on a CPU
+  (where it measured 1.3-2x faster, docs/performance.md), `sdpa` otherwise (GPUs, other
+  architectures). The manifest records the resolved one (`model.forward`).
 
 Every method of a run, AR included, goes through the same implementation, so speedups compare
 like with like; the manifest records it (`config.forward`).
@@ -22,8 +25,8 @@ from typing import Any, Optional
 
 from specbench_cli.lazy import torch  # `check` runs while planning: no torch import there
 
-FORWARDS = ("sdpa", "eager", "short", "lean")
-DEFAULT_FORWARD = "sdpa"
+FORWARDS = ("auto", "sdpa", "eager", "short", "lean")
+DEFAULT_FORWARD = "auto"  # of `run` and `cost`; load_model itself defaults to sdpa (training needs it)
 SHORT_MAX_Q = 64  # above this the score matrix is big enough for SDPA's blocked kernel to win
 
 
@@ -111,3 +114,13 @@ def check(name: str) -> str:
 
         raise unknown("forward", name, FORWARDS)
     return name
+
+
+def resolve(name: str, config: Any, device: str) -> str:
+    """The forward `name` stands for with this model config on `device`: `auto` becomes `lean`
+    for a plain Llama on a CPU and `sdpa` otherwise; any other name is itself."""
+    if name != "auto":
+        return name
+    from specbench_cli.engine.lean import config_reason
+
+    return "lean" if str(device).startswith("cpu") and config_reason(config) is None else "sdpa"

@@ -34,9 +34,15 @@ from specbench_cli.engine.attention import short_attention
 
 def unsupported_reason(model: Any) -> Optional[str]:
     """Why `model` cannot take the lean forward, or None if it can."""
-    cfg = model.config
     if type(model).__name__ != "LlamaForCausalLM":
         return f"the lean forward supports Llama-architecture models only (this is {type(model).__name__})"
+    return config_reason(model.config)
+
+
+def config_reason(cfg: Any) -> Optional[str]:
+    """Why a model with this (transformers) config cannot take the lean forward, or None."""
+    if getattr(cfg, "model_type", None) != "llama":
+        return f"the lean forward supports Llama-architecture models only (model_type {getattr(cfg, 'model_type', None)})"
     if getattr(cfg, "attention_bias", False) or getattr(cfg, "mlp_bias", False):
         return "the lean forward supports models without attention/MLP biases"
     if getattr(cfg, "hidden_act", "silu") != "silu":
