@@ -7,6 +7,7 @@
 #                                                METHODS=ar,lookahead,pld for a subset)
 #   bash benchmarks/msn_train.sh quality NAME  # AR on the first LIMIT_Q (20) math_reasoning questions, 256 tokens (GSM8K)
 #   bash benchmarks/msn_train.sh humaneval NAME  # AR on the first LIMIT_H (20) HumanEval problems, 256 tokens
+#                                                (both: QIDS=id,id,... runs those questions instead)
 #   bash benchmarks/msn_train.sh window NAME   # jacobi at BC 2,5,17 (window 1,4,16; 9 from eval: their Fig. 4)
 #   bash benchmarks/msn_train.sh collect       # copy histories/plots into results/reference/msn-training
 # DATA defaults to the self-distillation file the lead generated for issue 12 (302 non-Spec-Bench
@@ -76,6 +77,8 @@ case ${1:-} in
     else
       task=(--tasks humaneval --limit "${LIMIT_H:-20}")
     fi
+    # QIDS=421,422,... : these questions instead (more questions later, as another run folder)
+    [ -n "${QIDS:-}" ] && task=("${task[@]:0:${#task[@]}-2}" --question-ids "$QIDS")
     specbench run --model "$model" --methods ar "${task[@]}" --max-new-tokens 256 --threads 1 \
       --forward "$forward" --no-warmup --output-dir "$runs/$1-$name" ;;
   window)
