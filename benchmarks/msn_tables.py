@@ -13,7 +13,8 @@
 - fig4.png / fig4.md (their Fig. 4): Jacobi window length (BC - 1) vs #MAT per model, from
   `--window NAME=DIR` (repeatable) where DIRs hold run folders at several block complexities
   (any depth; the BC 10 evaluation run can be one of them: its jacobi rows are window 9).
-- quality.md (their quality columns): per model and scorer, the AR rows' answer quality
+- quality.md (their quality columns, `--quality NAME=RUN_OR_DIR`, repeatable): per model and
+  scorer, the AR rows' answer quality
   (GSM8K exact match; HumanEval pass@1 only with --execute-code, which runs model-written code
   in `sandbox.run_untrusted`) with n and a 95 % Wilson interval, and the paired comparison with
   `sft` on the questions both answered: how many only sft / only the model got right, and the
@@ -148,19 +149,31 @@ def mcnemar_p(b: int, c: int) -> float:
     return min(1.0, 2 * sum(math.comb(n, i) for i in range(k + 1)) / 2 ** n)
 
 
+def _run_folders(path: Path) -> list[Path]:
+    """`path` itself when it is a run folder (or does not exist: load_run says so), else every
+    run folder under it."""
+    if (path / "manifest.json").is_file() or not path.is_dir():
+        return [path]
+    return sorted(m.parent for m in path.rglob("manifest.json")) or [path]
+
+
 def quality_scores(runs: dict[str, list[Path]], execute_code: bool = False) -> dict:
     """{(model, scorer): {(question_id, turn, repeat): 1.0 / 0.0 / None}} of the runs' `ar` rows
     that carry a scorer (None: not scorable, e.g. HumanEval without `execute_code`)."""
+    from specbench_cli.errors import UsageError
     from specbench_cli.quality import scored_rows
     from specbench_cli.runfolder import load_run
 
     out: dict = {}
-    for name, folders in runs.items():
-        for folder in folders:
+    for name, given in runs.items():
+        for folder in (f for g in given for f in _run_folders(g)):
             ar = [r for r in load_run(folder).rows if r.get("method") == "ar"]
             for r in scored_rows(ar, execute_code):
                 key = (str(r["question_id"]), int(r.get("turn", 0)), int(r.get("repeat", 0)))
-                out.setdefault((name, r["scorer"]), {})[key] = r["quality"]
+                got = out.setdefault((name, r["scorer"]), {})
+                if key in got:  # two answers to one question would be counted twice: refuse
+                    raise UsageError(f"--quality {name}: question {key[0]} (turn {key[1]}) is in two of its runs")
+                got[key] = r["quality"]
     return out
 
 
@@ -198,7 +211,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--eval", action="append", default=[], help="NAME=RUN_FOLDER (BC 10, all methods)")
     ap.add_argument("--window", action="append", default=[], help="NAME=DIR of jacobi runs at several BCs")
     ap.add_argument("--training", action="append", default=[], help="NAME=training.json")
-    ap.add_argument("--quality", action="append", default=[], help="NAME=RUN_FOLDER whose AR rows are scored")
+    ap.add_argument("--quality", action="append", default=[], help="NAME=RUN_FOLDER (or a DIR of run folders) whose AR rows are scored")
     ap.add_argument("--execute-code", action="store_true",
                     help="Score HumanEval pass@1: runs model-written code, each program sandboxed.")
     args = ap.parse_args(argv)

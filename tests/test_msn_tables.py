@@ -57,5 +57,14 @@ def test_quality_table_scores_ar_rows_and_pairs_them_with_sft(tmp_path, capsys):
     # paired on questions 1-3: sft only right on 1, msn4 only right on 3
     assert rows["msn4"][6:9] == ["3", "1", "1"] and rows["msn4"][9].startswith("1.00")
     assert "msn4 humaneval: 1 answers not scored (pass@1 needs --execute-code)" in text
+    # a directory of run folders counts every one (more questions as later runs); the same
+    # question in two runs of one model is refused, not counted twice
+    (tmp_path / "more").mkdir()
+    _run(tmp_path / "more" / "r1", [("ar", "1", g, "#### 5", "5"), ("ar", "2", g, "#### 7", "7")])
+    _run(tmp_path / "more" / "r2", [("ar", "3", g, "#### 9", "1")])
+    assert mod.main(["-o", str(out), "--quality", f"all={tmp_path / 'more'}"]) == 0
+    assert "| all | Acc (gsm8k) | 3 | 2 | 66.7% |" in (out / "quality.md").read_text()
+    assert mod.main(["-o", str(out), "--quality", f"all={tmp_path}"]) == 2
+    assert "question 1 (turn 0) is in two of its runs" in capsys.readouterr().err
     assert mod.main(["-o", str(out), "--quality", f"sft={tmp_path / 'missing'}"]) == 2
     assert "error:" in capsys.readouterr().err
