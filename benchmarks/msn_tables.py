@@ -185,7 +185,8 @@ def quality_table(scores: dict, ref: str = "sft") -> str:
     lines = [f"| model | metric | n | correct | score | 95% Wilson | paired with {ref} | only {ref} right | "
              "only model right | McNemar p |", "|---|---|---|---|---|---|---|---|---|---|"]
     notes = []
-    for (model, scorer), every in scores.items():
+    scorers = list(dict.fromkeys(sc for _, sc in scores))
+    for (model, scorer), every in sorted(scores.items(), key=lambda kv: scorers.index(kv[0][1])):  # stable
         got = {q: v for q, v in every.items() if v is not None}
         if len(got) < len(every):
             notes.append(f"{model} {scorer}: {len(every) - len(got)} answers not scored"
