@@ -200,7 +200,7 @@ def quality_table(scores: dict, ref: str = "sft") -> str:
             b = sum(other[q] > got[q] for q in both)
             c = sum(got[q] > other[q] for q in both)
             paired = [str(len(both)), str(b), str(c), f"{mcnemar_p(b, c):.2f}"]
-        score = f"{100 * k / n:.1f}% | [{100 * low:.0f}%, {100 * high:.0f}%]" if n else "– | –"
+        score = f"{100 * k / n:.1f}% | [{100 * low:.1f}%, {100 * high:.1f}%]" if n else "– | –"
         lines.append(f"| {model} | {METRIC_NAMES.get(scorer, scorer)} ({scorer}) | {n} | {k} | {score} | "
                      + " | ".join(paired) + " |")
     return "\n".join(lines) + "\n" + "".join(f"\n{n}\n" for n in notes)

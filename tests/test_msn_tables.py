@@ -52,7 +52,7 @@ def test_quality_table_scores_ar_rows_and_pairs_them_with_sft(tmp_path, capsys):
     assert mod.main(["-o", str(out), "--quality", f"sft={sft}", "--quality", f"msn4={msn}"]) == 0
     text = (out / "quality.md").read_text()
     rows = {line.split(" | ")[0].strip("| "): line.split(" | ") for line in text.splitlines() if "(gsm8k)" in line}
-    assert rows["sft"][2:6] == ["3", "2", "66.7%", "[21%, 94%]"]
+    assert rows["sft"][2:6] == ["3", "2", "66.7%", "[20.8%, 93.9%]"]
     assert rows["msn4"][2:5] == ["4", "3", "75.0%"]
     # paired on questions 1-3: sft only right on 1, msn4 only right on 3
     assert rows["msn4"][6:9] == ["3", "1", "1"] and rows["msn4"][9].startswith("1.00")
