@@ -3,13 +3,19 @@
 # at equal budget (same data order, steps, lr, seed), then the noise-length ablation.
 #   bash benchmarks/msn_train.sh data          # prompts + the target's own answers (time-capped)
 #   bash benchmarks/msn_train.sh sft|msn4|msn1|msn8   # one training run (resumes if interrupted)
-#   bash benchmarks/msn_train.sh eval NAME     # ar,jacobi,tr-jacobi,lookahead,pld at BC 10 (NAME=base: untouched)
+#   bash benchmarks/msn_train.sh eval NAME     # ar,jacobi,tr-jacobi,lookahead,pld at BC 10 (NAME=base: untouched;
+#                                                METHODS=ar,lookahead,pld for a subset)
+#   bash benchmarks/msn_train.sh quality NAME  # AR on the first LIMIT_Q (20) math_reasoning questions, 256 tokens (GSM8K)
+#   bash benchmarks/msn_train.sh humaneval NAME  # AR on the first LIMIT_H (20) HumanEval problems, 256 tokens
+#                                                (both: QIDS=id,id,... runs those questions instead)
 #   bash benchmarks/msn_train.sh window NAME   # jacobi at BC 2,5,17 (window 1,4,16; 9 from eval: their Fig. 4)
 #   bash benchmarks/msn_train.sh collect       # copy histories/plots into results/reference/msn-training
 # DATA defaults to the self-distillation file the lead generated for issue 12 (302 non-Spec-Bench
 # prompts, greedy, max 160 tokens); `data` writes $root/data.jsonl instead.
 # Weights and data live OUTSIDE the repo (MSN_ROOT, default /work/msn_ckpt); only small result
 # files are copied into the repo. Everything runs at 1 thread: the machine is a shared 2-core CPU.
+# FORWARD (default sdpa, what the first runs used) picks `specbench run --forward`; lean is faster and
+# gives the same tokens in float32, so #MAT compares across the two.
 set -euo pipefail
 root=${MSN_ROOT:-/work/msn_ckpt}
 data_seconds=${DATA_SECONDS:-1440}   # ~24 min of generation; rows are flushed per batch
@@ -22,6 +28,7 @@ warmup=${WARMUP:-5}
 save_every=${SAVE_EVERY:-12}
 questions=${SPECBENCH_QUESTIONS:-/work/shared/data/spec_bench/question.jsonl}
 runs=${RUNS:-/work/msn_runs}
+forward=${FORWARD:-sdpa}
 export OMP_NUM_THREADS=1
 mkdir -p "$root"
 here=$(cd "$(dirname "$0")/.." && pwd)
@@ -57,9 +64,23 @@ case ${1:-} in
   eval)
     name=${2:?eval needs a model name (base, sft, msn4, ...)}
     model="$root/$name"; [ "$name" = base ] && model=smollm2-135m
-    specbench run --model "$model" --methods ar,jacobi,tr-jacobi,lookahead,pld --tasks spec_bench \
+    specbench run --model "$model" --methods "${METHODS:-ar,jacobi,tr-jacobi,lookahead,pld}" --tasks spec_bench \
       --questions "$questions" --limit "${LIMIT:-1}" --bc 10 --max-new-tokens "${MAX_NEW:-64}" --threads 1 \
-      --output-dir "$runs/$name" ;;
+      --forward "$forward" --output-dir "$runs/$name" ;;
+  quality|humaneval)
+    name=${2:?$1 needs a model name (base, sft, msn4, ...)}
+    model="$root/$name"; [ "$name" = base ] && model=smollm2-135m
+    # AR only: lossless methods reproduce AR's tokens in float32, so their quality is AR's.
+    # Same first-N questions for every model, so the scores pair up question by question.
+    if [ "$1" = quality ]; then
+      task=(--tasks spec_bench --questions "$questions" --categories math_reasoning --limit "${LIMIT_Q:-20}")
+    else
+      task=(--tasks humaneval --limit "${LIMIT_H:-20}")
+    fi
+    # QIDS=421,422,... : these questions instead (more questions later, as another run folder)
+    [ -n "${QIDS:-}" ] && task=("${task[@]:0:${#task[@]}-2}" --question-ids "$QIDS")
+    specbench run --model "$model" --methods ar "${task[@]}" --max-new-tokens 256 --threads 1 \
+      --forward "$forward" --no-warmup --output-dir "$runs/$1-$name" ;;
   window)
     name=${2:?window needs a model name (sft, msn4, ...)}
     model="$root/$name"; [ "$name" = base ] && model=smollm2-135m
@@ -67,6 +88,7 @@ case ${1:-} in
     for bc in ${WINDOW_BCS:-2 5 17}; do
       specbench run --model "$model" --methods ar,jacobi --tasks spec_bench --questions "$questions" \
         --limit "${LIMIT:-1}" --bc "$bc" --max-new-tokens "${MAX_NEW:-64}" --threads 1 --no-report --no-warmup \
+        --forward "$forward" \
         --output-dir "$runs/window-$name/bc$bc"
     done ;;
   collect)
@@ -89,5 +111,5 @@ print(json.dumps({"rows": len(rows), "prompts": len({r["instruction"] for r in r
                   "finished": sum(bool(r["finished"]) for r in rows), "by_temperature": temps}, indent=2))
 EOF
     ;;
-  *) sed -n 2,12p "$0"; exit 2 ;;
+  *) sed -n 2,17p "$0"; exit 2 ;;
 esac
