@@ -29,6 +29,7 @@ save_every=${SAVE_EVERY:-12}
 questions=${SPECBENCH_QUESTIONS:-/work/shared/data/spec_bench/question.jsonl}
 runs=${RUNS:-/work/msn_runs}
 forward=${FORWARD:-sdpa}
+# THREADS (default 1) sets `eval`'s --threads (2 for the quiet-machine re-timing: RUNS=... THREADS=2 FORWARD=lean)
 export OMP_NUM_THREADS=1
 mkdir -p "$root"
 here=$(cd "$(dirname "$0")/.." && pwd)
@@ -65,7 +66,7 @@ case ${1:-} in
     name=${2:?eval needs a model name (base, sft, msn4, ...)}
     model="$root/$name"; [ "$name" = base ] && model=smollm2-135m
     specbench run --model "$model" --methods "${METHODS:-ar,jacobi,tr-jacobi,lookahead,pld}" --tasks spec_bench \
-      --questions "$questions" --limit "${LIMIT:-1}" --bc 10 --max-new-tokens "${MAX_NEW:-64}" --threads 1 \
+      --questions "$questions" --limit "${LIMIT:-1}" --bc 10 --max-new-tokens "${MAX_NEW:-64}" --threads "${THREADS:-1}" \
       --forward "$forward" --output-dir "$runs/$name" ;;
   quality|humaneval)
     name=${2:?$1 needs a model name (base, sft, msn4, ...)}
