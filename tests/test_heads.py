@@ -6,8 +6,10 @@ import torch
 from safetensors.torch import load_file
 from test_cli import cli as run_cli
 
+from specbench_cli.errors import UsageError
 from specbench_cli.training.heads_data import build_feature_cache, heads_prompts, load_feature_cache, \
-    spec_bench_overlap
+    merge_feature_caches, spec_bench_overlap
+from specbench_cli.training.heads_prompts import GENERATORS, varied_prompts
 from specbench_cli.training.heads_model import EagleHead, MedusaHeads, causal_mask, eagle_config, load_heads, \
     save_heads
 from specbench_cli.training.heads_train import HeadsRecipe, train_heads
@@ -168,6 +170,33 @@ def test_prompts_not_spec_bench(questions_file):
     # the check itself can fail: a Spec-Bench turn is found
     first = json.loads(spec_bench_questions.read_text().splitlines()[0])["turns"][0]
     assert spec_bench_overlap([{"instruction": first.upper()}], spec_bench_questions) == [first.upper()]
+
+
+def test_varied_prompts_not_spec_bench(questions_file):
+    prompts = varied_prompts(1500, seed=1)  # what benchmarks/heads_data_v2.sh generates
+    assert len(prompts) == 1500 and len({p["instruction"] for p in prompts}) == 1500
+    assert {p["category"] for p in prompts} == set(GENERATORS)
+    assert varied_prompts(20, seed=1) == prompts[:20]  # seeded, any prefix is balanced
+    assert spec_bench_overlap(prompts, questions_file) == []
+
+
+def test_merge_feature_caches(tmp_path, tiny_model, tiny_tok):
+    rows = _rows()
+    a = build_feature_cache(tiny_model, tiny_tok, rows[:4], tmp_path / "a", batch_size=4, meta={"target": "tiny"})
+    b = build_feature_cache(tiny_model, tiny_tok, rows[4:], tmp_path / "b", batch_size=4, meta={"target": "tiny"})
+    m = merge_feature_caches([tmp_path / "a", tmp_path / "b"], tmp_path / "m")
+    loaded = load_feature_cache(tmp_path / "m")
+    assert len(loaded) == len(rows) and loaded.meta["sequences"] == len(rows)
+    assert loaded.response_tokens() == a.response_tokens() + b.response_tokens() == m.meta["response_tokens"]
+    for e, (part, i) in enumerate([(a, i) for i in range(len(a))] + [(b, i) for i in range(len(b))]):
+        o0, o1 = int(loaded.offsets[e]), int(loaded.offsets[e + 1])
+        p0, p1 = int(part.offsets[i]), int(part.offsets[i + 1])
+        assert torch.equal(loaded.tokens[o0:o1], part.tokens[p0:p1])
+        assert torch.equal(loaded.features[o0:o1], part.features[p0:p1])
+        assert int(loaded.starts[e]) == int(part.starts[i])
+    build_feature_cache(tiny_model, tiny_tok, rows[:2], tmp_path / "c", meta={"target": "other"})
+    with pytest.raises(UsageError, match="different targets"):
+        merge_feature_caches([tmp_path / "a", tmp_path / "c"], tmp_path / "m2")
 
 
 def test_feature_cache(cache, tiny_model, tiny_tok):
