@@ -12,7 +12,7 @@ from specbench_cli.training.heads_data import build_feature_cache, heads_prompts
 from specbench_cli.training.heads_prompts import GENERATORS, varied_prompts
 from specbench_cli.training.heads_model import EagleHead, MedusaHeads, causal_mask, eagle_config, load_heads, \
     save_heads
-from specbench_cli.training.heads_train import HeadsRecipe, train_heads
+from specbench_cli.training.heads_train import HeadsRecipe, score_heads, train_heads
 from specbench_cli.training.heads_tree import default_medusa_paths, eagle2_tree, medusa_tree
 
 WORDS = ["sea", "sun", "dog", "cat", "red", "blue", "one", "two", "poem", "story"]
@@ -304,3 +304,17 @@ def test_eagle2_tree_scores_equal_path_unrolls(tiny_model):
             total += torch.log_softmax(logits[-1], -1)[tok].item()
             state, logits = head.step(cache, state, torch.tensor([tok]), torch.tensor([4 + d]))
         assert total == pytest.approx(tree.scores[i], abs=1e-4)
+
+
+def test_score_heads_ranks_trained_above_fresh(tiny_heads, tiny_model, tiny_tok, tmp_path):
+    from tiny_heads import self_distill_rows
+
+    build_feature_cache(tiny_model, tiny_tok, self_distill_rows(tiny_model, tiny_tok), tmp_path, meta={"target": "t"})
+    cache = load_feature_cache(tmp_path)
+    weight = tiny_model.get_output_embeddings().weight
+    seqs = list(range(len(cache)))
+    trained = score_heads(load_heads(tiny_heads["eagle"], tiny_model), cache, seqs, weight)
+    fresh = score_heads(_eagle(tiny_model, layers=1), cache, seqs, weight)
+    assert 0 <= fresh["eval_top1_h0"] < trained["eval_top1_h0"] <= 1
+    medusa = score_heads(load_heads(tiny_heads["medusa"], tiny_model), cache, seqs, weight)
+    assert {f"eval_top1_h{i}" for i in range(3)} <= set(medusa)
