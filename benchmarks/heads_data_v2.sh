@@ -19,7 +19,7 @@ stamp() { echo "== $1 ($(date +%H:%M:%S), load $(cut -d' ' -f1-3 /proc/loadavg))
 
 [ -f "$OUT/v2-prompts.jsonl" ] || python -m specbench_cli.training.heads_prompts -o "$OUT/v2-prompts.jsonl" \
   -n "${PROMPTS:-1500}" --seed 1 || exit 1
-if [ ! -d "$OUT/v2-answers.jsonl.features" ]; then
+if [ ! -d "$OUT/v2-answers.jsonl.features" ] && [ "${SKIP_GEN:-0}" != 1 ]; then
   stamp "generation (budget ${GEN_MINUTES:-22} min)"
   timeout "${GEN_MINUTES:-22}m" specbench train drafter distill-data --target smollm2-135m \
     --seeds "$OUT/v2-prompts.jsonl" --temperatures 0 --max-new-tokens "${GEN_MAX_NEW:-128}" --batch-size 24 \
