@@ -10,7 +10,8 @@
 #   usage: benchmarks/heads_eval.sh NAME [NAME] [--stages chain4,bc10,bc30]
 #          e.g. benchmarks/heads_eval.sh eagle-k2-adv medusa-h3-k2-adv
 #   env:   HEADS_OUT (default /work/heads_ckpt), LIMIT (1 question per category), MAX_NEW (64),
-#          DTYPE (float32), RES (results/reference/heads); the Spec-Bench questions come from
+#          DTYPE (float32), FORWARD (sdpa; lean = the fused forward, docs/performance.md),
+#          RES (results/reference/heads); the Spec-Bench questions come from
 #          $SPECBENCH_QUESTIONS or ../shared/data/spec_bench/question.jsonl (README, "Where the questions come from")
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -47,7 +48,7 @@ for stage in ${STAGES//,/ }; do
   esac
   echo "== $tag $stage ($(date +%H:%M:%S), load $(cut -d' ' -f1-3 /proc/loadavg))"
   specbench run --tasks spec_bench --limit "${LIMIT:-1}" --max-new-tokens "${MAX_NEW:-64}" --threads 1 \
-    --dtype "${DTYPE:-float32}" --output-dir "$dir" --no-report "${heads[@]}" "${args[@]}"
+    --dtype "${DTYPE:-float32}" --forward "${FORWARD:-sdpa}" --output-dir "$dir" --no-report "${heads[@]}" "${args[@]}"
   echo "== $tag $stage finished ($(date +%H:%M:%S), load $(cut -d' ' -f1-3 /proc/loadavg))"
 done
 specbench report "$RES/$tag"/*/*/ --columns bc,alpha,agree -o "$RES/$tag/report" >/dev/null || true

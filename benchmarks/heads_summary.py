@@ -23,12 +23,14 @@ def main() -> None:
     runs = sorted(p for p in root.iterdir() if (p / "training.json").is_file())
     if not runs:
         sys.exit(f"no training.json under {root}")
-    first = json.loads((runs[0] / "training.json").read_text())
-    lines = [f"Data: {first['data']} -> {first['data_sequences']} sequences, {first['data_tokens']} tokens "
-             f"({first['data_response_tokens']} answer tokens); target {first['target']} ({first['dtype']}).", "",
+    metas = [json.loads((p / "training.json").read_text()) for p in runs]
+    datas = {m["data"]: m for m in metas}  # one line per data set the runs trained on
+    lines = [f"Data: {d} -> {m['data_sequences']} sequences, {m['data_tokens']} tokens "
+             f"({m['data_response_tokens']} answer tokens); target {m['target']} ({m['dtype']})." for d, m in datas.items()]
+    lines += ["",
              "| run | head | params | steps | tokens seen | train min | held-out top-1 per head | top-5 |",
              "| --- | --- | --- | --- | --- | --- | --- | --- |"]
-    lines += [row(p.name, json.loads((p / "training.json").read_text())) for p in runs]
+    lines += [row(p.name, m) for p, m in zip(runs, metas)]
     (root / "table.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 

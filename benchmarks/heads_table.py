@@ -1,7 +1,7 @@
 """KOALA Table 1 analog from the committed runs of benchmarks/heads_eval.sh and the trainings of
 benchmarks/train_heads.sh: one row per head (EAGLE / Medusa, K = 1..3, plain / adversarial).
 
-Columns: training minutes and held-out top-1 (training.json); from the chain4 run (greedy chain
+Columns: the answer tokens of the training data, training minutes and held-out top-1 (training.json); from the chain4 run (greedy chain
 of 3 at BC 4): KOALA's mean acceptance length and 1/2/3-alpha; from the bc10 / bc30 runs (the
 head's tree): #MAT, speedup over AR of the same run, pld's speedup in that run, the head's
 draft ms per step and the run's ar agreement. Every figure is computed from samples.jsonl with
@@ -42,6 +42,8 @@ def stage(folder: Path, head: str) -> dict | None:
     out["draft_ms"] = 1000 * sum(r.get("draft_time", 0.0) for r in ok) / max(1, steps)
     out["verify_ms"] = 1000 * sum(r.get("verify_time", 0.0) for r in ok) / max(1, steps)
     out["label"] = ok[0]["method_label"] if ok else head
+    cfg = json.loads((runs[0] / "manifest.json").read_text()).get("config", {})
+    out["forward"] = cfg.get("forward", "sdpa")  # runs made before --forward existed used sdpa
     return out
 
 
@@ -52,11 +54,11 @@ def f(x: float, digits: int = 2) -> str:
 def main() -> None:
     res = Path(sys.argv[1] if len(sys.argv) > 1 else "results/reference/heads")
     train = Path(sys.argv[2] if len(sys.argv) > 2 else "results/reference/heads-training")
-    lines = ["| run | head | train min | held-out top-1 | ℓ (chain 3) | 1-α | 2-α | 3-α "
+    lines = ["| run | head | data (answer tok) | train min | held-out top-1 | ℓ (chain 3) | 1-α | 2-α | 3-α "
              "| BC10 #MAT | BC10 speedup | pld BC10 | draft/verify ms BC10 | BC30 #MAT | BC30 speedup | pld BC30 "
-             "| draft/verify ms BC30 | =AR |",
-             "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: "
-             "| ---: | ---: |"]
+             "| draft/verify ms BC30 | =AR | forward |",
+             "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: "
+             "| ---: | ---: | --- |"]
     heads = [(d, name) for d in sorted(p for p in res.iterdir() if p.is_dir()) for name in d.name.split("+")
              if name.split("-")[0] in HEADS]
     for d, name in sorted(heads, key=lambda x: x[1]):
@@ -67,13 +69,15 @@ def main() -> None:
         nan = float("nan")
         agree = [x.get("ar_agreement", nan) for x in (c, b10, b30) if x]
         lines.append(" | ".join([
-            f"| {name}", t.get("label", b10.get("label", "?")), f(t.get("training_seconds", nan) / 60, 1),
+            f"| {name}", t.get("label", b10.get("label", "?")), str(t.get("data_response_tokens", "–")),
+            f(t.get("training_seconds", nan) / 60, 1),
             f(t.get("eval_top1_h0", nan), 3), f(c.get("mat", nan)), f(c.get("alpha1", nan)), f(c.get("alpha2", nan)),
             f(c.get("alpha3", nan)), f(b10.get("mat", nan)), f(b10.get("speedup", nan)), f(b10.get("pld", nan)),
             f"{f(b10.get('draft_ms', nan), 0)} / {f(b10.get('verify_ms', nan), 0)}", f(b30.get("mat", nan)),
             f(b30.get("speedup", nan)), f(b30.get("pld", nan)),
             f"{f(b30.get('draft_ms', nan), 0)} / {f(b30.get('verify_ms', nan), 0)}",
-            f(min(agree) if agree else nan)]) + " |")
+            f(min(agree) if agree else nan),
+            "/".join(sorted({x["forward"] for x in (c, b10, b30) if x})) or "–"]) + " |")
     (res / "table.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 

@@ -6,6 +6,8 @@
 # and training.json files are copied to results/reference/heads-training/<name>/.
 # Every stage resumes: re-running the script skips finished heads and continues interrupted ones.
 #   usage: benchmarks/train_heads.sh [names...]     (default: all, in the order below)
+#          a name may end in -v2 (train on $HEADS_OUT/data/v2.features, benchmarks/heads_data_v2.sh)
+#          and then in -sN (N steps instead of $STEPS), e.g. eagle-k1-v2 or eagle-k1-v2-s1200
 #   env:   HEADS_OUT, STEPS (default 400), BATCH (default 4), GEN_MAX_NEW (160), SKIP_GEN=1,
 #          AUTOCAST (1: bfloat16 autocast of the training step, ~2.5x faster here; 0: float32)
 set -euo pipefail
@@ -30,14 +32,14 @@ PY
     --temperatures 0 --max-new-tokens "${GEN_MAX_NEW:-160}" --batch-size 24 --threads 1 -q -o "$DATA"
 fi
 
-train() {  # name, then `train heads` options
-  local name=$1; shift
+train() {  # name, data, steps, then `train heads` options
+  local name=$1 data=$2 steps=$3; shift 3
   local dir=$OUT/$name resume=()
   if [ -f "$dir/training.json" ]; then echo "== $name: done"; else
     [ -d "$dir/checkpoints" ] && resume=(--resume)
-    echo "== $name: $* ($(date +%H:%M:%S))"
+    echo "== $name: $* ($(date +%H:%M:%S), load $(cut -d' ' -f1-3 /proc/loadavg))"
     amp=(); [ "${AUTOCAST:-1}" = 1 ] && amp=(--autocast)
-    specbench train heads --data "$DATA" --out "$dir" --steps "$STEPS" --batch-size "$BATCH" \
+    specbench train heads --data "$data" --out "$dir" --steps "$steps" --batch-size "$BATCH" \
       --threads 1 -q "${resume[@]}" "${amp[@]}" "$@"
   fi
   mkdir -p "$RES/$name"
@@ -47,9 +49,13 @@ train() {  # name, then `train heads` options
 ALL=(eagle-k1 eagle-k1-adv eagle-k2 eagle-k2-adv eagle-k3 eagle-k3-adv
      medusa-h3-k1 medusa-h3-k1-adv medusa-h3-k2 medusa-h3-k2-adv medusa-h3-k3 medusa-h3-k3-adv)
 for name in "${@:-${ALL[@]}}"; do
-  [[ $name =~ ^(eagle|medusa-h3)-k([123])(-adv)?$ ]] || { echo "unknown head run $name" >&2; exit 2; }
-  kind=${BASH_REMATCH[1]%-h3} k=${BASH_REMATCH[2]} args=()
+  [[ $name =~ ^(eagle|medusa-h3)-k([123])(-adv)?(-v2)?(-s([0-9]+))?$ ]] || { echo "unknown head run $name" >&2; exit 2; }
+  kind=${BASH_REMATCH[1]%-h3} k=${BASH_REMATCH[2]} args=() data=$DATA steps=${BASH_REMATCH[6]:-$STEPS}
   [ "$kind" = medusa ] && args+=(--heads-count 3)
   [ -n "${BASH_REMATCH[3]}" ] && args+=(--adversarial --lambda 0.1 --disc-layers "$k")
-  train "$name" --kind "$kind" --layers "$k" --lr 1e-3 "${args[@]}"
+  if [ -n "${BASH_REMATCH[4]}" ]; then
+    data=$OUT/data/v2.features
+    [ -f "$data/features.json" ] || { echo "no $data: run benchmarks/heads_data_v2.sh first" >&2; exit 2; }
+  fi
+  train "$name" "$data" "$steps" --kind "$kind" --layers "$k" --lr 1e-3 "${args[@]}"
 done

@@ -6,11 +6,13 @@ import torch
 from safetensors.torch import load_file
 from test_cli import cli as run_cli
 
+from specbench_cli.errors import UsageError
 from specbench_cli.training.heads_data import build_feature_cache, heads_prompts, load_feature_cache, \
-    spec_bench_overlap
+    merge_feature_caches, spec_bench_overlap
+from specbench_cli.training.heads_prompts import GENERATORS, varied_prompts
 from specbench_cli.training.heads_model import EagleHead, MedusaHeads, causal_mask, eagle_config, load_heads, \
     save_heads
-from specbench_cli.training.heads_train import HeadsRecipe, train_heads
+from specbench_cli.training.heads_train import HeadsRecipe, score_heads, train_heads
 from specbench_cli.training.heads_tree import default_medusa_paths, eagle2_tree, medusa_tree
 
 WORDS = ["sea", "sun", "dog", "cat", "red", "blue", "one", "two", "poem", "story"]
@@ -170,6 +172,33 @@ def test_prompts_not_spec_bench(questions_file):
     assert spec_bench_overlap([{"instruction": first.upper()}], spec_bench_questions) == [first.upper()]
 
 
+def test_varied_prompts_not_spec_bench(questions_file):
+    prompts = varied_prompts(1500, seed=1)  # what benchmarks/heads_data_v2.sh generates
+    assert len(prompts) == 1500 and len({p["instruction"] for p in prompts}) == 1500
+    assert {p["category"] for p in prompts} == set(GENERATORS)
+    assert varied_prompts(20, seed=1) == prompts[:20]  # seeded, any prefix is balanced
+    assert spec_bench_overlap(prompts, questions_file) == []
+
+
+def test_merge_feature_caches(tmp_path, tiny_model, tiny_tok):
+    rows = _rows()
+    a = build_feature_cache(tiny_model, tiny_tok, rows[:4], tmp_path / "a", batch_size=4, meta={"target": "tiny"})
+    b = build_feature_cache(tiny_model, tiny_tok, rows[4:], tmp_path / "b", batch_size=4, meta={"target": "tiny"})
+    m = merge_feature_caches([tmp_path / "a", tmp_path / "b"], tmp_path / "m")
+    loaded = load_feature_cache(tmp_path / "m")
+    assert len(loaded) == len(rows) and loaded.meta["sequences"] == len(rows)
+    assert loaded.response_tokens() == a.response_tokens() + b.response_tokens() == m.meta["response_tokens"]
+    for e, (part, i) in enumerate([(a, i) for i in range(len(a))] + [(b, i) for i in range(len(b))]):
+        o0, o1 = int(loaded.offsets[e]), int(loaded.offsets[e + 1])
+        p0, p1 = int(part.offsets[i]), int(part.offsets[i + 1])
+        assert torch.equal(loaded.tokens[o0:o1], part.tokens[p0:p1])
+        assert torch.equal(loaded.features[o0:o1], part.features[p0:p1])
+        assert int(loaded.starts[e]) == int(part.starts[i])
+    build_feature_cache(tiny_model, tiny_tok, rows[:2], tmp_path / "c", meta={"target": "other"})
+    with pytest.raises(UsageError, match="different targets"):
+        merge_feature_caches([tmp_path / "a", tmp_path / "c"], tmp_path / "m2")
+
+
 def test_feature_cache(cache, tiny_model, tiny_tok):
     assert len(cache) == len(WORDS)
     assert cache.features.shape == (cache.tokens.shape[0], 32)
@@ -275,3 +304,17 @@ def test_eagle2_tree_scores_equal_path_unrolls(tiny_model):
             total += torch.log_softmax(logits[-1], -1)[tok].item()
             state, logits = head.step(cache, state, torch.tensor([tok]), torch.tensor([4 + d]))
         assert total == pytest.approx(tree.scores[i], abs=1e-4)
+
+
+def test_score_heads_ranks_trained_above_fresh(tiny_heads, tiny_model, tiny_tok, tmp_path):
+    from tiny_heads import self_distill_rows
+
+    build_feature_cache(tiny_model, tiny_tok, self_distill_rows(tiny_model, tiny_tok), tmp_path, meta={"target": "t"})
+    cache = load_feature_cache(tmp_path)
+    weight = tiny_model.get_output_embeddings().weight
+    seqs = list(range(len(cache)))
+    trained = score_heads(load_heads(tiny_heads["eagle"], tiny_model), cache, seqs, weight)
+    fresh = score_heads(_eagle(tiny_model, layers=1), cache, seqs, weight)
+    assert 0 <= fresh["eval_top1_h0"] < trained["eval_top1_h0"] <= 1
+    medusa = score_heads(load_heads(tiny_heads["medusa"], tiny_model), cache, seqs, weight)
+    assert {f"eval_top1_h{i}" for i in range(3)} <= set(medusa)

@@ -220,3 +220,39 @@ def make_batch(cache: FeatureCache, seqs: list[int], device=None, max_len: int |
         valid[b, :n] = True
         loss[b, int(cache.starts[s]):n - 1] = True
     return tokens.to(device), feats.to(device), valid.to(device), loss.to(device)
+
+
+def merge_feature_caches(folders: list[Path], out: Path) -> FeatureCache:
+    """Concatenate feature caches of one target into a new cache folder `out` (sequences in the
+    given order; offsets shifted). Lets new self-distillation data join an old cache without a
+    second target pass over the old rows. features.json records each part's meta under "parts".
+    """
+    import torch
+    from safetensors.torch import save_file
+
+    from specbench_cli.training import write_json
+
+    if not folders:
+        raise UsageError("merge needs at least one feature cache")
+    parts = [load_feature_cache(f) for f in folders]
+    targets = {p.meta.get("target") for p in parts}
+    widths = {int(p.features.shape[1]) for p in parts}
+    if len(targets) != 1 or len(widths) != 1:
+        raise UsageError(f"feature caches of different targets or widths cannot be merged: {targets}, {widths}")
+    offsets, base = [torch.zeros(1, dtype=torch.long)], 0
+    for p in parts:
+        offsets.append(p.offsets[1:] + base)
+        base += int(p.offsets[-1])
+    cache = FeatureCache(torch.cat([p.tokens for p in parts]), torch.cat([p.features for p in parts]),
+                         torch.cat(offsets), torch.cat([p.starts for p in parts]), {})
+    out = Path(out).expanduser()
+    out.mkdir(parents=True, exist_ok=True)
+    save_file({"tokens": cache.tokens, "features": cache.features, "offsets": cache.offsets,
+               "starts": cache.starts}, str(out / FEATURES_FILE))
+    cache.meta = {"target": targets.pop(), "data": " + ".join(str(p.meta.get("data", "?")) for p in parts),
+                  "sequences": len(cache), "tokens": int(cache.offsets[-1]),
+                  "response_tokens": cache.response_tokens(), "hidden_size": widths.pop(),
+                  "max_len": max(int(p.meta.get("max_len", 0)) for p in parts), "feature_dtype": "float16",
+                  "parts": [{**p.meta, "folder": str(f)} for p, f in zip(parts, folders)]}
+    write_json(out / FEATURES_META, cache.meta)
+    return cache

@@ -218,6 +218,18 @@ def evaluate(head, cache: FeatureCache, seqs: list[int], weight, recipe: HeadsRe
     return {f"eval_{k}": v / max(1, n) for k, v in sums.items()}
 
 
+def score_heads(head, cache: FeatureCache, seqs: list[int], weight, batch_size: int = 4, max_len: int = 384) -> dict:
+    """`evaluate` for a head loaded from disk (`load_heads`): teacher-forced top-1/top-5 per head on
+    cache sequences `seqs`, softmax over the rows of `weight` [V', h]. Lets heads trained on
+    different data be compared on the same held-out sequences."""
+    recipe = HeadsRecipe(kind=head.kind, heads_count=getattr(head, "n_heads", 1), layers=head.n_layers,
+                         batch_size=batch_size, max_len=max_len)
+    with torch.no_grad():
+        out = evaluate(head, cache, seqs, weight, recipe)
+    head.eval()
+    return out
+
+
 def train_heads(target: Any, cache: FeatureCache, recipe: HeadsRecipe, out: Path, meta: dict,
                 resume: bool = False, progress: bool = True, vocab_file: Path | None = None) -> dict:
     """Train one head on `cache` (see the module docstring); returns the training.json dict."""
