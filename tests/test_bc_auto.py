@@ -51,6 +51,17 @@ def test_drafting_cost_counts_against_a_budget():
     assert bcauto.choose_budget([costly, cheap], gpu)[0] == 4
 
 
+def test_a_drafting_budget_must_beat_bc_1_by_the_margin():
+    # flat curve: BC 4 sends 4 tokens for the cost of one; accepting 3 % / 10 % more than AR per step
+    ar = profile(1, [1] * 100, [1] * 100)
+    small, clear = profile(4, [1] * 97 + [2] * 3, [4] * 100), profile(4, [1] * 90 + [2] * 10, [4] * 100)
+    flat = lambda q: 20.0  # noqa: E731
+    best, pred = bcauto.choose_budget([ar, small], flat)
+    assert pred[4] > pred[1] and pred[4] < pred[1] * (1 + bcauto.MIN_GAIN) and best == 1
+    assert bcauto.choose_budget([ar, clear], flat)[0] == 4
+    assert bcauto.choose_budget([small], flat)[0] == 4  # without BC 1 among the candidates: the best
+
+
 def test_ties_go_to_the_smaller_budget_and_measured_q_not_the_budget_is_charged():
     # pld caps its draft: at BC 24 it still sends 11 tokens, so it costs what BC 11 costs
     a, b = profile(11, [4] * 5, [11] * 5), profile(24, [4] * 5, [11] * 5)
