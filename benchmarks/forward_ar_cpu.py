@@ -16,10 +16,11 @@ by CPU time (prefill included, as `specbench run` counts it), decode-only tok/s 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import time
 from pathlib import Path
+
+from bench_json import write_result  # benchmarks/ is on sys.path when a script runs
 
 
 def main() -> None:
@@ -85,10 +86,7 @@ def main() -> None:
             "decode_tok_per_s_cpu": round(a["steps"] / (a["cpu"] - a["prefill_cpu"]), 2),
             "prefill_s_wall": round(a["prefill_wall"], 2),
             "same_tokens_as_" + flavours[0]: f"{same[f]}/{len(prompts)}"}
-    text = json.dumps(res, indent=1)
-    if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(text + "\n")
+    text = write_result(res, args.out)
     print(text)
 
 

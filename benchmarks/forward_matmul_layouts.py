@@ -10,11 +10,12 @@ weight storage order: MKL (`F.linear`) on `[out, in]` and on `[in, out]` storage
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import time
 from pathlib import Path
+
+from bench_json import write_result  # benchmarks/ is on sys.path when a script runs
 
 SHAPES = [(960, 576), (576, 576), (3072, 576), (576, 1536)]
 
@@ -56,10 +57,7 @@ def main() -> None:
             res["cpu_ms"][f"q{q} {name}"] = {"layers": round(statistics.median(layers), 1),
                                             "head": round(statistics.median(heads), 2)}
     res["loadavg_after"] = round(os.getloadavg()[0], 2)
-    text = json.dumps(res, indent=1)
-    if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(text + "\n")
+    text = write_result(res, args.out)
     print(text)
 
 

@@ -21,6 +21,8 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
+from bench_json import write_result  # benchmarks/ is on sys.path when a script runs
+
 MATMUL = {"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::_mkl_linear", "mkldnn::_linear_pointwise",
           "aten::mkldnn_rnn_layer", "aten::_weight_int8pack_mm"}
 ATTENTION = {"aten::_scaled_dot_product_flash_attention_for_cpu", "aten::_scaled_dot_product_attention_math",
@@ -97,10 +99,7 @@ def main() -> None:
            "context": args.context, "torch": torch.__version__, "loadavg_before": os.getloadavg()[0],
            "profiles": [profile(lm, int(q), args.context, args.iters, False) for q in args.q.split(",")]}
     res["loadavg_after"] = os.getloadavg()[0]
-    text = json.dumps(res, indent=1)
-    if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(text + "\n")
+    text = write_result(res, args.out)
     print(text if not args.out else json.dumps({p["q"]: (p["wall_ms_median"], p["share"]) for p in res["profiles"]}),
           file=sys.stdout)
 

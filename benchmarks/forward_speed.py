@@ -14,11 +14,12 @@ time is the work done, which neighbours' load inflates far less than wall time),
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import time
 from pathlib import Path
+
+from bench_json import write_result  # benchmarks/ is on sys.path when a script runs
 
 
 def main() -> None:
@@ -67,10 +68,7 @@ def main() -> None:
            "ms": {f: {str(q): {"wall_median": round(statistics.median(wall[f, q]), 2),
                                "cpu_median": round(statistics.median(cpu[f, q]), 2),
                                "wall_min": round(min(wall[f, q]), 2)} for q in qs} for f in flavours}}
-    text = json.dumps(res, indent=1)
-    if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(text + "\n")
+    text = write_result(res, args.out)
     print(text)
 
 

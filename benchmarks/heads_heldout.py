@@ -37,7 +37,7 @@ def main() -> None:
     seqs = [s for s in split_cache(cache, 0.05, 0)[1] if s >= args.start]
     lm = load_model(cache.meta["target"])
     weight = lm.model.get_output_embeddings().weight[load_file(str(args.cache / "vocab.safetensors"))["vocab"]]
-    n_tok = sum(int(cache.offsets[s + 1] - cache.offsets[s] - cache.starts[s] - 1) for s in seqs)
+    n_tok = cache.response_tokens(seqs)
     lines = [f"Held-out: {len(seqs)} sequences ({n_tok} answer tokens) of {args.cache} from index {args.start}; "
              f"softmax over its {weight.shape[0]}-token sub-vocabulary; float32.", "",
              "| heads | data (answer tok) | top-1 per head | top-5 per head |", "| --- | ---: | --- | --- |"]

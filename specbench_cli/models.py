@@ -240,17 +240,19 @@ def load_model(ref: str = DEFAULT_MODEL, device: str = "cpu", dtype: str = "floa
         raise remote_code_refused(f"folder {folder} ({culprit} has an auto_map)")
     offline = kind == "hub" and not hub_reachable()
     kwargs = {"trust_remote_code": trust_remote_code, "local_files_only": offline}
+    config = None
     try:
-        if forward == "auto":  # the config alone decides (no weights loaded twice)
+        if forward == "auto":  # the config alone decides; it is read once and handed to the model below
             from transformers import AutoConfig
 
-            forward = attention.resolve(forward, AutoConfig.from_pretrained(folder, **kwargs), device)
+            config = AutoConfig.from_pretrained(folder, **kwargs)
+            forward = attention.resolve(forward, config, device)
         attn_implementation = "short" if forward == "lean" else forward
         if attn_implementation == "short":
             attention.register()
         tokenizer = AutoTokenizer.from_pretrained(folder, **kwargs)
         model = AutoModelForCausalLM.from_pretrained(folder, dtype=tdtype, attn_implementation=attn_implementation,
-                                                     **kwargs)
+                                                     **({"config": config} if config is not None else {}), **kwargs)
     except OSError as e:
         if kind == "hub" and offline:
             raise UsageError(f"model '{ref}' is not in the local Hugging Face cache and the hub is unreachable; "

@@ -121,8 +121,10 @@ class FeatureCache:
     def __len__(self) -> int:
         return len(self.starts)
 
-    def response_tokens(self) -> int:
-        return int(sum(int(self.offsets[e + 1] - self.offsets[e] - self.starts[e] - 1) for e in range(len(self))))
+    def response_tokens(self, seqs: list[int] | None = None) -> int:
+        """Loss positions of sequences `seqs` (default: all)."""
+        seqs = range(len(self)) if seqs is None else seqs
+        return int(sum(int(self.offsets[e + 1] - self.offsets[e] - self.starts[e] - 1) for e in seqs))
 
 
 def build_feature_cache(target: Any, tokenizer: Any, rows: list[dict], out: Path, max_len: int = 512,
@@ -136,9 +138,7 @@ def build_feature_cache(target: Any, tokenizer: Any, rows: list[dict], out: Path
     import time
 
     import torch
-    from safetensors.torch import save_file
 
-    from specbench_cli.training import write_json
     from specbench_cli.training.distill_data import stop_token_ids
     from specbench_cli.training.finetune import build_examples, collate, model_device
 
@@ -165,13 +165,23 @@ def build_feature_cache(target: Any, tokenizer: Any, rows: list[dict], out: Path
     offsets[1:] = torch.tensor(lens).cumsum(0)
     cache = FeatureCache(torch.cat(toks), torch.cat(feats), offsets,
                          torch.tensor([e.start for e in examples], dtype=torch.long), {})
+    return _save_cache(cache, out, meta or {}, max_len=max_len, seconds=round(time.time() - t0, 1))
+
+
+def _save_cache(cache: FeatureCache, out: Path, meta: dict, **extra: Any) -> FeatureCache:
+    """Write `cache` to the folder `out`: the tensors, and features.json = `meta`, the cache's
+    size (sequences, tokens, response tokens, hidden size, float16 features), then `extra`."""
+    from safetensors.torch import save_file
+
+    from specbench_cli.training import write_json
+
     out = Path(out).expanduser()
     out.mkdir(parents=True, exist_ok=True)
     save_file({"tokens": cache.tokens, "features": cache.features, "offsets": cache.offsets,
                "starts": cache.starts}, str(out / FEATURES_FILE))
-    cache.meta = {**(meta or {}), "sequences": len(examples), "tokens": int(offsets[-1]),
+    cache.meta = {**meta, "sequences": len(cache), "tokens": int(cache.offsets[-1]),
                   "response_tokens": cache.response_tokens(), "hidden_size": int(cache.features.shape[1]),
-                  "max_len": max_len, "feature_dtype": "float16", "seconds": round(time.time() - t0, 1)}
+                  "feature_dtype": "float16", **extra}
     write_json(out / FEATURES_META, cache.meta)
     return cache
 
@@ -228,9 +238,6 @@ def merge_feature_caches(folders: list[Path], out: Path) -> FeatureCache:
     second target pass over the old rows. features.json records each part's meta under "parts".
     """
     import torch
-    from safetensors.torch import save_file
-
-    from specbench_cli.training import write_json
 
     if not folders:
         raise UsageError("merge needs at least one feature cache")
@@ -245,14 +252,7 @@ def merge_feature_caches(folders: list[Path], out: Path) -> FeatureCache:
         base += int(p.offsets[-1])
     cache = FeatureCache(torch.cat([p.tokens for p in parts]), torch.cat([p.features for p in parts]),
                          torch.cat(offsets), torch.cat([p.starts for p in parts]), {})
-    out = Path(out).expanduser()
-    out.mkdir(parents=True, exist_ok=True)
-    save_file({"tokens": cache.tokens, "features": cache.features, "offsets": cache.offsets,
-               "starts": cache.starts}, str(out / FEATURES_FILE))
-    cache.meta = {"target": targets.pop(), "data": " + ".join(str(p.meta.get("data", "?")) for p in parts),
-                  "sequences": len(cache), "tokens": int(cache.offsets[-1]),
-                  "response_tokens": cache.response_tokens(), "hidden_size": widths.pop(),
-                  "max_len": max(int(p.meta.get("max_len", 0)) for p in parts), "feature_dtype": "float16",
-                  "parts": [{**p.meta, "folder": str(f)} for p, f in zip(parts, folders)]}
-    write_json(out / FEATURES_META, cache.meta)
-    return cache
+    data = " + ".join(str(p.meta.get("data", "?")) for p in parts)
+    return _save_cache(cache, out, {"target": targets.pop(), "data": data},
+                       max_len=max(int(p.meta.get("max_len", 0)) for p in parts),
+                       parts=[{**p.meta, "folder": str(f)} for p, f in zip(parts, folders)])
