@@ -10,14 +10,17 @@ specbench_cli.metrics (nothing typed in).
 Runs are found as RESULTS/<tag>/<stage>/<run_id>/ with tag = head names joined by '+'
 (benchmarks/heads_eval.sh); each head's row reads its method's rows from its tag's runs.
 
-usage: python benchmarks/heads_table.py [RESULTS=results/reference/heads] [TRAINING=results/reference/heads-training]
+With `--bf16 DIR` (the same heads evaluated with DTYPE=bfloat16 into DIR, stages bc10 / bc30) the
+table gains bfloat16 columns: #MAT, speedup and pld's speedup at BC 10 and BC 30.
+
+usage: python benchmarks/heads_table.py [RESULTS=results/reference/heads] [TRAINING=results/reference/heads-training] [--bf16 DIR]
 writes RESULTS/table.md and prints it
 """
 
 from __future__ import annotations
 
+import argparse
 import json
-import sys
 from pathlib import Path
 
 from specbench_cli import metrics as m
@@ -52,23 +55,30 @@ def f(x: float, digits: int = 2) -> str:
 
 
 def main() -> None:
-    res = Path(sys.argv[1] if len(sys.argv) > 1 else "results/reference/heads")
-    train = Path(sys.argv[2] if len(sys.argv) > 2 else "results/reference/heads-training")
-    lines = ["| run | head | data (answer tok) | train min | held-out top-1 | ℓ (chain 3) | 1-α | 2-α | 3-α "
-             "| BC10 #MAT | BC10 speedup | pld BC10 | draft/verify ms BC10 | BC30 #MAT | BC30 speedup | pld BC30 "
-             "| draft/verify ms BC30 | =AR | forward |",
-             "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: "
-             "| ---: | ---: | --- |"]
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("results", type=Path, nargs="?", default=Path("results/reference/heads"))
+    ap.add_argument("training", type=Path, nargs="?", default=Path("results/reference/heads-training"))
+    ap.add_argument("--bf16", type=Path, help="bfloat16 runs of the same heads (stages bc10, bc30)")
+    args = ap.parse_args()
+    res, train = args.results, args.training
+    head = ("| run | head | data (answer tok) | train min | held-out top-1 | ℓ (chain 3) | 1-α | 2-α | 3-α "
+            "| BC10 #MAT | BC10 speedup | pld BC10 | draft/verify ms BC10 | BC30 #MAT | BC30 speedup | pld BC30 "
+            "| draft/verify ms BC30 | =AR | forward |")
+    rule = ("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: "
+            "| ---: | ---: | --- |")
+    if args.bf16:
+        head += " bf16 BC10 #MAT | bf16 BC10 speedup | bf16 pld BC10 | bf16 BC30 #MAT | bf16 BC30 speedup | bf16 pld BC30 |"
+        rule += " ---: | ---: | ---: | ---: | ---: | ---: |"
+    lines = [head, rule]
     heads = [(d, name) for d in sorted(p for p in res.iterdir() if p.is_dir()) for name in d.name.split("+")
              if name.split("-")[0] in HEADS]
+    nan = float("nan")
     for d, name in sorted(heads, key=lambda x: x[1]):
         t_file = train / name / "training.json"
         t = json.loads(t_file.read_text()) if t_file.is_file() else {}
-        c, b10, b30 = (stage(d / s, name.split("-")[0]) for s in ("chain4", "bc10", "bc30"))
-        c, b10, b30 = (x or {} for x in (c, b10, b30))
-        nan = float("nan")
+        c, b10, b30 = (stage(d / s, name.split("-")[0]) or {} for s in ("chain4", "bc10", "bc30"))
         agree = [x.get("ar_agreement", nan) for x in (c, b10, b30) if x]
-        lines.append(" | ".join([
+        cells = [
             f"| {name}", t.get("label", b10.get("label", "?")), str(t.get("data_response_tokens", "–")),
             f(t.get("training_seconds", nan) / 60, 1),
             f(t.get("eval_top1_h0", nan), 3), f(c.get("mat", nan)), f(c.get("alpha1", nan)), f(c.get("alpha2", nan)),
@@ -77,7 +87,11 @@ def main() -> None:
             f(b30.get("speedup", nan)), f(b30.get("pld", nan)),
             f"{f(b30.get('draft_ms', nan), 0)} / {f(b30.get('verify_ms', nan), 0)}",
             f(min(agree) if agree else nan),
-            "/".join(sorted({x["forward"] for x in (c, b10, b30) if x})) or "–"]) + " |")
+            "/".join(sorted({x["forward"] for x in (c, b10, b30) if x})) or "–"]
+        if args.bf16:
+            h10, h30 = (stage(args.bf16 / d.name / s, name.split("-")[0]) or {} for s in ("bc10", "bc30"))
+            cells += [f(x.get(k, nan)) for x in (h10, h30) for k in ("mat", "speedup", "pld")]
+        lines.append(" | ".join(cells) + " |")
     (res / "table.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 
