@@ -1,4 +1,5 @@
-"""The result file of the forward benchmarks: one JSON document, written to `--out` if given."""
+"""Result files of the benchmarks: the forward benchmarks' JSON document and the Markdown tables of
+the heads benchmarks, each printed or returned and written to an output path if one is given."""
 
 from __future__ import annotations
 
@@ -13,4 +14,13 @@ def write_result(res: dict, out: Optional[Path]) -> str:
     if out:
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(text + "\n")
+    return text
+
+
+def write_table(lines: list[str], out: Optional[Path]) -> str:
+    """`lines` as one Markdown text, printed; also written to `out` when `out` is set."""
+    text = "\n".join(lines) + "\n"
+    print(text)
+    if out:
+        out.write_text(text)
     return text

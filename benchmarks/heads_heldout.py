@@ -16,6 +16,7 @@ import argparse
 import json
 from pathlib import Path
 
+from bench_json import write_table
 from safetensors.torch import load_file
 
 from specbench_cli.models import load_model
@@ -49,10 +50,7 @@ def main() -> None:
         lines.append(f"| {folder.name} | {meta.get('data_response_tokens', '?')} | "
                      + " / ".join(f"{r[f'eval_top1_h{i}']:.3f}" for i in range(n)) + " | "
                      + " / ".join(f"{r[f'eval_top5_h{i}']:.3f}" for i in range(n)) + " |")
-    text = "\n".join(lines) + "\n"
-    print(text)
-    if args.output:
-        args.output.write_text(text)
+    write_table(lines, args.output)
 
 
 if __name__ == "__main__":

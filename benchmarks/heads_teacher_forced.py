@@ -20,6 +20,7 @@ import json
 from pathlib import Path
 
 import torch
+from bench_json import write_table
 
 from specbench_cli.models import load_model
 from specbench_cli.prompting import encode_chat, user_turn
@@ -27,15 +28,15 @@ from specbench_cli.training import set_threads
 from specbench_cli.training.heads_model import load_draft_vocab, load_heads
 
 
-def predictions(head, feats: torch.Tensor, ids: torch.Tensor, window: int) -> dict[int, torch.Tensor]:
-    """{offset k: logits [n, V] whose row t predicts token t+k} for the head's predictions."""
+def next_but_one_logits(head, feats: torch.Tensor, ids: torch.Tensor, window: int) -> torch.Tensor:
+    """Logits [n, V] whose row t predicts token t+2: EAGLE from the pair (feature t, token t+1)
+    (rows before the window are NaN), Medusa's head 1 from feature t."""
     n = ids.shape[0]
     if head.kind == "eagle":
         cut = max(0, n - 1 - window) if window else 0
         _, lg = head.step(head.new_cache(), feats[cut:-1], ids[cut + 1:], torch.arange(cut, n - 1))
-        return {2: torch.cat([torch.full((cut, lg.shape[1]), float("nan")), lg])}
-    out = head.head_logits(feats)  # [n, H, V]
-    return {2 + i: out[:, i] for i in range(out.shape[1])}
+        return torch.cat([torch.full((cut, lg.shape[1]), float("nan")), lg])
+    return head.head_logits(feats)[:, 0]
 
 
 def main() -> None:
@@ -68,7 +69,7 @@ def main() -> None:
         acc = collections.defaultdict(lambda: [0, 0, 0])
         with torch.no_grad():
             for cat, plen, ids, feats in seqs:
-                lg = predictions(head, feats, ids, args.window)[2]
+                lg = next_but_one_logits(head, feats, ids, args.window)
                 dv = torch.unique(torch.cat([vocab, ids[:plen]])) if vocab is not None else torch.arange(lg.shape[1])
                 for t in range(plen - 1, len(ids) - 2):  # row t predicts answer token t+2
                     a = acc[cat]
@@ -78,10 +79,7 @@ def main() -> None:
         tot = [sum(a[i] for a in acc.values()) for i in range(3)]
         cell = lambda a: f"{a[0] / a[2]:.3f} ({a[1] / a[2]:.3f})" if a[2] else "–"  # noqa: E731
         lines.append(f"| {folder.name} | " + " | ".join(cell(acc[c]) for c in cats) + f" | {cell(tot)} |")
-    text = "\n".join(lines) + "\n"
-    print(text)
-    if args.output:
-        args.output.write_text(text)
+    write_table(lines, args.output)
 
 
 if __name__ == "__main__":
