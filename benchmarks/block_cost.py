@@ -15,7 +15,7 @@ import time
 import torch
 
 from specbench_cli.engine.cache import KVCache
-from specbench_cli.models import load_model
+from specbench_cli.models.load import load_model
 
 
 def main() -> None:

@@ -39,9 +39,9 @@ def calibrate(args) -> dict:
     from specbench_cli.engine.loop import Decoder
     from specbench_cli.methods.base import MethodContext
     from specbench_cli.methods.fastcot import FastCoT
-    from specbench_cli.models import load_model
-    from specbench_cli.prompting import encode_chat, set_threads, stop_token_ids, user_turn
-    from specbench_cli.quality import gsm8k_correct
+    from specbench_cli.models.load import load_model
+    from specbench_cli.models.prompting import encode_chat, set_threads, stop_token_ids, user_turn
+    from specbench_cli.scoring.quality import gsm8k_correct
 
     set_threads(args.threads)
     lm = load_model("smollm2-135m", dtype="float32")
@@ -113,8 +113,8 @@ def calibrate(args) -> dict:
 
 
 def table(args) -> str:
-    from specbench_cli.quality import score_row, wilson
-    from specbench_cli.runfolder import all_rows, load_runs
+    from specbench_cli.scoring.quality import score_row, wilson
+    from specbench_cli.store.runfolder import all_rows, load_runs
 
     rows = [r for r in all_rows(load_runs([Path(args.run_dir)])) if r["status"] == "ok"]
     by = {}

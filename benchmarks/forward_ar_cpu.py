@@ -39,8 +39,8 @@ def main() -> None:
     from specbench_cli import methods, tasks
     from specbench_cli.engine.loop import Decoder
     from specbench_cli.methods.base import MethodContext
-    from specbench_cli.models import load_model
-    from specbench_cli.prompting import encode_chat, stop_token_ids, user_turn
+    from specbench_cli.models.load import load_model
+    from specbench_cli.models.prompting import encode_chat, stop_token_ids, user_turn
 
     torch.set_num_threads(args.threads)
     flavours = args.forwards.split(",")

@@ -91,7 +91,7 @@ def main() -> None:
     args = ap.parse_args()
     import torch
 
-    from specbench_cli.models import load_model
+    from specbench_cli.models.load import load_model
 
     torch.set_num_threads(args.threads)
     lm = load_model(args.model, dtype=args.dtype, forward=args.forward)

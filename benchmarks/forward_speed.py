@@ -36,7 +36,7 @@ def main() -> None:
     import torch
 
     from specbench_cli.engine.cache import KVCache
-    from specbench_cli.models import load_model
+    from specbench_cli.models.load import load_model
 
     torch.set_num_threads(args.threads)
     flavours = args.forwards.split(",")

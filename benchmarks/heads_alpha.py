@@ -19,10 +19,10 @@ from pathlib import Path
 
 import torch
 
-from specbench_cli.models import load_model
-from specbench_cli.training.heads_data import load_feature_cache, split_cache
-from specbench_cli.training.heads_model import load_heads
-from specbench_cli.training.heads_tree import eagle2_tree
+from specbench_cli.models.load import load_model
+from specbench_cli.training.heads.data import load_feature_cache, split_cache
+from specbench_cli.methods.heads.model import load_heads
+from specbench_cli.methods.heads.tree import eagle2_tree
 
 
 @torch.no_grad()

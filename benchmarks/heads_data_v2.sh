@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Issue 11, second data set for the draft heads ("v2"): varied Spec-Bench-like prompts
-# (specbench_cli/training/heads_prompts.py, none a Spec-Bench question), the target's own greedy
+# (specbench_cli/training/heads/prompts.py, none a Spec-Bench question), the target's own greedy
 # answers generated for a fixed time budget, their features, merged with the first data set's
 # feature cache (benchmarks/train_heads.sh, 302 prompts) so the v2 heads see both.
 #   usage: benchmarks/heads_data_v2.sh
@@ -17,7 +17,7 @@ OUT=${HEADS_OUT:-/work/heads_ckpt}/data
 mkdir -p "$OUT"
 stamp() { echo "== $1 ($(date +%H:%M:%S), load $(cut -d' ' -f1-3 /proc/loadavg))"; }
 
-[ -f "$OUT/v2-prompts.jsonl" ] || python -m specbench_cli.training.heads_prompts -o "$OUT/v2-prompts.jsonl" \
+[ -f "$OUT/v2-prompts.jsonl" ] || python -m specbench_cli.training.heads.prompts -o "$OUT/v2-prompts.jsonl" \
   -n "${PROMPTS:-1500}" --seed 1 || exit 1
 if [ ! -d "$OUT/v2-answers.jsonl.features" ] && [ "${SKIP_GEN:-0}" != 1 ]; then
   stamp "generation (budget ${GEN_MINUTES:-22} min)"
@@ -30,10 +30,10 @@ fi
 python - "$OUT" "${FEAT_DTYPE:-bfloat16}" <<'PY' || exit 1
 import sys, time
 from pathlib import Path
-from specbench_cli.models import load_model
-from specbench_cli.training import set_threads
-from specbench_cli.training.heads_cli import _rows_target
-from specbench_cli.training.heads_data import FEATURES_FILE, build_feature_cache, merge_feature_caches
+from specbench_cli.models.load import load_model
+from specbench_cli.models.prompting import set_threads
+from specbench_cli.training.heads.pipeline import _rows_target
+from specbench_cli.training.heads.data import FEATURES_FILE, build_feature_cache, merge_feature_caches
 
 out, dtype = Path(sys.argv[1]), sys.argv[2]
 set_threads(1)

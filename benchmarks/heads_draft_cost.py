@@ -15,9 +15,9 @@ import time
 
 import torch
 
-from specbench_cli.models import load_model
-from specbench_cli.training.heads_model import EagleHead, eagle_config
-from specbench_cli.training.heads_tree import eagle2_tree
+from specbench_cli.models.load import load_model
+from specbench_cli.methods.heads.model import EagleHead, eagle_config
+from specbench_cli.methods.heads.tree import eagle2_tree
 
 
 def main() -> None:

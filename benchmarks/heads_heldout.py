@@ -19,11 +19,11 @@ from pathlib import Path
 from bench_json import write_table
 from safetensors.torch import load_file
 
-from specbench_cli.models import load_model
-from specbench_cli.training import set_threads
-from specbench_cli.training.heads_data import load_feature_cache, split_cache
-from specbench_cli.training.heads_model import load_heads
-from specbench_cli.training.heads_train import score_heads
+from specbench_cli.models.load import load_model
+from specbench_cli.models.prompting import set_threads
+from specbench_cli.training.heads.data import load_feature_cache, split_cache
+from specbench_cli.methods.heads.model import load_heads
+from specbench_cli.training.heads.train import score_heads
 
 
 def main() -> None:

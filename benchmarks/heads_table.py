@@ -5,7 +5,7 @@ Columns: the answer tokens of the training data, training minutes and held-out t
 of 3 at BC 4): KOALA's mean acceptance length and 1/2/3-alpha; from the bc10 / bc30 runs (the
 head's tree): #MAT, speedup over AR of the same run, pld's speedup in that run, the head's
 draft ms per step and the run's ar agreement. Every figure is computed from samples.jsonl with
-specbench_cli.metrics (nothing typed in).
+specbench_cli.report.metrics (nothing typed in).
 
 Runs are found as RESULTS/<tag>/<stage>/<run_id>/ with tag = head names joined by '+'
 (benchmarks/heads_eval.sh); each head's row reads its method's rows from its tag's runs.
@@ -23,8 +23,8 @@ import argparse
 import json
 from pathlib import Path
 
-from specbench_cli import metrics as m
-from specbench_cli.runfolder import all_rows, load_runs
+from specbench_cli.report import metrics as m
+from specbench_cli.store.runfolder import all_rows, load_runs
 
 HEADS = ("eagle", "medusa")
 

@@ -16,8 +16,8 @@ import statistics
 
 from specbench_cli.engine.drafter import Drafter
 from specbench_cli.engine.loop import Decoder
-from specbench_cli.models import load_model
-from specbench_cli.prompting import encode_chat, set_threads, stop_token_ids, user_turn
+from specbench_cli.models.load import load_model
+from specbench_cli.models.prompting import encode_chat, set_threads, stop_token_ids, user_turn
 from specbench_cli.tasks.mini import Mini
 
 

@@ -20,12 +20,12 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
-from specbench_cli.runner import compare_ids
+from specbench_cli.run.runner import compare_ids
 
 
 def ar_outputs(run: Path) -> dict[tuple, tuple[str, list[int]]]:
     """(question_id, turn, repeat) -> (category, output_ids) of the run's ok `ar` rows."""
-    from specbench_cli.runfolder import load_run
+    from specbench_cli.store.runfolder import load_run
 
     out = {}
     for row in load_run(run).rows:

@@ -23,11 +23,11 @@ import time
 def time_config(lm, rows, lora_rank, autocast, args) -> dict:
     import torch
 
-    from specbench_cli.training.distill_data import stop_token_ids
-    from specbench_cli.training.finetune import batch_indices, build_examples, collate
-    from specbench_cli.training.noise import NoiseConfig, apply_noise
-    from specbench_cli.training.sft import _autocast, batch_loss, noise_generator
-    from specbench_cli.training.sft_lora import wrap
+    from specbench_cli.training.drafter.distill_data import stop_token_ids
+    from specbench_cli.training.drafter.finetune import batch_indices, build_examples, collate
+    from specbench_cli.training.sft.noise import NoiseConfig, apply_noise
+    from specbench_cli.training.sft.train import _autocast, batch_loss, noise_generator
+    from specbench_cli.training.sft.lora import wrap
 
     model = lm.model
     if lora_rank:
@@ -68,7 +68,7 @@ def main() -> None:
     args = ap.parse_args()
     import torch
 
-    from specbench_cli.models import load_model
+    from specbench_cli.models.load import load_model
 
     torch.set_num_threads(args.threads)
     rows = [json.loads(line) for line in open(args.data) if line.strip()]

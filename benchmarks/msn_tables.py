@@ -49,8 +49,8 @@ def summary_of(runs: dict[str, list[Path]]):
     """Overall metrics per (model NAME, method, block complexity) of the given run folders."""
     import pandas as pd
 
-    from specbench_cli.metrics import summarize
-    from specbench_cli.runfolder import load_run
+    from specbench_cli.report.metrics import summarize
+    from specbench_cli.store.runfolder import load_run
 
     rows = []
     for name, folders in runs.items():
@@ -72,7 +72,7 @@ def _x(speedup: float) -> str:
 
 
 def _change(before: float, after: float) -> str:
-    from specbench_cli.report import relative_change
+    from specbench_cli.report.table import relative_change
 
     return relative_change(before, after)
 
@@ -161,8 +161,8 @@ def quality_scores(runs: dict[str, list[Path]], execute_code: bool = False) -> d
     """{(model, scorer): {(question_id, turn, repeat): 1.0 / 0.0 / None}} of the runs' `ar` rows
     that carry a scorer (None: not scorable, e.g. HumanEval without `execute_code`)."""
     from specbench_cli.errors import UsageError
-    from specbench_cli.quality import scored_rows
-    from specbench_cli.runfolder import load_run
+    from specbench_cli.scoring.quality import scored_rows
+    from specbench_cli.store.runfolder import load_run
 
     out: dict = {}
     for name, given in runs.items():
@@ -180,7 +180,7 @@ def quality_scores(runs: dict[str, list[Path]], execute_code: bool = False) -> d
 def quality_table(scores: dict, ref: str = "sft") -> str:
     """Markdown: score with n and Wilson interval per (model, scorer); paired counts vs `ref`
     on the questions both scored; a note for answers that could not be scored."""
-    from specbench_cli.quality import METRIC_NAMES, wilson
+    from specbench_cli.scoring.quality import METRIC_NAMES, wilson
 
     lines = [f"| model | metric | n | correct | score | 95% Wilson | paired with {ref} | only {ref} right | "
              "only model right | McNemar p |", "|---|---|---|---|---|---|---|---|---|---|"]

@@ -21,8 +21,8 @@ import torch
 from specbench_cli import methods, tasks
 from specbench_cli.engine.loop import Decoder
 from specbench_cli.methods.base import MethodContext
-from specbench_cli.models import load_model
-from specbench_cli.prompting import ChatPrompter, stop_token_ids
+from specbench_cli.models.load import load_model
+from specbench_cli.models.prompting import ChatPrompter, stop_token_ids
 
 
 def hf_generate(model, ids, max_new, eos, **kw):

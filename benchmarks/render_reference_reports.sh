@@ -10,7 +10,7 @@ src=$1; res=$2; out=$3
 rm -rf "$out"; mkdir -p "$out"
 export PYTHONPATH="$src" COLUMNS=200 OMP_NUM_THREADS=1
 py=${PY:-python}
-sb() { "$py" -c 'import sys; from specbench_cli.app import main; sys.argv[0]="specbench"; main()' "$@"; }
+sb() { "$py" -c 'import sys; from specbench_cli.cli.main import main; sys.argv[0]="specbench"; main()' "$@"; }
 sb report "$res"/bc-sweep/bc*/* --columns bc,median,agree -o "$out/bc-sweep" --no-plots > "$out/bc-sweep.stdout" 2>/dev/null
 sb report "$res"/bf16-bc10/2* --columns median,agree -o "$out/bf16-bc10" --no-plots > "$out/bf16-bc10.stdout" 2>/dev/null
 for f in markdown csv latex json; do sb report "$res"/bf16-bc10/2* --columns bc,mbsu,params,median,agree -f $f -o "$out/bf16-all-$f" --no-plots > "$out/bf16-all-$f.stdout" 2>/dev/null; done

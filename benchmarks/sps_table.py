@@ -30,8 +30,8 @@ from pathlib import Path
 import pandas as pd
 
 from specbench_cli import methods as method_registry
-from specbench_cli.metrics import AR_METHOD, OVERALL, display_category, order_categories, summarize
-from specbench_cli.report import Column, TableData, to_markdown
+from specbench_cli.report.metrics import AR_METHOD, OVERALL, display_category, order_categories, summarize
+from specbench_cli.report.table import Column, TableData, to_markdown
 
 SPEC_BENCH_CATEGORIES = ("mt_bench", "translation", "summarization", "qa", "math_reasoning", "rag")
 MODES = {"greedy": (0.0, 1.0), "t0.6": (0.6, 0.9)}
@@ -49,8 +49,8 @@ def alias_for(drafter: str, taken: set[str]) -> str:
 
 def run_all(args) -> list[Path]:
     from specbench_cli.errors import SpecBenchError
-    from specbench_cli.runner import RunConfig
-    from specbench_cli.workflow import execute
+    from specbench_cli.run.runner import RunConfig
+    from specbench_cli.run.workflow import execute
 
     taken: set[str] = set()
     aliases = {alias_for(d, taken): d for d in args.drafters}
@@ -83,7 +83,7 @@ def mode_of(temperature: float, top_p: float) -> str:
 
 def collect(run_dirs: list[Path], per_category: bool) -> tuple[pd.DataFrame, list[str]]:
     """One record per (run, method): overall (and per-category tau) metrics from `summarize`."""
-    from specbench_cli.runfolder import load_runs
+    from specbench_cli.store.runfolder import load_runs
 
     records, notes = [], []
     for run in load_runs(run_dirs):

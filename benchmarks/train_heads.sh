@@ -23,7 +23,7 @@ mkdir -p "$OUT/data" "$RES"
 if [ "${SKIP_GEN:-0}" != 1 ]; then
   python - "$OUT/data/prompts.jsonl" <<'PY'
 import json, sys
-from specbench_cli.training.heads_data import heads_prompts
+from specbench_cli.training.heads.data import heads_prompts
 with open(sys.argv[1], "w") as f:
     for r in heads_prompts():
         f.write(json.dumps(r) + "\n")

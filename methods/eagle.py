@@ -33,7 +33,7 @@ from specbench_cli.engine.drafter import DecodeState, Structure
 from specbench_cli.engine.tree import Draft
 from specbench_cli.errors import UsageError
 from specbench_cli.methods.base import Method, user_options
-from specbench_cli.methods.heads_common import HeadsCheckpoint, draws_chains, pick, sampling_rng
+from specbench_cli.methods.heads.common import HeadsCheckpoint, draws_chains, pick, sampling_rng
 
 
 @dataclass
@@ -103,7 +103,7 @@ class Eagle(Method):
         features, tokens = self._pending(state)
         if self.chain:
             return self._chain(features, tokens, n)
-        from specbench_cli.training.heads_tree import eagle2_tree
+        from specbench_cli.methods.heads.tree import eagle2_tree
 
         tree = eagle2_tree(self.head, self.cache, features, tokens, budget=n, depth=self.depth, top_k=self.top_k)
         return Draft(tokens=tree.tokens, parents=tree.parents)

@@ -79,7 +79,7 @@ class FastCoT(Method):
         self.max_iters, self.use_approx, self.init = o.max_iters, o.approx, o.init
 
     def setup(self) -> None:
-        from specbench_cli.prompting import encode_chat, stop_token_ids, user_turn
+        from specbench_cli.models.prompting import encode_chat, stop_token_ids, user_turn
 
         tok = self.ctx.tokenizer
         self.eos = set(stop_token_ids(tok, self.ctx.model))

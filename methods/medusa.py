@@ -28,7 +28,7 @@ from specbench_cli.engine.drafter import DecodeState, Structure
 from specbench_cli.engine.tree import Draft
 from specbench_cli.errors import UsageError
 from specbench_cli.methods.base import Method, user_options
-from specbench_cli.methods.heads_common import HeadsCheckpoint, draws_chains, pick, sampling_rng
+from specbench_cli.methods.heads.common import HeadsCheckpoint, draws_chains, pick, sampling_rng
 
 
 @dataclass
@@ -58,7 +58,7 @@ class Medusa(Method):
         self.paths: list[list[int]] = []
 
     def setup(self) -> None:
-        from specbench_cli.training.heads_tree import default_medusa_paths
+        from specbench_cli.methods.heads.tree import default_medusa_paths
 
         self.head = self.ckpt.load(self.ctx.model)
         self.paths = default_medusa_paths(self.head.n_heads, self.opts.width)
@@ -88,7 +88,7 @@ class Medusa(Method):
             picks = [pick(row, self.ctx.sampling, self.rng, self.head) for row in logits[: min(n, logits.shape[0])]]
             probs = torch.stack([p for _, p in picks]) if picks[0][1] is not None else None
             return Draft.chain([t for t, _ in picks], probs)
-        from specbench_cli.training.heads_tree import medusa_tree
+        from specbench_cli.methods.heads.tree import medusa_tree
 
         tree = medusa_tree(logits, self.paths, budget=n, ids=self.head.draft_ids)
         return Draft(tokens=tree.tokens, parents=tree.parents)

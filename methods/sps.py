@@ -95,7 +95,7 @@ class SpeculativeSampling(Method):
 
     def setup(self) -> None:
         """Load the draft model (the heavy part) and check it shares the target's tokenizer."""
-        from specbench_cli.models import load_model
+        from specbench_cli.models.load import load_model
 
         ctx = self.ctx
         lm = load_model(self.draft_ref, device=ctx.device, dtype=ctx.dtype, trust_remote_code=ctx.trust_remote_code)

@@ -1,3 +1,3 @@
-from specbench_cli.app import main
+from specbench_cli.cli.main import main
 
 main()

@@ -25,7 +25,7 @@ class Question:
     turns: list[str]
     subcategory: Optional[str] = None
     reference: Optional[list] = field(default=None, repr=False)  # one entry per turn
-    scorer: Optional[str] = None  # how answers are scored against `reference` (specbench_cli/quality.py)
+    scorer: Optional[str] = None  # how answers are scored against `reference` (specbench_cli/scoring/quality.py)
 
     def reference_for(self, turn: int):
         """What turn `turn`'s answer is scored against (None when the question is not scored)."""
@@ -41,7 +41,7 @@ class Task:
                 no loaded task names after these, alphabetically).
     fold:       category in the source file -> reported category; the source name is kept
                 as `Question.subcategory` (Spec-Bench's eight MT-bench sub-categories).
-    scorers:    category -> quality scorer (specbench_cli/quality.py) for questions that carry
+    scorers:    category -> quality scorer (specbench_cli/scoring/quality.py) for questions that carry
                 a reference, e.g. Spec-Bench's math_reasoning -> gsm8k.
     Subclasses set `name`, `summary` and implement `load`.
     """
@@ -100,7 +100,7 @@ def read_jsonl_questions(path: Path, task: str, fold: Optional[dict[str, str]] =
             reference = [reference]
         scorer = row.get("scorer")
         if scorer is not None:
-            from specbench_cli.quality import check_scorer
+            from specbench_cli.scoring.quality import check_scorer
 
             check_scorer(scorer, f"{path}:{lineno}")
         questions.append(Question(task=task, id=str(row["question_id"]), category=cat, turns=list(turns),

@@ -74,7 +74,7 @@ def find_questions(path: Optional[str] = None, allow_download: bool = True) -> P
     for cand in local_candidates():
         if cand.is_file():
             return cand
-    from specbench_cli.models import cache_root
+    from specbench_cli.models.load import cache_root
 
     cached = cache_root() / "data" / "spec_bench" / "question.jsonl"
     if cached.is_file() and sha256_of(cached) == SHA256:

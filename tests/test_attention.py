@@ -11,7 +11,8 @@ import pytest
 import torch
 
 from specbench_cli import methods
-from specbench_cli.engine import attention, lean
+from specbench_cli.engine.forward import modes as attention
+from specbench_cli.engine.forward import lean
 from specbench_cli.engine.cache import KVCache
 from specbench_cli.engine.loop import Decoder
 from specbench_cli.engine.tree import path_to, tree_inputs
@@ -137,7 +138,7 @@ def test_manifest_records_the_forward(tiny_model_dir, tmp_path, capsys, forward,
 def test_auto_forward_is_lean_only_for_a_plain_llama_on_cpu():
     from types import SimpleNamespace as NS
 
-    from specbench_cli.engine.attention import resolve
+    from specbench_cli.engine.forward.modes import resolve
 
     llama = NS(model_type="llama", attention_bias=False, mlp_bias=False, hidden_act="silu")
     assert resolve("auto", llama, "cpu") == "lean"
@@ -179,7 +180,7 @@ def test_lean_takes_input_embeddings_and_a_trivial_padding_mask():
 
 @torch.inference_mode()
 def test_load_model_lean_on_a_tied_model_counts_params_once_and_matches_sdpa(tmp_path):
-    from specbench_cli.models import load_model
+    from specbench_cli.models.load import load_model
     from tiny import save_tiny
 
     save_tiny(tmp_path / "tied", seed=1, tie=True)
@@ -193,7 +194,7 @@ def test_load_model_lean_on_a_tied_model_counts_params_once_and_matches_sdpa(tmp
 @pytest.fixture(scope="module")
 def smol_lean():
     pytest.importorskip("gguf")
-    from specbench_cli.models import load_model
+    from specbench_cli.models.load import load_model
 
     try:
         return load_model("smollm2-135m", forward="lean")
@@ -206,7 +207,7 @@ def smol_lean():
                                   and not methods.get(n).needs_training and n != "ar"])
 def test_lean_methods_equal_ar_on_the_real_model(smol_lean, name):
     from specbench_cli import tasks
-    from specbench_cli.prompting import ChatPrompter
+    from specbench_cli.models.prompting import ChatPrompter
 
     prompter = ChatPrompter(smol_lean.tokenizer)
     qs = {q.id: q for q in tasks.get("mini").load()}

@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from specbench_cli import bcauto
-from specbench_cli import cost as costmod
+from specbench_cli.run.auto import bcauto
+from specbench_cli.run.auto import cost as costmod
 from test_cli import cli
 
 
@@ -91,7 +91,7 @@ def test_instance_budget_and_label():
 
 
 def test_auto_needs_calibration_questions_outside_the_reported_ones(capsys, monkeypatch):
-    import specbench_cli.models as models
+    import specbench_cli.models.load as models
 
     monkeypatch.setattr(models, "load_model", lambda *a, **k: pytest.fail("model loaded before validation"))
     code, _, err = cli(["run", "--bc", "auto", "--tasks", "mini"], capsys)  # all 18 mini questions reported
@@ -99,8 +99,8 @@ def test_auto_needs_calibration_questions_outside_the_reported_ones(capsys, monk
 
 
 def test_calibration_takes_the_runs_own_suite_first_then_mini():
-    from specbench_cli.bcauto_run import calibration_questions
-    from specbench_cli.runner import RunConfig, load_questions
+    from specbench_cli.run.auto.calibrate import calibration_questions
+    from specbench_cli.run.runner import RunConfig, load_questions
 
     cfg = RunConfig(tasks=["mini"], categories=["qa"], limit=1)
     reported = load_questions(cfg)
@@ -124,7 +124,7 @@ def test_calibration_takes_the_runs_own_suite_first_then_mini():
      "lookahead@auto: none of the auto candidates [1] fits"),
 ])
 def test_bad_auto_input_exits_2_before_loading(args, message, capsys, monkeypatch):
-    import specbench_cli.models as models
+    import specbench_cli.models.load as models
 
     monkeypatch.setattr(models, "load_model", lambda *a, **k: pytest.fail("model loaded before validation"))
     code, _, err = cli(args, capsys)
@@ -165,7 +165,7 @@ AUTO_METHODS = "ar,pld,pld@auto,lookahead@auto,tr-jacobi@auto,mask-probe@auto,ja
 
 
 def test_auto_run_end_to_end_on_the_tiny_model(tiny_model_dir, isolated_cache, tmp_path, capsys, monkeypatch):
-    from specbench_cli import bcauto_run
+    from specbench_cli.run.auto import calibrate as bcauto_run
 
     out_dir = tmp_path / "out"
     args = run_args(tiny_model_dir, out_dir, AUTO_METHODS, "--auto-candidates", "2,4", "--auto-questions", "1",

@@ -33,7 +33,7 @@ def _have_model() -> bool:
 
 
 def _cli(args) -> int:
-    from specbench_cli.app import main
+    from specbench_cli.cli.main import main
 
     old = sys.argv
     sys.argv = ["specbench", *args]

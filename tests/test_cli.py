@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from specbench_cli import methods
-from specbench_cli.app import main
+from specbench_cli.cli.main import main
 from specbench_cli.methods.base import Method
 
 
@@ -120,7 +120,7 @@ def test_resume_keeps_finished_rows_and_completes_the_rest(tiny_model_dir, tmp_p
 
 
 def test_ctrl_c_keeps_finished_rows_and_says_how_to_resume(tiny_model_dir, tmp_path, capsys, monkeypatch):
-    from specbench_cli.runner import Runner
+    from specbench_cli.run.runner import Runner
 
     real = Runner._run_question
     calls = {"n": 0}

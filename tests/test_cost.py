@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from specbench_cli import cost as c
+from specbench_cli.run.auto import cost as c
 from test_cli import cli
 
 
@@ -46,7 +46,7 @@ def test_cache_is_keyed_by_every_setting(isolated_cache):
     (["cost", "--threads", "0"], "--threads must be at least 1"),
 ])
 def test_cost_bad_input_exits_2_before_loading(args, message, capsys, monkeypatch):
-    import specbench_cli.models as models
+    import specbench_cli.models.load as models
 
     monkeypatch.setattr(models, "load_model", lambda *a, **k: pytest.fail("model loaded before validation"))
     code, _, err = cli(args, capsys)

@@ -12,7 +12,7 @@ from specbench_cli import methods
 from specbench_cli.engine.loop import Decoder
 from specbench_cli.errors import UsageError
 from specbench_cli.methods.base import MethodContext
-from specbench_cli.prompting import encode_chat, stop_token_ids, user_turn
+from specbench_cli.models.prompting import encode_chat, stop_token_ids, user_turn
 from test_cli import _rows, _run_dir, cli
 
 BC = 6
@@ -104,7 +104,7 @@ def test_bad_options_are_usage_errors(options, message):
 
 
 def test_lossy_methods_are_declared_lossy_and_not_run_by_default():
-    from specbench_cli.runner import default_methods
+    from specbench_cli.run.runner import default_methods
 
     for name in ("fastcot", "cot"):
         assert methods.describe(name)["lossless"] is False and methods.get(name).lossless is False

@@ -118,9 +118,9 @@ GOOD_ROWS = [make_row("ar", 1, [1, 1, 1], 0.3), make_row("pld", 1, [2, 1], 0.2, 
 
 def _run_usable(run) -> None:
     """What report/check/compare/export do with a loaded run must work."""
-    from specbench_cli import metrics
-    from specbench_cli.export import spec_bench_answers
-    from specbench_cli.runfolder import all_rows
+    from specbench_cli.report import metrics
+    from specbench_cli.report.export import spec_bench_answers
+    from specbench_cli.store.runfolder import all_rows
 
     assert isinstance(run.run_id, str) and isinstance(run.model_name, str)
     assert run.model_params is None or isinstance(run.model_params, int)
@@ -134,8 +134,8 @@ def _run_usable(run) -> None:
 @FUZZ
 @given(doc=st.one_of(mutated(manifest()), json_values), config=st.one_of(st.none(), mutated(manifest()["config"])))
 def test_manifest_reader(folder, doc, config):
-    from specbench_cli.runfolder import load_run
-    from specbench_cli.runner import config_from_manifest
+    from specbench_cli.store.runfolder import load_run
+    from specbench_cli.run.runner import config_from_manifest
 
     run_dir = folder / "run_m"
     run_dir.mkdir(exist_ok=True)
@@ -157,7 +157,7 @@ def test_manifest_reader(folder, doc, config):
 @given(rows=st.lists(st.one_of(st.sampled_from(GOOD_ROWS).flatmap(mutated), json_values), min_size=1, max_size=5),
        raw=st.one_of(st.none(), st.binary(max_size=200)))
 def test_samples_reader(folder, rows, raw):
-    from specbench_cli.runfolder import load_run
+    from specbench_cli.store.runfolder import load_run
 
     run_dir = folder / "run_s"
     run_dir.mkdir(exist_ok=True)
@@ -180,9 +180,9 @@ ENTRY = {"model": "smollm2-135m", "method_label": "pld", "block_complexity": 8, 
                      json_values),
        raw=st.one_of(st.none(), st.none(), st.binary(max_size=100)))
 def test_baseline_reader(folder, doc, raw):
-    from specbench_cli import metrics
-    from specbench_cli.baseline import check_entries, mismatches, read_baseline
-    from specbench_cli.runfolder import all_rows, load_run
+    from specbench_cli.report import metrics
+    from specbench_cli.report.baseline import check_entries, mismatches, read_baseline
+    from specbench_cli.store.runfolder import all_rows, load_run
 
     path = folder / "baseline.json"
     path.write_bytes(raw if raw is not None else json.dumps(doc).encode())
@@ -256,7 +256,7 @@ def test_grid_reader(folder, doc, raw):
 
 def test_nan_and_infinity_in_files_are_refused_where_they_would_poison_metrics(folder):
     """The JSON module reads NaN: a row whose wall_time is NaN would make every speedup NaN."""
-    from specbench_cli.runfolder import load_run
+    from specbench_cli.store.runfolder import load_run
 
     run_dir = folder / "run_nan"
     run_dir.mkdir(exist_ok=True)

@@ -19,7 +19,7 @@ from specbench_cli.engine.loop import Decoder
 from specbench_cli.engine.verify import SamplingConfig
 from specbench_cli.errors import UsageError
 from specbench_cli.methods.base import MethodContext
-from specbench_cli.training.heads_model import EagleHead, MedusaHeads, count_params, eagle_config, save_heads
+from specbench_cli.methods.heads.model import EagleHead, MedusaHeads, count_params, eagle_config, save_heads
 
 from tiny import EOS, make_model
 
@@ -155,7 +155,7 @@ def test_draft_vocabulary_checks(tmp_path, tiny_model, tiny_tok, tiny_heads):
 
 
 def test_heads_flag_picks_the_one_head_method():
-    from specbench_cli.methods.heads_common import apply_heads_flag
+    from specbench_cli.methods.heads.common import apply_heads_flag
 
     opts: dict = {}
     apply_heads_flag(["ar", "pld", "eagle"], opts, "/h")
@@ -213,7 +213,7 @@ def test_missing_heads_exits_2_before_any_model_loads(kind, capsys, monkeypatch,
     def no_model(*args, **kwargs):
         raise AssertionError("a model was loaded before the options were checked")
 
-    monkeypatch.setattr("specbench_cli.models.load_model", no_model)
+    monkeypatch.setattr("specbench_cli.models.load.load_model", no_model)
     start = time.perf_counter()
     code, _, err = cli(["run", "--methods", kind, "--output-dir", str(tmp_path)], capsys)
     elapsed = time.perf_counter() - start
@@ -251,7 +251,7 @@ def test_cli_run_with_heads(tiny_model_dir, tiny_heads, tmp_path, capsys):
 
 
 def test_not_in_the_default_method_list():
-    from specbench_cli.runner import default_methods
+    from specbench_cli.run.runner import default_methods
 
     assert not {"medusa", "eagle"} & set(default_methods())
     assert methods.describe("medusa")["needs_training"] is True and methods.describe("eagle")["lossless"] is True

@@ -7,13 +7,13 @@ from safetensors.torch import load_file
 from test_cli import cli as run_cli
 
 from specbench_cli.errors import UsageError
-from specbench_cli.training.heads_data import build_feature_cache, heads_prompts, load_feature_cache, \
+from specbench_cli.training.heads.data import build_feature_cache, heads_prompts, load_feature_cache, \
     merge_feature_caches, spec_bench_overlap
-from specbench_cli.training.heads_prompts import GENERATORS, varied_prompts
-from specbench_cli.training.heads_model import EagleHead, MedusaHeads, causal_mask, eagle_config, load_heads, \
+from specbench_cli.training.heads.prompts import GENERATORS, varied_prompts
+from specbench_cli.methods.heads.model import EagleHead, MedusaHeads, causal_mask, eagle_config, load_heads, \
     save_heads
-from specbench_cli.training.heads_train import HeadsRecipe, score_heads, train_heads
-from specbench_cli.training.heads_tree import default_medusa_paths, eagle2_tree, medusa_tree
+from specbench_cli.training.heads.train import HeadsRecipe, score_heads, train_heads
+from specbench_cli.methods.heads.tree import default_medusa_paths, eagle2_tree, medusa_tree
 
 WORDS = ["sea", "sun", "dog", "cat", "red", "blue", "one", "two", "poem", "story"]
 
@@ -324,7 +324,7 @@ def test_discriminator_learns_to_separate():
     """KOALA's D must be able to tell a peaked target distribution from a flatter, noisier head's
     given the hidden state (the earlier softmax-probability input stayed at chance here and on
     real heads: accuracy 0.56, L_D 1.379 after these 300 steps)."""
-    from specbench_cli.training.heads_losses import Discriminator, d_loss
+    from specbench_cli.training.heads.losses import Discriminator, d_loss
 
     g = torch.Generator().manual_seed(0)
     torch.manual_seed(0)

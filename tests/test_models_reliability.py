@@ -20,7 +20,9 @@ from pathlib import Path
 
 import pytest
 
-from specbench_cli import model_cache, models
+from specbench_cli.models import cache as model_cache
+
+from specbench_cli.models import load as models
 from specbench_cli.errors import UsageError
 
 from tiny import save_tiny  # noqa: E402
@@ -262,7 +264,7 @@ def test_stale_temp_folders_cleaned_but_not_a_live_builders(tmp_path):
 SCRIPT = textwrap.dedent("""
     import os, sys, time
     from pathlib import Path
-    from specbench_cli.model_cache import ensure_entry
+    from specbench_cli.models.cache import ensure_entry
     entry, log, pause = Path(sys.argv[1]), Path(sys.argv[2]), float(sys.argv[3])
     go = Path(sys.argv[4]) if len(sys.argv) > 4 else None
     print("ready", flush=True)
@@ -368,7 +370,7 @@ LOAD_GGUF = textwrap.dedent("""
     import sys, time
     from pathlib import Path
     import transformers, torch
-    from specbench_cli.models import load_model
+    from specbench_cli.models.load import load_model
     print("ready", flush=True)
     while not Path(sys.argv[2]).exists():  # start line: both processes race from here
         time.sleep(0.01)

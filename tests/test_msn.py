@@ -10,10 +10,10 @@ import re
 import pytest
 import torch
 from test_cli import cli as run_cli
-from specbench_cli.training.finetune import TrainConfig, batch_indices, build_examples, collate
-from specbench_cli.training.noise import NoiseConfig, apply_noise, window
-from specbench_cli.training.sft import noise_generator, train_sft
-from specbench_cli.training.synth_prompts import make_prompts
+from specbench_cli.training.drafter.finetune import TrainConfig, batch_indices, build_examples, collate
+from specbench_cli.training.sft.noise import NoiseConfig, apply_noise, window
+from specbench_cli.training.sft.train import noise_generator, train_sft
+from specbench_cli.training.drafter.synth_prompts import make_prompts
 
 from tiny import WORDS, make_model, make_tokenizer  # noqa: E402
 
@@ -95,7 +95,7 @@ def _cli(args, capsys):
 
 
 def test_bad_options_exit_2_before_loading(tmp_path, capsys, monkeypatch):
-    import specbench_cli.training.cli as tcli
+    import specbench_cli.cli.train as tcli
 
     def no_load(*a, **k):
         raise AssertionError("the model was loaded")
@@ -125,7 +125,7 @@ def _train(tmp_path, name, noise, steps=6, **kw):
 
 
 def test_sft_and_msn_see_the_same_batches_and_differ_only_by_noise(tmp_path, tok, monkeypatch):
-    import specbench_cli.training.sft as sft
+    import specbench_cli.training.sft.train as sft
 
     seen = {"sft": [], "msn": []}
     real = sft.batch_loss
@@ -160,7 +160,7 @@ def test_loss_decreases_and_resume_is_identical(tmp_path):
 
 
 def test_saved_folder_loads_and_generates(tmp_path):
-    from specbench_cli.models import load_model
+    from specbench_cli.models.load import load_model
 
     _, summary, _ = _train(tmp_path, "out", None, steps=3)
     assert summary["kind"] == "sft" and summary["steps_done"] == 3
@@ -185,7 +185,7 @@ def _norm(text: str) -> str:
 
 def test_training_prompts_do_not_overlap_spec_bench():
     from specbench_cli.tasks.spec_bench import local_candidates
-    from specbench_cli.training.distill_data import load_seeds
+    from specbench_cli.training.drafter.distill_data import load_seeds
 
     path = next((p for p in local_candidates() if p.is_file()), None)
     if path is None:
@@ -211,7 +211,7 @@ def test_bfloat16_autocast_trains_and_keeps_float32_weights(tmp_path):
 def test_lora_without_peft_exits_2_with_the_pip_command(tmp_path, capsys, monkeypatch):
     import sys
 
-    import specbench_cli.training.cli as tcli
+    import specbench_cli.cli.train as tcli
 
     monkeypatch.setitem(sys.modules, "peft", None)  # `import peft` now raises ImportError
     monkeypatch.setattr(tcli, "_load", lambda *a, **k: (_ for _ in ()).throw(AssertionError("model loaded")))
@@ -237,7 +237,7 @@ def test_lora_trains_adapters_only_and_saves_a_merged_plain_folder(tmp_path):
     pytest.importorskip("peft")
     from safetensors.torch import load_file
 
-    from specbench_cli.models import load_model
+    from specbench_cli.models.load import load_model
 
     base = make_model(0)
     wrapped, summary, hist = _lora_train(tmp_path, "lora")

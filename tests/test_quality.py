@@ -10,10 +10,12 @@ import uuid
 
 import pytest
 
-from specbench_cli import metrics, report
-from specbench_cli.quality import (extract_number, gsm8k_correct, humaneval_program, quality_summary, score_row,
+from specbench_cli.report import metrics
+
+from specbench_cli.report import table as report
+from specbench_cli.scoring.quality import (extract_number, gsm8k_correct, humaneval_program, quality_summary, score_row,
                                    wilson)
-from specbench_cli.sandbox import _landlock_abi, run_untrusted
+from specbench_cli.scoring.sandbox import _landlock_abi, run_untrusted
 
 
 @pytest.mark.parametrize("text, number", [

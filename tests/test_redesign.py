@@ -14,14 +14,16 @@ import pytest
 import torch
 from test_cli import cli
 
-from specbench_cli import metrics, tasks
+from specbench_cli import tasks
+
+from specbench_cli.report import metrics
 from specbench_cli.engine.drafter import Structure
 from specbench_cli.engine.loop import Decoder
 from specbench_cli.engine.tree import Draft
 from specbench_cli.methods.base import Method, MethodContext
-from specbench_cli.prompting import encode_chat, user_turn
-from specbench_cli.rows import SampleRow, required_keys
-from specbench_cli.runfolder import load_run
+from specbench_cli.models.prompting import encode_chat, user_turn
+from specbench_cli.store.rows import SampleRow, required_keys
+from specbench_cli.store.runfolder import load_run
 
 REPO = Path(__file__).resolve().parents[1]
 PROMPT = [5, 9, 17, 33, 2, 64, 8]
@@ -37,7 +39,7 @@ def test_bad_method_option_exits_2_fast_before_any_model_loads(option, message, 
     def no_model(*args, **kwargs):
         raise AssertionError("a model was loaded before the options were checked")
 
-    monkeypatch.setattr("specbench_cli.models.load_model", no_model)
+    monkeypatch.setattr("specbench_cli.models.load.load_model", no_model)
     method = option.split(".")[0]
     args = ["run", "--methods", method, "--block-complexity", "4", "--option", option,
             "--output-dir", str(tmp_path), "--draft-model", "unused"]
@@ -51,7 +53,7 @@ def test_bad_method_option_exits_2_fast_before_any_model_loads(option, message, 
 
 
 def test_list_methods_imports_no_torch_and_no_method():
-    code = ("import sys\nfrom specbench_cli.app import main\nsys.argv = ['specbench', 'list', 'methods']\n"
+    code = ("import sys\nfrom specbench_cli.cli.main import main\nsys.argv = ['specbench', 'list', 'methods']\n"
             "try:\n    main()\nexcept SystemExit:\n    pass\n"
             "print('IMPORTED', 'torch' in sys.modules, any(m.startswith('specbench_cli.methods.') for m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
@@ -73,7 +75,7 @@ def test_list_methods_imports_no_torch_and_no_method():
     ["--dtype", "float8"],
 ], ids=lambda a: " ".join(a))
 def test_a_cold_run_with_bad_input_imports_no_heavy_module(args, tmp_path):
-    code = ("import sys\nfrom specbench_cli.app import main\n"
+    code = ("import sys\nfrom specbench_cli.cli.main import main\n"
             f"sys.argv = ['specbench', 'run', '--output-dir', {str(tmp_path)!r}] + {args!r}\n"
             "try:\n    main()\nexcept SystemExit as e:\n    print('EXIT', e.code)\n"
             "print('HEAVY', sorted(m for m in ('torch', 'transformers', 'pandas') if m in sys.modules))")
@@ -86,7 +88,7 @@ def test_a_cold_run_with_bad_input_imports_no_heavy_module(args, tmp_path):
 def test_registry_rejects_a_target_that_is_not_a_method(monkeypatch, capsys):
     from specbench_cli import methods
 
-    monkeypatch.setitem(methods.REGISTRY, "notamethod", "specbench_cli.rows:SampleRow")
+    monkeypatch.setitem(methods.REGISTRY, "notamethod", "specbench_cli.store.rows:SampleRow")
     code, _, err = cli(["run", "--methods", "notamethod"], capsys)
     assert code == 2 and "is not a subclass of specbench_cli.methods.base.Method" in " ".join(err.split())
 
@@ -131,7 +133,8 @@ def test_entry_point_plugin_adds_a_method_and_a_task(tiny_model_dir, tmp_path, c
     (info / "entry_points.txt").write_text("[specbench.methods]\nplugin-repeat = sb_plugin_demo:Repeat\n\n"
                                           "[specbench.tasks]\nplugin-two = sb_plugin_demo:Two\n")
     monkeypatch.syspath_prepend(str(site))
-    from specbench_cli import categories, methods
+    from specbench_cli import methods
+    from specbench_cli.tasks import categories
     from specbench_cli import tasks as task_registry
 
     for reg in (methods._REGISTRY, task_registry._REGISTRY):
@@ -186,7 +189,7 @@ def test_hidden_states_of_the_accepted_path_match_a_full_forward_and_tokens_equa
 
 
 def test_benchmark_and_distillation_encode_a_conversation_identically(tiny_tok):
-    from specbench_cli.training.distill_data import chat_prompt
+    from specbench_cli.training.drafter.distill_data import chat_prompt
 
     class Templated:
         """A chat-template tokenizer stand-in over the tiny one."""
@@ -196,7 +199,7 @@ def test_benchmark_and_distillation_encode_a_conversation_identically(tiny_tok):
             assert tokenize and add_generation_prompt
             return tiny_tok("<u>" + messages[-1]["content"] + "<a>")["input_ids"]
 
-    from specbench_cli.prompting import ChatPrompter  # what the runner encodes prompts with
+    from specbench_cli.models.prompting import ChatPrompter  # what the runner encodes prompts with
 
     for tok in (tiny_tok, Templated()):
         text = "Explain the sea in one line."

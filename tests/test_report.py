@@ -12,8 +12,8 @@ import subprocess
 import pandas as pd
 import pytest
 
-from specbench_cli import metrics as m
-from specbench_cli import report as r
+from specbench_cli.report import metrics as m
+from specbench_cli.report import table as r
 from test_metrics import TARGET_PARAMS, make_row, synthetic_rows
 
 
@@ -191,7 +191,7 @@ def test_rich_table_prints_all_rows(capsys):
 
 
 def test_write_plots(tmp_path):
-    from specbench_cli import plots
+    from specbench_cli.report import plots
 
 
     # the least data that calls for all four figures: one chain drafter at two BCs
@@ -207,7 +207,7 @@ def test_write_plots(tmp_path):
 
 
 def test_plots_skip_what_the_data_cannot_show(tmp_path, monkeypatch):
-    from specbench_cli import plots
+    from specbench_cli.report import plots
 
     for name in ("plot_speedup_by_category", "plot_mat_vs_block_complexity", "plot_accept_length_distribution",
                  "plot_position_acceptance"):  # record the choice, skip the (slow) drawing
@@ -222,7 +222,7 @@ def test_plots_skip_what_the_data_cannot_show(tmp_path, monkeypatch):
 
 
 def test_series_colors_shade_bcs_of_one_method():
-    from specbench_cli import plots
+    from specbench_cli.report import plots
 
     keys = [("m", "pld", 4), ("m", "pld", 16), ("m", "sps", 8)]
     light, dark, other = plots.series_colors(keys)

@@ -1,6 +1,6 @@
 """report / check / baseline / compare / export through Typer, on synthetic run folders.
 
-Each test runs against a local Typer app with `register(app)` and, once `specbench_cli.app`
+Each test runs against a local Typer app with `register(app)` and, once `specbench_cli.cli.main`
 exists, against the real app too. `app.main` maps `SpecBenchError` to its exit code; here
 `invoke` does the same with the exception CliRunner captured.
 """
@@ -15,11 +15,11 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from specbench_cli import metrics as m
+from specbench_cli.report import metrics as m
 from specbench_cli.errors import SpecBenchError
-from specbench_cli.baseline import check_entries
-from specbench_cli.report_cli import register
-from specbench_cli.runfolder import all_rows, load_runs
+from specbench_cli.report.baseline import check_entries
+from specbench_cli.cli.report import register
+from specbench_cli.store.runfolder import all_rows, load_runs
 from test_metrics import make_row, synthetic_rows, write_run
 
 
@@ -31,12 +31,12 @@ def local_app() -> typer.Typer:
 
 def real_app() -> typer.Typer:
     try:
-        from specbench_cli.app import app
+        from specbench_cli.cli.main import app
     except ImportError as exc:
-        pytest.skip(f"specbench_cli.app not importable yet: {exc}")
+        pytest.skip(f"specbench_cli.cli.main not importable yet: {exc}")
     names = {cmd.name or cmd.callback.__name__ for cmd in app.registered_commands}
     missing = {"report", "check", "baseline", "compare", "export"} - names
-    assert not missing, f"app.py must call specbench_cli.report_cli.register(app); missing {sorted(missing)}"
+    assert not missing, f"app.py must call specbench_cli.cli.report.register(app); missing {sorted(missing)}"
     return app
 
 

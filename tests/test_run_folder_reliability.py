@@ -39,12 +39,12 @@ def test_a_finished_run_leaves_no_lock(tiny_run):
 
 
 def test_second_writer_exits_2_naming_the_holder_before_loading(tiny_run, capsys, monkeypatch):
-    import specbench_cli.models
+    import specbench_cli.models.load
 
     holder = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
         _lock_by(tiny_run, holder.pid)
-        monkeypatch.setattr(specbench_cli.models, "load_model", lambda *a, **k: pytest.fail("model loaded"))
+        monkeypatch.setattr(specbench_cli.models.load, "load_model", lambda *a, **k: pytest.fail("model loaded"))
         before = (tiny_run / "samples.jsonl").read_bytes()
         code, _, err = cli(["run", "--resume", str(tiny_run), "--no-report"], capsys)
         assert code == 2
@@ -69,7 +69,7 @@ def test_a_dead_holders_lock_is_taken_over_with_a_note(tiny_run, capsys):
 
 
 def test_the_lock_is_released_when_the_run_fails(tiny_model_dir, tmp_path, capsys, monkeypatch):
-    from specbench_cli.runner import Runner
+    from specbench_cli.run.runner import Runner
 
     def interrupt(self, *a, **k):
         raise KeyboardInterrupt
@@ -195,9 +195,9 @@ def test_check_without_recorded_settings_still_refuses_another_suite(tmp_path, c
 
 @pytest.mark.skipif(os.geteuid() == 0, reason="root may write anywhere")
 def test_unwritable_output_dir_is_refused_before_loading(tmp_path, capsys, monkeypatch):
-    import specbench_cli.models
+    import specbench_cli.models.load
 
-    monkeypatch.setattr(specbench_cli.models, "load_model", lambda *a, **k: pytest.fail("model loaded"))
+    monkeypatch.setattr(specbench_cli.models.load, "load_model", lambda *a, **k: pytest.fail("model loaded"))
     locked = tmp_path / "ro"
     locked.mkdir()
     locked.chmod(0o500)

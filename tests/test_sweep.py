@@ -14,7 +14,7 @@ import pytest
 from specbench_cli.errors import UsageError
 from specbench_cli.sweep import backends, jobs
 from specbench_cli.sweep.grid import expand, job_id, load_grid
-from specbench_cli.sweep.lock import SweepLock
+from specbench_cli.store.lock import SweepLock
 from specbench_cli.sweep.questions import selector
 from test_cli import cli
 

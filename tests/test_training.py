@@ -1,4 +1,4 @@
-"""Tests of specbench_cli.training: losses, subclone, training loop + resume, distill data, CLI.
+"""Tests of specbench_cli.training.common.io: losses, subclone, training loop + resume, distill data, CLI.
 
 Everything runs on a tiny randomly initialised Llama (hidden 32, 2 layers, vocab 128) and a
 word-level tokenizer built here; no download. Tests needing the real SmolLM2 are marked slow.
@@ -18,10 +18,10 @@ import torch
 import torch.nn.functional as F
 
 from specbench_cli.errors import UsageError
-from specbench_cli.training import losses
-from specbench_cli.training.finetune import (TrainConfig, batch_indices, build_examples, collate,
+from specbench_cli.training.drafter import losses
+from specbench_cli.training.drafter.finetune import (TrainConfig, batch_indices, build_examples, collate,
                                              finetune, is_pretrain_step, next_token_loss, split_rows, train_loop)
-from specbench_cli.training.subclone import subclone
+from specbench_cli.training.drafter.subclone import subclone
 
 from tiny import VOCAB, WORDS, make_tokenizer  # noqa: E402
 from tiny import make_model as _make_model  # noqa: E402
@@ -191,13 +191,13 @@ def test_subclone_bad_inputs():
 def invoke(args):
     from typer.testing import CliRunner
 
-    from specbench_cli.training.cli import train_app
+    from specbench_cli.cli.train import train_app
 
     return CliRunner().invoke(train_app, ["drafter", *map(str, args)])
 
 
 def test_subclone_cli_loads_with_load_model_and_shares_tokenizer(tmp_path, target_dir):
-    from specbench_cli.models import load_model
+    from specbench_cli.models.load import load_model
 
     out = tmp_path / "sub"
     res = invoke(["subclone", "--target", target_dir, "--layers", 1, "--narrow-ffn", 0.5, "-o", out])
@@ -337,7 +337,7 @@ def test_checkpoint_holds_no_pickle_and_state_round_trips(tmp_path, tok):
 
     import numpy as np
 
-    from specbench_cli.training.state_io import JSON_FILE, TENSORS_FILE, load_state, save_state
+    from specbench_cli.training.common.state_io import JSON_FILE, TENSORS_FILE, load_state, save_state
 
     model = make_model(5)
     ids = torch.randint(4, VOCAB, (4, 9), generator=torch.Generator().manual_seed(0))
@@ -394,7 +394,7 @@ def test_resume_never_unpickles_code_from_a_checkpoint(tmp_path, tok):
 def test_resume_reads_an_old_plain_pt_checkpoint(tmp_path, tok):
     """Checkpoints of earlier versions (trainer_state.pt of tensors, numbers and the numpy RNG
     key) still resume, through torch.load(weights_only=True)."""
-    from specbench_cli.training.state_io import load_state
+    from specbench_cli.training.common.state_io import load_state
 
     ids = torch.randint(4, VOCAB, (4, 9), generator=torch.Generator().manual_seed(0))
     cfg = TrainConfig(steps=3, batch_size=4, lr=1e-2, warmup=1, save_every=2, keep=1, seed=0)
@@ -429,7 +429,7 @@ def test_resume_refuses_a_mangled_trainer_state(tmp_path, tok):
 # ----------------------------------------------------------------------------- distillation data + CLI
 
 def test_distill_data_generation(tmp_path, tok):
-    from specbench_cli.training.distill_data import generate_distill_data
+    from specbench_cli.training.drafter.distill_data import generate_distill_data
 
     model = make_model(0)
     seeds = [{"id": f"q{i}", "category": "c", "instruction": f"write a poem about the {w}"}
@@ -536,7 +536,7 @@ def test_scratch_cli(tmp_path, target_dir):
     assert res.exit_code == 0, res.output + repr(res.exception)
     hist = [json.loads(line)["pretrain_ce"] for line in (out / "history.jsonl").read_text().splitlines()]
     assert hist[-1] < hist[0]
-    from specbench_cli.models import load_model
+    from specbench_cli.models.load import load_model
 
     lm = load_model(str(out))
     assert lm.model.config.vocab_size == VOCAB and lm.model.config.hidden_size == 16
@@ -549,7 +549,7 @@ def test_scratch_cli(tmp_path, target_dir):
 
 @pytest.mark.slow
 def test_subclone_of_smollm2(tmp_path):
-    from specbench_cli.models import load_model
+    from specbench_cli.models.load import load_model
 
     res = invoke(["subclone", "--layers", 2, "-o", tmp_path / "s"])
     assert res.exit_code == 0, res.output + repr(res.exception)

@@ -23,7 +23,7 @@ def _greedy(model, prompt: list[int], n: int) -> list[int]:
 
 def self_distill_rows(model, tok, n_tokens: int = 40) -> list[dict]:
     """Rows {instruction, response}: the tiny model's greedy answers to short word prompts."""
-    from specbench_cli.prompting import encode_chat, user_turn
+    from specbench_cli.models.prompting import encode_chat, user_turn
 
     rows = []
     for p in SEED_PROMPTS:
@@ -36,8 +36,8 @@ def self_distill_rows(model, tok, n_tokens: int = 40) -> list[dict]:
 
 def train_tiny_heads(model, tok, out: Path, target: str = "tiny", steps: int = 60) -> dict[str, str]:
     """{"medusa": folder, "eagle": folder} of heads trained `steps` steps on the tiny model."""
-    from specbench_cli.training.heads_data import build_feature_cache, load_feature_cache
-    from specbench_cli.training.heads_train import HeadsRecipe, train_heads
+    from specbench_cli.training.heads.data import build_feature_cache, load_feature_cache
+    from specbench_cli.training.heads.train import HeadsRecipe, train_heads
 
     out = Path(out)
     build_feature_cache(model, tok, self_distill_rows(model, tok), out / "features", batch_size=5,

@@ -1,0 +1,191 @@
+"""What the `medusa` and `eagle` methods share: the heads folder (option `heads`), its checks
+against the target, the label from the checkpoint's metadata, the parameter count, and the
+sampled draft token. The heads themselves are `methods/heads/model.py`
+(docs/methods/heads.md).
+
+Shared by composition, not a common base class: `specbench list methods` reads a method's
+literals from its source only when the class derives from `Method` directly (and then
+imports neither torch nor the method).
+
+Checks, as early as each can run:
+- plan (no model): `heads` given, a heads folder of this method's kind, trained for this run's
+  target when both names are known (compared after resolving aliases and paths);
+- setup (target loaded): the head's hidden size and vocabulary equal the target's.
+
+Draft vocabulary (option `vocab`, docs/methods/heads.md): `auto` (default) restricts the heads'
+logits to the folder's `draft_vocab.safetensors` (the training sub-vocabulary) plus the current
+prompt's tokens; `full` uses all V rows of the LM head. Exactness does not depend on it: the
+target verifies every drafted token, and under sampling the draft distribution is scattered
+back to [V] (zero outside the vocabulary), which speculative sampling accepts as any q.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Optional
+
+from specbench_cli.lazy import torch
+
+from specbench_cli.engine.verify import SamplingConfig, target_probs
+from specbench_cli.errors import UsageError
+
+
+HEAD_METHODS = ("medusa", "eagle")
+
+
+def apply_heads_flag(methods: list[str], options: dict[str, dict[str, str]], heads: Optional[str]) -> None:
+    """`specbench run --heads PATH`: the same as `-o METHOD.heads=PATH` for the one head method
+    of `methods` (medusa or eagle) that has no `-o METHOD.heads` yet; edits `options` in place.
+    UsageError when no head method is selected or the choice is ambiguous."""
+    if not heads:
+        return
+    chosen = [m for m in methods if m in HEAD_METHODS]
+    if not chosen:
+        raise UsageError(f"--heads needs a head method in --methods ({' or '.join(HEAD_METHODS)})")
+    free = [m for m in chosen if "heads" not in options.get(m, {})]
+    if len(free) != 1:
+        why = "both have" if not free else "neither has"
+        raise UsageError(f"--heads is ambiguous: {' and '.join(chosen)} are selected and {why} -o METHOD.heads; "
+                         f"give each its folder with -o {chosen[0]}.heads=DIR -o {chosen[-1]}.heads=DIR")
+    options.setdefault(free[0], {})["heads"] = heads
+
+
+def train_command(kind: str) -> str:
+    extra = " --heads-count 3" if kind == "medusa" else " --layers 1"
+    return f"specbench train heads --kind {kind}{extra} --data DATA.jsonl --out HEADS_DIR"
+
+
+def _same_target(a: str, b: str) -> bool:
+    """Do two model references name the same model? Aliases and paths are resolved first, so
+    `smollm2-135m` and the .gguf file it stands for agree; unresolvable names compare as text."""
+    from specbench_cli.models.load import resolve
+
+    def key(ref: str) -> str:
+        try:
+            return str(Path(resolve(ref)[1]).expanduser().resolve())
+        except Exception:  # noqa: BLE001 - a name we cannot resolve is compared as written
+            return ref
+    return a == b or key(a) == key(b)
+
+
+VOCAB_MODES = ("auto", "full")
+
+
+class HeadsCheckpoint:
+    """A heads folder opened for method `method` (kind `kind`): read and checked at plan time
+    (config.json and the draft vocabulary, no weights), loaded onto the target by `load` at setup."""
+
+    def __init__(self, method: str, kind: str, ref: Optional[str], target: Optional[str],
+                 vocab: str = "auto") -> None:
+        if vocab not in VOCAB_MODES:
+            raise UsageError(f"{method}.vocab must be one of {', '.join(VOCAB_MODES)} (got '{vocab}')")
+        if not ref:  # checked before the heads code (and torch) is imported: this is the common mistake
+            raise UsageError(f"method {method} needs trained heads: pass --heads HEADS_DIR (or -o {method}.heads=HEADS_DIR) "
+                             f"(train them with: {train_command(kind)})")
+        from specbench_cli.methods.heads.model import load_draft_vocab, read_heads_config
+
+        self.kind, self.folder = kind, Path(ref).expanduser()
+        found, self.config = read_heads_config(self.folder)
+        if found != kind:
+            raise UsageError(f"{self.folder} holds {found} heads, not {kind} heads: "
+                             f"run them with method {found} (-o {found}.heads={ref})")
+        self.meta: dict = self.config.get("specbench", {})
+        trained_for = self.meta.get("target")
+        if trained_for and target and not _same_target(str(trained_for), str(target)):
+            raise UsageError(f"heads {self.folder} were trained for target '{trained_for}', this run's target is "
+                             f"'{target}'; train heads for it: {train_command(kind)} --target {target}")
+        self.vocab = load_draft_vocab(self.folder) if vocab == "auto" else None  # [V'] or None = full
+        self.head: Any = None
+
+    def load(self, model: Any) -> Any:
+        """The head on the target's device and dtype, bound to it; UsageError if it does not fit."""
+        from specbench_cli.methods.heads.model import load_heads
+
+        weight = model.get_output_embeddings().weight
+        head = load_heads(self.folder, model, dtype=weight.dtype).to(weight.device)
+        hidden, vocab = int(model.config.hidden_size), int(weight.shape[0])
+        if self.kind == "medusa":  # v2 heads project through the target's LM head: no vocabulary of their own
+            h_head, v_head = int(head[0][0].linear.weight.shape[0]), None
+        else:
+            h_head, v_head = int(head.config.hidden_size), int(head.config.vocab_size)
+        if h_head != hidden or (v_head is not None and v_head != vocab):
+            raise UsageError(f"heads {self.folder} (hidden {h_head}, vocab {v_head or 'target'}) do not fit this "
+                             f"target (hidden {hidden}, vocab {vocab}): trained for '{self.meta.get('target', '?')}'")
+        if self.vocab is not None and int(self.vocab.max()) >= vocab:
+            raise UsageError(f"{self.folder}: draft vocabulary has ids >= the target's vocabulary ({vocab})")
+        self.head = head
+        return head
+
+    def prompt_vocab(self, prompt_ids: list[int]) -> None:
+        """Set the head's draft vocabulary for one prompt: the stored ids plus the prompt's tokens
+        (copied text is a common continuation). No-op with the full vocabulary."""
+        if self.vocab is None:
+            return
+        v = int(self.head.lm_head.weight.shape[0])
+        prompt = torch.tensor([t for t in prompt_ids if 0 <= t < v], dtype=torch.long)
+        self.head.use_vocab(torch.cat([self.vocab, prompt]).unique())  # sorted
+
+    @property
+    def n_params(self) -> int:
+        """The heads' own parameters (the target's embedding and LM head they reuse excluded)."""
+        if self.head is not None:
+            return sum(p.numel() for p in self.head.parameters())
+        return int(self.meta.get("params", 0))
+
+    def shape_text(self) -> str:
+        h, c = self.head, self.config
+        if self.kind == "medusa":
+            heads = h.n_heads if h is not None else c.get("medusa_num_heads", "?")
+            return f"H={heads},K={h.n_layers if h is not None else c.get('medusa_num_layers', '?')}"
+        return f"K={h.n_layers if h is not None else c.get('num_hidden_layers', '?')}"
+
+    def head_label(self) -> str:
+        """`eagle(K=3,adv)` / `medusa(H=3,K=2)`: from the metadata, else from the weights (public heads)."""
+        if self.meta.get("label"):
+            return str(self.meta["label"])
+        adv = ",adv" if self.meta.get("adversarial") else ""
+        return f"{self.kind}({self.shape_text()}{adv})"
+
+    def label(self, given: dict) -> str:
+        """The head's label plus the options the user changed (`given`; the folder is not shown)."""
+        given = {k: v for k, v in given.items() if k != "heads"}
+        base = self.head_label()
+        if not given:
+            return base
+        extra = ",".join(f"{k}={v}" for k, v in given.items())
+        return base[:-1] + "," + extra + ")" if base.endswith(")") else f"{base}({extra})"
+
+    def params(self) -> dict:
+        return {"heads": str(self.folder), "head": self.head_label(), "trained_for": self.meta.get("target"),
+                "data_tokens": self.meta.get("data_tokens"), "training_seconds": self.meta.get("training_seconds")}
+
+
+def draws_chains(chain_option: bool, sampling: SamplingConfig) -> bool:
+    """Chain drafts when asked, and always under sampling: speculative sampling needs the
+    drafter's probabilities, which the verifier takes on chains only."""
+    return bool(chain_option) or not sampling.greedy
+
+
+def sampling_rng(seed: int) -> torch.Generator:
+    """One stream per run, as sps: every drafted token must be a fresh sample."""
+    return torch.Generator(device="cpu").manual_seed((int(seed) * 1_000_003 + 0x4EAD) & 0x7FFFFFFF)
+
+
+def pick(logits: torch.Tensor, sampling: SamplingConfig, rng: torch.Generator,
+         head: Any) -> tuple[int, Optional[torch.Tensor]]:
+    """`[V']` head logits (draft vocabulary of `head`, or all V) -> (target token id, `[V]`
+    probabilities it was drawn from | None when greedy).
+
+    Under sampling the head's logits get the target's temperature / top-p processing, so
+    speculative sampling compares like with like (as sps does); with a draft vocabulary the
+    distribution is scattered back to [V], zero elsewhere."""
+    if sampling.greedy:
+        return int(head.to_target(logits.argmax())), None
+    p = target_probs(logits, sampling).to("cpu", torch.float32)
+    i = torch.multinomial(p, 1, generator=rng)
+    ids = head.draft_ids
+    if ids is None:
+        return int(i), p
+    full = torch.zeros(int(head.lm_head.weight.shape[0]), dtype=torch.float32)
+    full[ids.cpu()] = p
+    return int(ids[i.to(ids.device)]), full

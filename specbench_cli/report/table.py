@@ -1,0 +1,357 @@
+"""Tables from `metrics.summarize` output: markdown, csv, LaTeX, json, and the terminal.
+
+(~355 lines: the table model and its notes in one place; the renderers live in formats.py.)
+
+The Spec-Bench table has one row per (model, method) — plus block complexity when a method
+was measured at several — with the speedup of each category, then #MAT, tokens/s and the
+overall speedup. Optional columns: `bc` (block complexity), `mbsu`, `params` (the drafter's
+resolved configuration), `alpha` (KOALA's 1-/2-/3-alpha of chain drafters). With several
+replicates a value reads "2.31 ± 0.04" (mean ± sample std of the per-replicate speedups).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+from dataclasses import dataclass
+from typing import Iterable
+
+import pandas as pd
+from rich import box
+from rich.markup import escape
+from rich.table import Table
+
+from specbench_cli.console import out
+from specbench_cli.report.metrics import AR_METHOD, OVERALL, display_category, order_categories
+
+OPTIONAL_COLUMNS = ("bc", "mbsu", "params", "median", "agree", "alpha")
+FORMATS = ("markdown", "csv", "latex", "json")
+EXTENSIONS = {"markdown": "md", "csv": "csv", "latex": "tex", "json": "json"}
+MISSING = "–"
+ROW_KEY = ["model", "method_label", "block_complexity"]
+
+
+@dataclass(frozen=True)
+class Column:
+    """One table column: header text, numeric key in the wide frame, optional std key."""
+
+    header: str
+    key: str
+    std_key: str | None = None
+    digits: int = 2
+    numeric: bool = True
+
+
+@dataclass
+class TableData:
+    """A table ready to render: its columns, the wide numeric frame, a title and notes."""
+
+    title: str
+    columns: list[Column]
+    frame: pd.DataFrame
+    notes: list[str]
+
+    @property
+    def headers(self) -> list[str]:
+        return [c.header for c in self.columns]
+
+    def cells(self) -> list[list[str]]:
+        """Every row as display strings."""
+        return [[cell_text(row, col) for col in self.columns] for _, row in self.frame.iterrows()]
+
+
+# ----------------------------------------------------------------------------- values
+
+
+def format_value(mean: float | None, std: float | None = None, digits: int = 2) -> str:
+    """'2.31', or '2.31 ± 0.04' when a std is known; '–' for a missing value."""
+    if mean is None or not math.isfinite(mean):
+        return MISSING
+    text = f"{mean:.{digits}f}"
+    if std is not None and math.isfinite(std):
+        text += f" ± {std:.{digits}f}"
+    return text
+
+
+def cell_text(row: pd.Series, column: Column) -> str:
+    """Display text of one cell of the wide frame."""
+    value = row.get(column.key)
+    if not column.numeric:
+        return MISSING if value is None or value == "" else str(value)
+    std = row.get(column.std_key) if column.std_key else None
+    return format_value(_float(value), _float(std), column.digits)
+
+
+def _float(value: object) -> float | None:
+    """A finite-or-NaN float, or None for missing values."""
+    if value is None:
+        return None
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def format_params(params: dict | None) -> str:
+    """A drafter's configuration compactly: 'W=5, N=3, G=3' (nested values as JSON)."""
+    if not params:
+        return ""
+    parts = []
+    for key, value in params.items():
+        text = value if isinstance(value, (str, int, float, bool)) else json.dumps(value, separators=(",", ":"))
+        parts.append(f"{key}={text}")
+    return ", ".join(parts)
+
+
+def relative_change(before: float, after: float) -> str:
+    """'+34% ↑', '-12% ↓' or '±0% =' (under half a percent); '–' if either is missing."""
+    if not (math.isfinite(before) and math.isfinite(after)) or before == 0:
+        return MISSING
+    change = (after - before) / abs(before) * 100
+    if abs(change) < 0.5:
+        return "±0% ="
+    return f"{change:+.0f}% {'↑' if change > 0 else '↓'}"
+
+
+# ----------------------------------------------------------------------------- tables
+
+
+def row_keys(*summaries: pd.DataFrame) -> list[str]:
+    """Columns identifying a table row: model and method, plus BC when a method has several."""
+    for summary in summaries:
+        overall = summary[summary["category"] == OVERALL]
+        if overall.groupby(["model", "method_label"])["block_complexity"].nunique().gt(1).any():
+            return ROW_KEY
+    return ROW_KEY[:2]
+
+
+def wide_frame(summary: pd.DataFrame) -> pd.DataFrame:
+    """One row per (model, method, BC): per-category speedup (+std) and the overall metrics."""
+    overall = summary[summary["category"] == OVERALL].set_index(ROW_KEY)
+    wide = overall[["mat", "tokens_per_s", "speedup", "speedup_std", "mbsu", "n_errors", "n_replicates",
+                    "median_speedup", "ar_agreement", "lossless"]
+                   + [c for c in ("alpha1", "alpha2", "alpha3") if c in overall.columns]]
+    wide = wide.rename(columns={"speedup": "speedup_overall", "speedup_std": "speedup_std_overall"}).copy()
+    wide["params"] = overall["method_params"].map(format_params)
+    for category in categories_of(summary):
+        cat = summary[summary["category"] == category].set_index(ROW_KEY)
+        wide[f"speedup_{category}"] = cat["speedup"]
+        wide[f"speedup_std_{category}"] = cat["speedup_std"]
+    # AR is the baseline: its speedup is 1 by construction, a spread of 0 says nothing.
+    is_ar = wide.index.get_level_values("method_label") == AR_METHOD
+    wide.loc[is_ar, [c for c in wide.columns if c.startswith("speedup_std_")]] = float("nan")
+    order = {key: i for i, key in enumerate(overall.index)}
+    wide = wide.reset_index()
+    return wide.iloc[sorted(range(len(wide)), key=lambda i: order[tuple(wide.loc[i, ROW_KEY])])]
+
+
+def categories_of(summary: pd.DataFrame) -> list[str]:
+    """The categories present (without `overall`), in table order."""
+    return [c for c in order_categories(summary["category"].unique()) if c != OVERALL]
+
+
+def spec_bench_table(summary: pd.DataFrame, columns: Iterable[str] = (), quality: pd.DataFrame | None = None) -> TableData:
+    """The Spec-Bench table (see module docstring) from a `summarize` frame; with a
+    `quality.quality_summary` frame, one quality column per scorer after Overall. Lossy
+    methods' labels get " (lossy)"."""
+    columns = validate_columns(columns)
+    if summary.empty:
+        raise ValueError("no rows to tabulate")
+    frame = wide_frame(summary)
+    keys = row_keys(summary)
+    cols = []
+    if frame["model"].nunique() > 1:
+        cols.append(Column("Model", "model", numeric=False))
+    cols.append(Column("Method", "method_label", numeric=False))
+    # NAME@auto / NAME@N instances: the BC column shows each one's (chosen) budget
+    if "bc" in columns or "block_complexity" in keys or frame["method_label"].astype(str).str.contains("@").any():
+        cols.append(Column("BC", "block_complexity", digits=0))
+    if "params" in columns:
+        cols.append(Column("Params", "params", numeric=False))
+    cols += [Column(display_category(c), f"speedup_{c}", f"speedup_std_{c}") for c in categories_of(summary)]
+    cols.append(Column("#MAT", "mat"))
+    if "mbsu" in columns:
+        cols.append(Column("MBSU", "mbsu"))
+    if "alpha" in columns:  # chain drafters only (KOALA measures n-alpha with chains); others show "–"
+        cols += [Column(f"{n}-α", f"alpha{n}") for n in (1, 2, 3) if f"alpha{n}" in frame.columns]
+    cols += [Column("Tok/s", "tokens_per_s", digits=1), Column("Overall", "speedup_overall", "speedup_std_overall")]
+    notes = table_notes(summary)
+    if quality is not None and len(quality):
+        from specbench_cli.scoring.quality import add_quality_columns
+
+        frame = add_quality_columns(frame, cols, notes, quality)
+    frame["method_label"] = [f"{m} (lossy)" if lossless is False else m
+                             for m, lossless in zip(frame["method_label"], frame["lossless"])]
+    if "median" in columns:
+        cols.append(Column("Median", "median_speedup"))
+    if "agree" in columns:
+        cols.append(Column("=AR", "ar_agreement"))
+    return TableData(table_title(summary), cols, frame.reset_index(drop=True), notes)
+
+
+def validate_columns(columns: Iterable[str]) -> set[str]:
+    """Lower-cased optional column names; ValueError on an unknown one."""
+    chosen = {c.strip().lower() for c in columns if c.strip()}
+    unknown = chosen - set(OPTIONAL_COLUMNS)
+    if unknown:
+        raise ValueError(f"unknown column(s) {', '.join(sorted(unknown))}; choose from {', '.join(OPTIONAL_COLUMNS)}")
+    return chosen
+
+
+def table_title(summary: pd.DataFrame) -> str:
+    """'Speedup over AR — <model(s)>, block complexity <bc(s)>'."""
+    models = ", ".join(dict.fromkeys(summary["model"].astype(str)))
+    bcs = ", ".join(str(b) for b in sorted(summary["block_complexity"].unique()))
+    return f"Speedup over AR — {models}, block complexity {bcs}"
+
+
+def table_notes(summary: pd.DataFrame) -> list[str]:
+    """Caveats a reader must see: errors, AR mismatches, missing baselines, replicates."""
+    notes = []
+    overall = summary[summary["category"] == OVERALL]
+    replicates = sorted(set(overall["n_replicates"]) - {0})
+    if replicates and max(replicates) > 1:
+        notes.append(f"Values are mean ± sample std over {'/'.join(map(str, replicates))} replicates (run, repeat).")
+    for _, row in overall.iterrows():
+        name = f"{row['method_label']} ({row['model']}, BC {row['block_complexity']})"
+        if row["n_errors"]:
+            notes.append(f"{name}: {row['n_errors']} of {row['n_rows']} rows errored and are left out.")
+        if row["ar_mismatches"]:
+            claim = (" although it claims to be lossless" if row["lossless"]
+                     else " (lossy by design: not part of the losslessness check)")
+            notes.append(f"{name}: {row['ar_mismatches']} of {row['ar_compared']} outputs differ from AR{claim}.")
+        if row["method_label"] != AR_METHOD and row["n_paired"] == 0:
+            notes.append(f"{name}: no AR rows for the same questions; speedup not available.")
+        elif row["n_paired"] < row["n_questions"]:
+            notes.append(f"{name}: speedup over {row['n_paired']} of {row['n_questions']} questions (those AR also has).")
+    return notes
+
+
+def comparison_table(summary_a: pd.DataFrame, summary_b: pd.DataFrame, metric: str = "speedup") -> TableData:
+    """Run A vs run B per (model, method) and category: 'a → b (+34% ↑)' for `metric`."""
+    keys = row_keys(summary_a, summary_b)
+    merged = summary_a.merge(summary_b, on=keys + ["category"], suffixes=("_a", "_b"))
+    if metric == "speedup":  # AR's speedup is 1 by definition
+        merged = merged[merged["method_label"] != AR_METHOD]
+    if merged.empty:
+        raise ValueError("the two runs share no (model, method, category)")
+    categories = categories_of(merged) + [OVERALL]
+    rows = []
+    for key, group in merged.groupby(keys, sort=False):
+        by_cat = group.set_index("category")
+        row = dict(zip(keys, key))
+        if (group["lossless_a"] == False).any():  # noqa: E712 (None = unknown, not lossy)
+            row["method_label"] += " (lossy)"
+        for category in categories:
+            if category in by_cat.index:
+                a, b = float(by_cat.at[category, f"{metric}_a"]), float(by_cat.at[category, f"{metric}_b"])
+                row[category] = f"{format_value(a)} → {format_value(b)} ({relative_change(a, b)})"
+        rows.append(row)
+    shown = [k for k in keys if k != "model" or merged["model"].nunique() > 1]
+    headers = {"model": "Model", "method_label": "Method", "block_complexity": "BC"}
+    cols = [Column(headers[k], k, numeric=False) for k in shown]
+    cols += [Column(display_category(c), c, numeric=False) for c in categories]
+    label = {"speedup": "Speedup", "mat": "#MAT", "tokens_per_s": "Tok/s"}.get(metric, metric)
+    return TableData(f"{label}: run A → run B", cols, pd.DataFrame(rows), [])
+
+
+SHORT_HEADERS = {"MT-bench": "MT", "Translation": "Trans.", "Summarization": "Sum.", "Tok/s": "tok/s"}
+# Columns a narrow terminal may hide, least important first; category columns go next (right to
+# left). Model, Method, #MAT, Overall and =AR (the losslessness check) are never hidden.
+DROP_FIRST = ("Median", "Params", "MBSU", "Tok/s", "BC")
+NEVER_DROP = ("Model", "Method", "#MAT", "Overall", "=AR")
+METHOD_WRAP = 14  # a long method label wraps onto a second line before any column is hidden
+
+
+def wrap_cell(text: str) -> str:
+    """Break '2.31 ± 0.04' and '1.07 → 1.21 (+13% ↑)' into short lines for narrow terminals."""
+    return text.replace(" ± ", "\n±").replace(" → ", "\n→ ").replace(" (", "\n(")
+
+
+def _build_grid(table: TableData, columns: list[Column], rows: list[list[str]], compact: bool) -> Table:
+    """A rich Table of `columns` only; `compact` = short headers, one-space gaps, wrapped labels."""
+    index = [table.columns.index(c) for c in columns]
+    grid = Table(title=table.title, title_style="bold", header_style="bold cyan", box=box.SIMPLE_HEAD,
+                 collapse_padding=True, pad_edge=False, padding=(0, 0) if compact else (0, 1))
+    for col, i in zip(columns, index):
+        cell_width = max([len(line) for r in rows for line in r[i].split("\n")] or [1])
+        header = SHORT_HEADERS.get(col.header, col.header) if compact else col.header
+        if col.numeric:
+            grid.add_column(escape(header), justify="right", overflow="fold", min_width=cell_width)
+        else:
+            grid.add_column(escape(header), justify="left", overflow="fold", min_width=min(cell_width, 10),
+                            max_width=METHOD_WRAP if compact else None)
+    for (_, row), cells in zip(table.frame.iterrows(), rows):
+        shown = [_break_label(cells[i]) if compact and not table.columns[i].numeric else cells[i] for i in index]
+        grid.add_row(*shown, style="dim" if row.get("method_label") == AR_METHOD else None)
+    return grid
+
+
+def _break_label(text: str) -> str:
+    """'mask-probe(mean,m=2)' -> 'mask-probe' over '(mean,m=2)' when it is longer than METHOD_WRAP."""
+    if len(text) <= METHOD_WRAP or "(" not in text[1:]:
+        return text
+    head, tail = text.split("(", 1)
+    return f"{head}\n({tail}"
+
+
+def _natural_width(grid: Table) -> int:
+    """Width the table takes when nothing forces it narrower."""
+    from rich.console import Console
+    from rich.measure import Measurement
+
+    probe = Console(width=10_000, file=io.StringIO())
+    return Measurement.get(probe, probe.options, grid).maximum
+
+
+def _drop_order(columns: list[Column]) -> list[Column]:
+    """Columns a narrow terminal may hide, in the order they go."""
+    by_header = {c.header: c for c in columns}
+    first = [by_header[h] for h in DROP_FIRST if h in by_header]
+    categories = [c for c in columns if c.key.startswith("speedup_") and c.header not in NEVER_DROP]
+    return first + categories[::-1]
+
+
+def fit_table(table: TableData, width: int | None = None) -> tuple[Table, list[str]]:
+    """The table as a rich Table that fits `width` columns, and the headers hidden to get there.
+
+    Numbers right-aligned, '± std' or '(+x%)' on a second line, AR dimmed. When the full table is
+    wider than `width`: short headers, one-space gaps and wrapped method labels first; then the
+    least important columns are hidden (`DROP_FIRST`, then categories right to left). Method,
+    #MAT, Overall and =AR always stay.
+    """
+    rows = [[wrap_cell(escape(c)) for c in cells] for cells in table.cells()]
+    columns = list(table.columns)
+    grid = _build_grid(table, columns, rows, compact=False)
+    if width is None or _natural_width(grid) <= width:
+        return grid, []
+    grid = _build_grid(table, columns, rows, compact=True)
+    dropped: list[str] = []
+    for victim in _drop_order(columns):
+        if _natural_width(grid) <= width:
+            break
+        columns.remove(victim)
+        dropped.append(victim.header)
+        grid = _build_grid(table, columns, rows, compact=True)
+    return grid, dropped
+
+
+def rich_table(table: TableData, width: int | None = None) -> Table:
+    """`fit_table` without the list of hidden columns."""
+    return fit_table(table, width)[0]
+
+
+def print_table(table: TableData) -> None:
+    """Print the table and its notes to stdout (`console.out`), fitted to the terminal's width."""
+    grid, dropped = fit_table(table, out.width)
+    out.print(grid)
+    if dropped:
+        out.print(f"[dim]hidden to fit {out.width} columns: {', '.join(dropped)} "
+                  f"(widen the terminal, or see the report files)[/dim]", highlight=False)
+    for note in table.notes:
+        out.print(f"[yellow]note:[/] {escape(note)}", highlight=False)
+
+
+# The renderers live in formats.py (this file would pass 350 lines); re-exported here.
+from specbench_cli.report.render import jsonable, latex_escape, render, to_csv, to_json, to_latex, to_markdown  # noqa: E402,F401

@@ -1,0 +1,1 @@
+"""`specbench run`: planning method instances (NAME@N), the fair paired loop, resume."""

@@ -1,0 +1,1 @@
+"""`--block-complexity auto`: the device's cost curve and the per-method budget choice."""

@@ -1,0 +1,190 @@
+"""`--block-complexity auto` and per-method budgets (`--methods pld,pld@auto,lookahead@16`).
+
+The rule (docs/block-complexity-auto.md has the reasons):
+
+- a method *instance* is `NAME` (the run's `--block-complexity`), `NAME@N` (budget N) or
+  `NAME@auto`; with `--block-complexity auto` every plain NAME except `ar` is `@auto`;
+- for each auto instance, before any reported question, the method decodes a few
+  *calibration* questions (the built-in `mini` suite's, never one of the run's questions) at
+  every candidate budget its plan accepts; each step i of that profile used `q_i` target
+  tokens, added `a_i` tokens to the output and spent `d_i` ms drafting;
+- predicted throughput at budget b = sum(a_i) / sum(t(q_i) + d_i + o), with t(q) the device's
+  cost curve (specbench_cli/run/auto/cost.py) and o the loop's per-step overhead, both measured;
+- the instance runs the reported questions at the budget with the highest prediction (ties:
+  the smaller budget). The choice and every candidate's numbers go into the manifest.
+
+The choice itself (`predicted_tokens_per_s`, `choose_budget`) is a pure function of a curve
+and profiles, so it is tested on synthetic numbers.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import asdict, dataclass, field
+from typing import Any, Callable, Optional, Union
+
+from specbench_cli.errors import UsageError
+
+AUTO = "auto"
+AR = "ar"
+DEFAULT_CANDIDATES = (1, 2, 3, 4, 6, 8, 12, 16, 24)
+DEFAULT_CALIBRATION_QUESTIONS = 6   # one per mini category: acceptance differs by kind of text
+CALIBRATION_TASK = "mini"
+CALIBRATION_TOKENS = 32     # new tokens per calibration question (first turn only)
+CURVE_CONTEXT = 400         # the cost curve's context length (the `specbench cost` default)
+CURVE_ROUNDS = 5
+MIN_GAIN = 0.05             # a drafting budget must be predicted this much faster than BC 1
+
+Budget = Union[int, str]    # a number of tokens, or "auto"
+
+
+def parse_bc(value: Any, flag: str = "--block-complexity") -> Budget:
+    """'auto' or a whole number >= 1 (as int); UsageError otherwise."""
+    if isinstance(value, str) and value.strip().lower() == AUTO:
+        return AUTO
+    try:
+        bc = int(str(value).strip())
+    except ValueError:
+        raise UsageError(f"{flag} must be a whole number or 'auto' (got '{value}')") from None
+    if bc < 1:
+        raise UsageError(f"{flag} must be at least 1 (got {bc})")
+    return bc
+
+
+def parse_candidates(values: Any) -> list[int]:
+    """Sorted distinct budgets from a list (or a comma-separated string) of whole numbers >= 1."""
+    items = values.split(",") if isinstance(values, str) else list(values)
+    out = set()
+    for v in items:
+        b = parse_bc(v, "--auto-candidates")
+        if b == AUTO:
+            raise UsageError("--auto-candidates takes numbers, not 'auto'")
+        out.add(b)
+    if not out:
+        raise UsageError("--auto-candidates needs at least one budget")
+    return sorted(out)
+
+
+def parse_spec(spec: str) -> tuple[str, Optional[Budget]]:
+    """'pld' -> ('pld', None); 'pld@auto' -> ('pld', 'auto'); 'pld@6' -> ('pld', 6)."""
+    if "@" not in spec:
+        return spec, None
+    base, raw = spec.split("@", 1)
+    if not base:
+        raise UsageError(f"method '{spec}': expected NAME@BC (a number or 'auto')")
+    if base == AR:
+        raise UsageError(f"method '{spec}': ar ignores the block complexity; list it as 'ar'")
+    return base, parse_bc(raw, flag=f"method '{spec}': the BC after '@'")
+
+
+def instance_budget(spec: str, run_bc: Budget) -> Budget:
+    """The budget an instance runs at: its own, else the run's. AR always processes one token
+    per forward: under `--block-complexity auto` its rows record 1."""
+    base, own = parse_spec(spec)
+    if base == AR:
+        return run_bc if isinstance(run_bc, int) else 1
+    return own if own is not None else run_bc
+
+
+def instance_label(spec: str, label: str, run_bc: Budget = 10) -> str:
+    """The method's label plus the instance suffix ('pld(max_ngram=4)@auto'); under
+    `--block-complexity auto` a plain name is labelled `@auto` too (tables then show its BC)."""
+    base, own = parse_spec(spec)
+    if own is None and base != AR and run_bc == AUTO:
+        own = AUTO
+    return label if own is None else f"{label}@{own}"
+
+
+# ----------------------------------------------------------------------------- the choice
+
+
+@dataclass
+class Profile:
+    """What one method did at one budget on the calibration questions (all steps pooled)."""
+
+    budget: int
+    accept_lengths: list[int] = field(default_factory=list)   # tokens added per step
+    budget_used: list[int] = field(default_factory=list)      # tokens through the target per step (q_i)
+    draft_ms: list[float] = field(default_factory=list)       # drafting ms per step (propose + observe)
+    overhead_ms: float = 0.0                                  # the loop's other per-step work, summed
+    wall_s: float = 0.0                                       # measured decode time (the record only)
+    tokens: int = 0                                           # measured new tokens (the record only)
+
+    def add(self, gen: Any) -> None:
+        """Pool one `engine.loop.Generation`."""
+        self.accept_lengths += list(gen.accept_lengths)
+        self.budget_used += list(gen.budget_used)
+        self.draft_ms += list(gen.step_draft_ms)
+        self.overhead_ms += 1000 * gen.overhead_time
+        self.wall_s += gen.wall_time - gen.prefill_time
+        self.tokens += len(gen.output_ids)
+
+
+def monotone(ms: list[float]) -> Callable[[int], float]:
+    """t(q) from a measured curve, made non-decreasing: t'(q) = min over q' >= q of ms[q'-1].
+
+    A forward of q tokens does the work of one of q' > q and less, so a q that measured slower
+    than a larger one was disturbed (another process on the cores); its value is replaced by the
+    larger q's. Beyond the measured range: the last value plus the last measured slope."""
+    env = list(ms)
+    for i in range(len(env) - 2, -1, -1):
+        env[i] = min(env[i], env[i + 1])
+    slope = max(env[-1] - env[-2], 0.0) if len(env) > 1 else env[-1]
+
+    def t(q: int) -> float:
+        return env[q - 1] if q <= len(env) else env[-1] + slope * (q - len(env))
+    return t
+
+
+def predicted_tokens_per_s(profile: Profile, t: Callable[[int], float]) -> float:
+    """sum(a_i) / sum(t(q_i) + d_i + o) in tokens per second; 0 for an empty profile."""
+    if not profile.accept_lengths:
+        return 0.0
+    ms = sum(t(q) for q in profile.budget_used) + sum(profile.draft_ms) + profile.overhead_ms
+    return 1000 * sum(profile.accept_lengths) / ms if ms > 0 else 0.0
+
+
+def choose_budget(profiles: list[Profile], t: Callable[[int], float]) -> tuple[int, dict[int, float]]:
+    """(best budget, prediction per budget). Ties go to the smaller budget (less work per step).
+
+    A drafting budget must beat BC 1 (no draft: AR's work) by MIN_GAIN to be chosen: a predicted
+    gain smaller than that is within the prediction's error and timed below AR as often as
+    above it (mask-probe chosen at BC 6 for a predicted +3.6 % ran at 0.97x of AR)."""
+    if not profiles:
+        raise ValueError("no calibration profiles to choose from")
+    predicted = {p.budget: predicted_tokens_per_s(p, t) for p in profiles}
+    best = max(sorted(predicted), key=lambda b: (predicted[b], -b))
+    if 1 in predicted and best != 1 and predicted[best] < predicted[1] * (1 + MIN_GAIN):
+        best = 1
+    return best, predicted
+
+
+def summary(profile: Profile, predicted: float) -> dict:
+    """One candidate's record in the manifest."""
+    steps = len(profile.accept_lengths)
+    return {"predicted_tokens_per_s": round(predicted, 3),
+            "mat": round(sum(profile.accept_lengths) / steps, 4) if steps else None,
+            "mean_q": round(statistics.fmean(profile.budget_used), 3) if steps else None,
+            "draft_ms_per_step": round(sum(profile.draft_ms) / steps, 3) if steps else None,
+            "steps": steps,
+            "measured_tokens_per_s": round(profile.tokens / profile.wall_s, 3) if profile.wall_s > 0 else None}
+
+
+def feasible_budgets(plan: Callable[[int], Any], candidates: list[int], name: str = "") -> list[int]:
+    """The candidates whose plan succeeds (lookahead cannot fit its window into every budget);
+    UsageError with the last plan's reason when none does."""
+    ok, reason = [], ""
+    for b in candidates:
+        try:
+            plan(b)
+        except UsageError as e:
+            reason = str(e)
+            continue
+        ok.append(b)
+    if not ok:
+        raise UsageError(f"{name}: none of the auto candidates {list(candidates)} fits ({reason})")
+    return ok
+
+
+def as_dict(profile: Profile) -> dict:
+    return asdict(profile)

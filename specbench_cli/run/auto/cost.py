@@ -1,0 +1,203 @@
+"""The device's cost curve: t(q), the time of one target forward over q new tokens.
+
+Whether a speculative method pays depends on how much more a q-token forward costs than a
+1-token one on *this* device, dtype and thread count (2x at q=10 in float32 on a 2-core CPU,
+1.2x in bfloat16, nearly 1x on a GPU). `measure_curve` times it:
+
+- the cache is filled with `context` tokens once; every timed forward appends q tokens and is
+  then rolled back, so every q sees the same context length;
+- `warmup` untimed forwards first (allocator, thread pool, kernel selection);
+- rounds: each round times every q once, in a shuffled order, so slow drift of the machine
+  (another process, thermal state) spreads over all q instead of biasing the last ones;
+- the value per q is the median over rounds.
+
+Curves are cached as JSON under `<model cache>/cost/`, keyed by everything that changes the
+numbers (model, device, dtype, threads, context, torch version, attention implementation).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import platform
+import random
+import statistics
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+from specbench_cli.errors import UsageError
+
+
+@dataclass
+class CostCurve:
+    """t(q) in milliseconds for q = 1..len(ms); `ms[q-1]` is the median forward time for q tokens."""
+
+    ms: list[float]
+    key: dict[str, Any]
+    rounds: int
+    measured_at: str = ""
+    spread: list[float] = field(default_factory=list)  # (max - min) / median per q, a noise indicator
+
+    @property
+    def max_q(self) -> int:
+        return len(self.ms)
+
+    def t(self, q: int) -> float:
+        """Forward time for q tokens (ms); beyond the measured range, linear extrapolation."""
+        if q < 1:
+            raise ValueError("q must be >= 1")
+        if q <= self.max_q:
+            return self.ms[q - 1]
+        if self.max_q == 1:
+            return self.ms[0] * q
+        slope = (self.ms[-1] - self.ms[-2])
+        return self.ms[-1] + slope * (q - self.max_q)
+
+    def ratio(self, q: int) -> float:
+        """t(q) / t(1): what a q-token block costs in single-token forwards."""
+        return self.t(q) / self.ms[0]
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "CostCurve":
+        ms = data.get("ms")
+        if not isinstance(ms, list) or not ms or not all(isinstance(v, (int, float)) and v > 0 for v in ms):
+            raise ValueError("cost curve: 'ms' must be a non-empty list of positive numbers")
+        return cls(ms=[float(v) for v in ms], key=dict(data.get("key") or {}), rounds=int(data.get("rounds", 0)),
+                   measured_at=str(data.get("measured_at", "")), spread=list(data.get("spread") or []))
+
+
+def curve_key(model_ref: str, resolved: str, device: str, dtype: str, threads: int, context: int,
+              attn: str) -> dict[str, Any]:
+    import torch
+
+    return {"model": model_ref, "resolved": resolved, "device": device, "dtype": dtype, "threads": threads,
+            "context": context, "torch": torch.__version__, "attn": attn, "machine": platform.machine()}
+
+
+def cache_path(key: dict[str, Any]) -> Path:
+    from specbench_cli.models.load import cache_root
+
+    digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
+    return cache_root() / "cost" / f"{digest}.json"
+
+
+def load_cached(key: dict[str, Any]) -> Optional[CostCurve]:
+    """The cached curve for `key`, or None (missing, unreadable, or for another key)."""
+    path = cache_path(key)
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        curve = CostCurve.from_dict(data)
+    except (OSError, ValueError, TypeError):
+        return None
+    return curve if curve.key == key else None
+
+
+def save_cached(curve: CostCurve) -> Path:
+    path = cache_path(curve.key)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f"{path.name}.{time.time_ns()}.tmp")
+    tmp.write_text(json.dumps(curve.to_dict(), indent=1), encoding="utf-8")
+    tmp.replace(path)
+    return path
+
+
+def validate(max_q: int, context: int, rounds: int, warmup: int) -> None:
+    """Bad settings fail before any model loads."""
+    if not 1 <= max_q <= 1024:
+        raise UsageError(f"--max-q must be between 1 and 1024, got {max_q}")
+    if not 1 <= context <= 32768:
+        raise UsageError(f"--context must be between 1 and 32768, got {context}")
+    if not 1 <= rounds <= 1000:
+        raise UsageError(f"--repeats must be between 1 and 1000, got {rounds}")
+    if not 0 <= warmup <= 1000:
+        raise UsageError(f"--warmup must be between 0 and 1000, got {warmup}")
+
+
+def measure_curve(model: Any, max_q: int, context: int = 400, rounds: int = 5, warmup: int = 3,
+                  seed: int = 0, key: Optional[dict] = None,
+                  progress: Optional[Callable[[int, int], None]] = None) -> CostCurve:
+    """Time one forward of q = 1..max_q new tokens after `context` cached tokens (see module doc)."""
+    import torch
+
+    from specbench_cli.engine.cache import KVCache
+
+    device = next(model.parameters()).device
+    vocab = model.config.vocab_size
+    rng = random.Random(seed)
+    gen = torch.Generator().manual_seed(seed)
+    low = min(100, vocab - 1)
+
+    def ids(n: int) -> torch.Tensor:
+        return torch.randint(low, vocab, (1, n), generator=gen).to(device)
+
+    def sync() -> None:
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+
+    samples: dict[int, list[float]] = {q: [] for q in range(1, max_q + 1)}
+    with torch.inference_mode():
+        cache = KVCache()
+        model(input_ids=ids(context), past_key_values=cache.hf, use_cache=True)
+        for i in range(warmup):
+            model(input_ids=ids(1 + i % max_q), past_key_values=cache.hf, use_cache=True)
+            cache.crop_to(context)
+        total = rounds * max_q
+        for r in range(rounds):
+            order = list(range(1, max_q + 1))
+            rng.shuffle(order)
+            for j, q in enumerate(order):
+                block = ids(q)
+                sync()
+                start = time.perf_counter()
+                model(input_ids=block, past_key_values=cache.hf, use_cache=True)
+                sync()
+                samples[q].append(1000 * (time.perf_counter() - start))
+                cache.crop_to(context)
+                if progress:
+                    progress(r * max_q + j + 1, total)
+    ms = [statistics.median(samples[q]) for q in range(1, max_q + 1)]
+    spread = [(max(samples[q]) - min(samples[q])) / m for q, m in zip(range(1, max_q + 1), ms)]
+    return CostCurve(ms=ms, key=key or {}, rounds=rounds, spread=spread,
+                     measured_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"))
+
+
+def curve_rows(curve: CostCurve, every: int = 1) -> list[tuple[int, float, float]]:
+    """(q, ms, t(q)/t(1)) for the table: every q up to 16, then every `every`-th plus the last."""
+    rows = []
+    for q in range(1, curve.max_q + 1):
+        if q <= 16 or q % every == 0 or q == curve.max_q:
+            rows.append((q, curve.t(q), curve.ratio(q)))
+    return rows
+
+
+def plot_curve(curve: CostCurve, path: Path, title: str = "") -> Path:
+    """Two panels: ms vs q, and t(q)/t(1) vs q. PNG (or PDF by suffix)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    qs = list(range(1, curve.max_q + 1))
+    fig, (a, b) = plt.subplots(1, 2, figsize=(9, 3.4))
+    a.plot(qs, curve.ms, marker=".", lw=1)
+    a.set_xlabel("tokens per forward (q)")
+    a.set_ylabel("ms per forward")
+    a.grid(alpha=0.3)
+    b.plot(qs, [curve.ratio(q) for q in qs], marker=".", lw=1, color="tab:orange")
+    b.axhline(1.0, color="grey", lw=0.8, ls=":")
+    b.set_xlabel("tokens per forward (q)")
+    b.set_ylabel("t(q) / t(1)")
+    b.grid(alpha=0.3)
+    k = curve.key
+    fig.suptitle(title or f"{k.get('model', '')} · {k.get('device', '')} · {k.get('dtype', '')} · "
+                 f"{k.get('threads', '')} threads · context {k.get('context', '')}", fontsize=10)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path

@@ -1,0 +1,118 @@
+"""What `specbench run` does between parsing and printing: load, create/open the run folder,
+run with a progress bar, survive Ctrl-C, summarise."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+from pathlib import Path
+from typing import Optional
+
+from rich.markup import escape
+from rich.text import Text
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+from specbench_cli.run.auto.bcauto import instance_label
+from specbench_cli.run.auto.calibrate import auto_specs, calibration_questions, prepare
+from specbench_cli.console import err
+from specbench_cli.errors import RuntimeFailure
+from specbench_cli.models.prompting import default_threads, set_threads
+from specbench_cli.run.runner import RunConfig, Runner, load_questions, plan_methods
+from specbench_cli.run.resume import retry_error_rows
+from specbench_cli.store.runfolder import RunFolder, check_output_dir, environment, now_iso
+
+
+class RunProgress(Progress):
+    """The progress bar, with live tok/s and #MAT per method on the lines below it."""
+
+    stats = ""
+
+    def get_renderables(self):
+        yield self.make_tasks_table(self.tasks)
+        if self.stats:
+            yield Text(self.stats, style="dim")
+
+
+def execute(cfg: RunConfig, store: Optional[RunFolder] = None, report: bool = True,
+            trust_remote_code: bool = False, retry_errors: bool = False) -> Path:
+    """Run `cfg` into a new run folder, or continue `store`; the folder is locked while written."""
+    with contextlib.ExitStack() as locks:
+        return _execute(cfg, store, report, trust_remote_code, retry_errors, locks)
+
+
+def _note(msg: str) -> None:
+    err.print(f"[yellow]note:[/] {escape(msg)}", highlight=False)
+
+
+# ~60 lines: the ordered checks before the model loads, the lock, the manifest and the progress bar
+# must happen in this order in one place; each step is a call.
+def _execute(cfg: RunConfig, store: Optional[RunFolder], report: bool, trust_remote_code: bool,
+             retry_errors: bool, locks: contextlib.ExitStack) -> Path:
+    from specbench_cli.models.load import load_model
+
+    questions = load_questions(cfg)           # bad input fails before the model loads
+    planned = plan_methods(cfg)               # so do bad method options
+    if store is None:
+        check_output_dir(cfg.output_dir)      # and an --output-dir that is a file or read-only
+    else:                                     # and a run folder another process is writing
+        locks.enter_context(store.lock(_note))
+        if retry_errors:
+            err.print(f"--retry-errors: {retry_error_rows(store)} row(s) will run again")
+    if auto_specs(cfg):                       # and an `auto` run without calibration questions
+        calibration_questions(cfg, questions, cfg.auto_questions)
+    threads = set_threads(cfg.threads, default_threads())
+    err.print(f"[dim]loading {cfg.model} ({cfg.dtype}, {cfg.device}, {threads} threads, forward {cfg.forward})[/dim]")
+    lm = load_model(cfg.model, device=cfg.device, dtype=cfg.dtype, forward=cfg.forward,
+                    trust_remote_code=trust_remote_code)
+    if lm.forward != cfg.forward:
+        err.print(f"[dim]forward {cfg.forward}: {lm.forward}[/dim]")
+    # the cost curve (recorded when cached; measured when `auto` needs it) and auto budgets
+    planned, costs = prepare(cfg, lm, planned, questions, threads, store.read_manifest() if store else None)
+    runner = Runner(cfg, store)  # store set below
+    runner.setup(lm, planned)
+    if store is None:
+        manifest = {"config": {**dataclasses.asdict(cfg), "threads": threads,
+                               "methods": list(runner.methods)},
+                    "model": lm.manifest(), **environment(), **costs,
+                    "methods": {n: {"label": instance_label(n, m.label(), cfg.block_complexity), "params": m.params(),
+                                    "lossless": m.lossless, "extra_params": m.extra_params,
+                                    "block_complexity": m.ctx.budget} for n, m in runner.methods.items()}}
+        store = RunFolder.create(Path(cfg.output_dir), manifest)
+        locks.enter_context(store.lock(_note))
+    else:
+        store.repair_tail()
+    runner.store = store
+    err.print(f"run folder: [bold]{store.path}[/bold]  ({len(questions)} questions x {len(runner.methods)} methods"
+              f", BC={cfg.block_complexity}, max {cfg.max_new_tokens} new tokens)")
+
+    columns = [TextColumn("[progress.description]{task.description}"), BarColumn(), MofNCompleteColumn(),
+               TimeElapsedColumn(), TimeRemainingColumn()]
+    with RunProgress(*columns, console=err, transient=False) as bar:
+        task = bar.add_task("decoding", total=None)
+
+        def on_progress(done: int, total: int) -> None:
+            bar.stats = runner.live.line().replace(" | ", "\n")
+            bar.update(task, completed=done, total=total)
+            if not err.is_terminal and done:  # logs (CI, nohup) get one plain line per finished unit
+                err.print(f"[{done}/{total}] {runner.live.line()}", highlight=False, soft_wrap=True)
+
+        try:
+            errors = runner.run(questions, progress=on_progress)
+        except KeyboardInterrupt:
+            bar.stop()
+            err.print(f"[yellow]interrupted[/yellow]: finished rows are kept in {store.samples_path}; "
+                      f"continue with: specbench run --resume {store.path}")
+            raise
+    store.update_manifest(finished=now_iso())
+    if report:
+        summarize(store.path)
+    if errors:
+        raise RuntimeFailure(f"{errors} sample(s) failed; see rows with status 'error' in {store.samples_path}")
+    return store.path
+
+
+def summarize(run_dir: Path) -> None:
+    """Print the summary table and write table files + plots to RUN_DIR/report."""
+    from specbench_cli.report.runs import write_report
+
+    write_report([run_dir], columns="median,agree")

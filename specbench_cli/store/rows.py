@@ -1,0 +1,190 @@
+"""One sample row: the line `specbench run` appends to samples.jsonl per (method, question,
+turn, repeat), the reader validates, and metrics consume. docs/results-format.md documents
+every field; this class is the definition.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar, Optional
+
+from specbench_cli.errors import UsageError
+
+STATUSES = ("ok", "error")
+
+
+@dataclass(kw_only=True)
+class SampleRow:
+    """Identity and outcome of one generated turn. Fields without a default are required in
+    every row; `OK_REQUIRED` also in every `ok` row. Older files may lack the others (they
+    load with the defaults below)."""
+
+    method: str
+    method_label: str
+    method_params: Optional[dict] = None
+    lossless: Optional[bool] = None
+    extra_params: int = 0
+    structure: Optional[str] = None          # "chain" | "tree" | "none" (absent in older rows)
+    task: str = ""
+    category: str
+    subcategory: Optional[str] = None
+    question_id: str
+    turn: int
+    repeat: int
+    block_complexity: int = 0
+    temperature: float = 0.0
+    top_p: float = 1.0
+    status: str
+    error: Optional[str] = None
+    prompt_tokens: int = 0
+    new_tokens: int = 0
+    wall_time: float = 0.0
+    prefill_time: float = 0.0
+    steps: int = 0
+    accept_lengths: list = field(default_factory=list)
+    draft_sizes: list = field(default_factory=list)
+    budget_used: list = field(default_factory=list)
+    step_draft_ms: list = field(default_factory=list)
+    step_verify_ms: list = field(default_factory=list)
+    draft_time: float = 0.0
+    verify_time: float = 0.0
+    overhead_time: float = 0.0
+    output_ids: list = field(default_factory=list)
+    output_text: str = ""
+    method_stats: Optional[dict] = None      # a method's own counters (fastcot: iterations, approx tokens...)
+    scorer: Optional[str] = None             # quality scorer of this question (specbench_cli/scoring/quality.py)
+    reference: Any = None                    # what the scorer compares against (this turn's reference)
+    ar_match: Optional[bool] = None
+    first_mismatch: Optional[int] = None
+    timestamp: Optional[str] = None
+
+    OK_REQUIRED: ClassVar[tuple[str, ...]] = ("new_tokens", "wall_time", "steps", "accept_lengths")
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON object written to samples.jsonl (field order as above)."""
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "SampleRow":
+        """A row from a parsed line (validated; unknown keys are ignored)."""
+        validate(data)
+        names = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in names})
+
+    @property
+    def key(self) -> tuple:
+        return row_key(self.to_dict())
+
+
+def required_keys(status: Optional[str] = None) -> tuple[str, ...]:
+    """Keys a row must carry (plus the measured ones when `status == "ok"`)."""
+    base = tuple(f.name for f in dataclasses.fields(SampleRow)
+                 if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING)
+    return base + (SampleRow.OK_REQUIRED if status == "ok" else ())
+
+
+def defaults() -> dict[str, Any]:
+    """Values for the optional keys a row may lack (older writers)."""
+    out = {}
+    for f in dataclasses.fields(SampleRow):
+        if f.default is not dataclasses.MISSING:
+            out[f.name] = f.default
+        elif f.default_factory is not dataclasses.MISSING:
+            out[f.name] = f.default_factory()
+    return out
+
+
+def _is_int(v: object) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _is_num(v: object) -> bool:
+    return _is_int(v) or isinstance(v, float)
+
+
+def _ints(v: object) -> bool:
+    return isinstance(v, list) and all(_is_int(x) for x in v)
+
+
+def _nums(v: object) -> bool:
+    return isinstance(v, list) and all(_is_num(x) for x in v)
+
+
+def _opt(check):
+    return lambda v: v is None or check(v)
+
+
+# Field -> (check, what it wants). Metrics sum, divide and compare these, so a row that passes
+# cannot crash them. question_id may be a number (files written by other tools).
+FIELD_TYPES: dict[str, tuple[Any, str]] = {
+    "method": (lambda v: isinstance(v, str) and v != "", "a non-empty string"),
+    "method_label": (lambda v: isinstance(v, str) and v != "", "a non-empty string"),
+    "method_params": (_opt(lambda v: isinstance(v, dict)), "an object or null"),
+    "lossless": (_opt(lambda v: isinstance(v, bool)), "true, false or null"),
+    "extra_params": (lambda v: _is_int(v) and v >= 0, "an integer >= 0"),
+    "structure": (_opt(lambda v: isinstance(v, str)), "a string or null"),
+    "task": (_opt(lambda v: isinstance(v, str)), "a string"),
+    "category": (lambda v: isinstance(v, str) and v != "", "a non-empty string"),
+    "subcategory": (_opt(lambda v: isinstance(v, str)), "a string or null"),
+    "question_id": (lambda v: (isinstance(v, str) and v != "") or _is_int(v), "a string or an integer"),
+    "turn": (lambda v: _is_int(v) and 0 <= v < 1000, "an integer in 0..999"),
+    "repeat": (lambda v: _is_int(v) and 0 <= v < 100000, "an integer >= 0"),
+    "block_complexity": (lambda v: _is_int(v) and v >= 0, "an integer >= 0"),
+    "temperature": (lambda v: _is_num(v) and v >= 0, "a number >= 0"),
+    "top_p": (lambda v: _is_num(v) and 0 <= v <= 1, "a number in [0, 1]"),
+    "error": (_opt(lambda v: isinstance(v, str)), "a string or null"),
+    "prompt_tokens": (lambda v: _is_int(v) and v >= 0, "an integer >= 0"),
+    "new_tokens": (lambda v: _is_int(v) and v >= 0, "an integer >= 0"),
+    "wall_time": (lambda v: _is_num(v) and 0 <= v < float("inf"), "a finite number >= 0"),
+    "prefill_time": (lambda v: _is_num(v) and 0 <= v < float("inf"), "a finite number >= 0"),
+    "steps": (lambda v: _is_int(v) and v >= 0, "an integer >= 0"),
+    "accept_lengths": (_ints, "a list of integers"),
+    "draft_sizes": (_ints, "a list of integers"),
+    "budget_used": (_ints, "a list of integers"),
+    "step_draft_ms": (_nums, "a list of numbers"),
+    "step_verify_ms": (_nums, "a list of numbers"),
+    "draft_time": (lambda v: _is_num(v) and v >= 0, "a number >= 0"),
+    "verify_time": (lambda v: _is_num(v) and v >= 0, "a number >= 0"),
+    "overhead_time": (_is_num, "a number"),
+    "output_ids": (_ints, "a list of integers"),
+    "output_text": (_opt(lambda v: isinstance(v, str)), "a string"),
+    "ar_match": (_opt(lambda v: isinstance(v, bool)), "true, false or null"),
+    "first_mismatch": (_opt(lambda v: _is_int(v) and v >= 0), "an integer >= 0 or null"),
+    "timestamp": (_opt(lambda v: isinstance(v, str)), "a string or null"),
+}
+
+
+def validate(row: object, where: str = "row") -> dict:
+    """UsageError naming `where` unless `row` is an object with the keys metrics need, each of
+    the type `FIELD_TYPES` gives (unknown keys are left alone)."""
+    if not isinstance(row, dict):
+        raise UsageError(f"{where}: expected a JSON object, got {type(row).__name__}")
+    if row.get("status") not in STATUSES:
+        raise UsageError(f"{where}: status must be 'ok' or 'error', got {row.get('status')!r}")
+    missing = [key for key in required_keys(row["status"]) if key not in row]
+    if missing:
+        raise UsageError(f"{where}: missing key(s) {', '.join(missing)}")
+    for key, (check, wants) in FIELD_TYPES.items():
+        if key in row and not check(row[key]):
+            raise UsageError(f"{where}: '{key}' must be {wants}, got {_short(row[key])}")
+    return row
+
+
+def _short(value: object) -> str:
+    """A JSON value for an error line: at most 40 characters."""
+    import json
+
+    text = json.dumps(value, ensure_ascii=True, default=str)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def row_key(row: dict) -> tuple:
+    """(method, task, question_id, turn, repeat): what resume matches finished rows on."""
+    return (row["method"], row.get("task"), str(row["question_id"]), int(row["turn"]), int(row.get("repeat", 0)))
+
+
+def validate_row(row: object, path: Path, lineno: int) -> dict:
+    """`validate` with a file:line location."""
+    return validate(row, f"{path}:{lineno}")

@@ -1,0 +1,286 @@
+"""The run folder: `manifest.json` + `samples.jsonl` (format: docs/results-format.md).
+
+Writing: `RunFolder` creates the folder, appends rows one by one (flushed and fsynced, so an
+interrupted run keeps every finished row and `--resume` skips them) and repairs a torn last
+line before appending again. Reading: `load_run` never guesses: a missing folder or file, or
+a malformed line, raises `UsageError` naming the file (and line). The one exception is a
+final line cut short by a crash mid-write: it is skipped and recorded in `Run.warnings`,
+because `specbench run --resume` re-runs that turn anyway. Rows are `rows.SampleRow` objects
+as dicts; files written before a field existed still load (see `rows.defaults`).
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+import platform
+import secrets
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Optional
+
+from specbench_cli.errors import UsageError, check_output_folder
+from specbench_cli.jsonl import read_json_object
+from specbench_cli.store.rows import row_key, validate_row  # noqa: F401 (row_key re-exported for resume)
+
+MANIFEST = "manifest.json"
+SAMPLES = "samples.jsonl"
+
+
+@dataclass
+class Run:
+    """One loaded run folder: its manifest, its rows, and any load warnings."""
+
+    path: Path
+    manifest: dict
+    rows: list[dict]
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def run_id(self) -> str:
+        """The manifest's run id (falls back to the folder name)."""
+        return str(self.manifest.get("run_id") or self.path.name)
+
+    @property
+    def model_name(self) -> str:
+        """Short display name of the target model."""
+        model = self.manifest.get("model") or {}
+        return str(model.get("name") or model.get("ref") or "model")
+
+    @property
+    def model_params(self) -> int | None:
+        """Parameter count of the target model, or None if the manifest lacks it."""
+        params = (self.manifest.get("model") or {}).get("params")
+        return int(params) if params else None
+
+    def tagged_rows(self) -> list[dict]:
+        """Rows with `run_id`, `model` and `target_params` added (what `metrics` groups by)."""
+        tags = {"run_id": self.run_id, "model": self.model_name, "target_params": self.model_params}
+        return [{**row, **tags} for row in self.rows]
+
+
+def load_run(path: str | Path) -> Run:
+    """Load one run folder; raise `UsageError` for anything missing or malformed."""
+    folder = Path(path)
+    if not folder.is_dir():
+        raise UsageError(f"run folder not found: {folder}")
+    manifest = read_manifest(folder / MANIFEST)
+    rows, warnings = read_samples(folder / SAMPLES)
+    return Run(path=folder, manifest=manifest, rows=rows, warnings=warnings)
+
+
+def load_runs(paths: Iterable[str | Path]) -> list[Run]:
+    """Load several run folders, in the given order."""
+    return [load_run(p) for p in paths]
+
+
+def all_rows(runs: Iterable[Run]) -> list[dict]:
+    """The tagged rows of every run, concatenated."""
+    return [row for run in runs for row in run.tagged_rows()]
+
+
+def read_manifest(path: Path) -> dict:
+    """Parse manifest.json; it must be a JSON object whose known keys have the right types."""
+    doc = read_json_object(path, f"missing {path.name} in {path.parent} (is this a `specbench run` folder?)")
+    return validate_manifest(doc, path)
+
+
+# manifest key -> (check, what it wants); keys other tools add are left alone
+_MANIFEST_TYPES = {
+    "run_id": (lambda v: isinstance(v, str) and v.strip() != "", "a non-empty string"),
+    "config": (lambda v: isinstance(v, dict), "an object"),
+    "model": (lambda v: isinstance(v, dict), "an object"),
+    "methods": (lambda v: isinstance(v, dict), "an object"),
+    "created": (lambda v: v is None or isinstance(v, str), "a string"),
+    "finished": (lambda v: v is None or isinstance(v, str), "a string or null"),
+}
+_MODEL_TYPES = {
+    "name": (lambda v: v is None or isinstance(v, str), "a string"),
+    "ref": (lambda v: v is None or isinstance(v, str), "a string"),
+    "params": (lambda v: v is None or (isinstance(v, int) and not isinstance(v, bool) and v >= 0), "an integer"),
+}
+
+
+def validate_manifest(doc: dict, path: Path) -> dict:
+    """`doc` unchanged, or a UsageError naming the file and the first key of the wrong type."""
+    for where, table, obj in (("", _MANIFEST_TYPES, doc), ("model.", _MODEL_TYPES, doc.get("model") or {})):
+        for key, (check, wants) in table.items():
+            if key in obj and not check(obj[key]):
+                raise UsageError(f"{path}: '{where}{key}' must be {wants}, got {json.dumps(obj[key])[:40]}")
+    return doc
+
+
+def read_samples(path: Path) -> tuple[list[dict], list[str]]:
+    """Parse samples.jsonl into rows; return (rows, warnings).
+
+    Blank lines are ignored. A malformed last line is taken to be a write cut short by a
+    crash and skipped with a warning; a malformed line anywhere else is an error.
+    """
+    if not path.is_file():
+        raise UsageError(f"missing {path.name} in {path.parent}")
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except UnicodeDecodeError as exc:
+        raise UsageError(f"{path}: not UTF-8 text ({exc})") from exc
+    numbered = [(i, line) for i, line in enumerate(lines, start=1) if line.strip()]
+    rows: list[dict] = []
+    warnings: list[str] = []
+    for position, (lineno, line) in enumerate(numbered):
+        try:
+            row = json.loads(line)
+        except (json.JSONDecodeError, RecursionError) as exc:
+            if position == len(numbered) - 1 and isinstance(exc, json.JSONDecodeError):
+                warnings.append(f"{path}:{lineno}: skipped a truncated final line (crash mid-write?)")
+                continue
+            raise UsageError(f"{path}:{lineno}: malformed JSON ({getattr(exc, 'msg', 'nested too deeply')})") from None
+        rows.append(validate_row(row, path, lineno))
+    return dedupe(rows, path, warnings), warnings
+
+
+def dedupe(rows: list[dict], path: Path, warnings: list[str]) -> list[dict]:
+    """The first row of each (method, task, question, turn, repeat); later copies (two writers
+    at once, before run folders were locked) are dropped with one warning naming how many."""
+    seen: set[tuple] = set()
+    kept = []
+    for row in rows:
+        key = row_key(row)
+        if key not in seen:
+            seen.add(key)
+            kept.append(row)
+    if len(kept) < len(rows):
+        warnings.append(f"{path}: ignored {len(rows) - len(kept)} duplicate row(s) (same method, question, turn "
+                        f"and repeat); the first of each is used")
+    return kept
+
+
+# ----------------------------------------------------------------------------- writing
+
+
+def now_iso() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+
+
+def new_run_id() -> str:
+    return _dt.datetime.now().strftime("%Y%m%d-%H%M%S") + "-" + secrets.token_hex(3)
+
+
+def git_commit() -> Optional[str]:
+    here = Path(__file__).resolve().parent
+    try:
+        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=here, capture_output=True, text=True, timeout=5)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() or None if out.returncode == 0 else None
+
+
+def environment() -> dict[str, Any]:
+    import torch
+    import transformers
+
+    from specbench_cli import __version__
+
+    return {
+        "versions": {"python": platform.python_version(), "torch": torch.__version__,
+                     "transformers": transformers.__version__, "specbench": __version__},
+        "host": {"platform": platform.platform(), "processor": platform.processor() or platform.machine(),
+                 "cpu_count": os.cpu_count(),
+                 "device_name": torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu"},
+        "git_commit": git_commit(),
+    }
+
+
+LOCK = "run.lock"
+
+
+def check_output_dir(output_dir: str | Path) -> Path:
+    """The folder new run folders go into (created with the first run folder); a UsageError
+    before any model loads if it is a file or cannot be written."""
+    return check_output_folder(output_dir, "--output-dir")
+
+
+class RunFolder:
+    """A run folder open for appending. Writers hold `lock()` (RUN/run.lock) while they write."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.manifest_path = path / MANIFEST
+        self.samples_path = path / SAMPLES
+
+    @classmethod
+    def create(cls, output_dir: Path, manifest: dict) -> "RunFolder":
+        run_id = new_run_id()
+        path = Path(output_dir) / run_id
+        path.mkdir(parents=True, exist_ok=False)
+        store = cls(path)
+        store.write_manifest({"run_id": run_id, "created": now_iso(), "finished": None, **manifest})
+        store.samples_path.touch()
+        return store
+
+    @classmethod
+    def open(cls, path: Path) -> "RunFolder":
+        store = cls(Path(path))
+        if not store.manifest_path.is_file():
+            raise UsageError(f"{path} is not a run folder (no {MANIFEST})")
+        return store
+
+    def read_manifest(self) -> dict:
+        return read_manifest(self.manifest_path)
+
+    def lock(self, note=lambda msg: None):
+        """RUN/run.lock (sweep/lock.py's FolderLock): a second writer exits 2 naming the holder's pid;
+        a lock left by a dead process is taken over with `note`."""
+        from specbench_cli.store.lock import FolderLock
+
+        return FolderLock(self.path, LOCK, "specbench run", note)
+
+    def drop_rows(self, drop) -> int:
+        """Rewrite samples.jsonl without the rows for which `drop(row)` is true (atomically:
+        temp file, fsync, rename); return how many went. Call with the lock held."""
+        rows = self.rows()
+        kept = [r for r in rows if not drop(r)]
+        if len(kept) == len(rows):
+            return 0
+        tmp = self.samples_path.with_suffix(".jsonl.tmp")
+        with tmp.open("w", encoding="utf-8") as f:
+            f.writelines(json.dumps(r, ensure_ascii=False) + "\n" for r in kept)
+            f.flush()
+            os.fsync(f.fileno())
+        tmp.replace(self.samples_path)
+        return len(rows) - len(kept)
+
+    def write_manifest(self, manifest: dict) -> None:
+        tmp = self.manifest_path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(manifest, indent=2, sort_keys=False) + "\n")
+        tmp.replace(self.manifest_path)
+
+    def update_manifest(self, **fields: Any) -> None:
+        m = self.read_manifest()
+        m.update(fields)
+        self.write_manifest(m)
+
+    def rows(self) -> list[dict]:
+        """Finished rows; a torn last line (crash mid-write) is ignored, any other bad line is an error."""
+        if not self.samples_path.is_file():
+            return []
+        return read_samples(self.samples_path)[0]
+
+    def repair_tail(self) -> None:
+        """Drop a torn final line so appends start on a fresh line."""
+        if not self.samples_path.is_file():
+            return
+        data = self.samples_path.read_bytes()
+        if data and not data.endswith(b"\n"):
+            cut = data.rfind(b"\n") + 1
+            self.samples_path.write_bytes(data[:cut])
+
+    def append(self, row: dict) -> None:
+        with self.samples_path.open("a", encoding="utf-8") as f:
+            f.write(json.dumps(row, ensure_ascii=False) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+
+    def append_many(self, rows: Iterable[dict]) -> None:
+        for r in rows:
+            self.append(r)

@@ -1,0 +1,1 @@
+"""What every trainer shares: the loop, the LR schedule, checkpoints, output folders."""

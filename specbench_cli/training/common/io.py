@@ -1,0 +1,56 @@
+"""Output folders and small files every trainer writes: model folders, atomic JSON, text inputs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from specbench_cli.errors import UsageError
+
+DRAFTER_META = "specbench_drafter.json"
+
+
+def save_model_folder(model: Any, tokenizer: Any, out: Path, meta: dict) -> Path:
+    """Write `model` + `tokenizer` as a Hugging Face folder that `load_model(out)` can read,
+    plus `specbench_drafter.json` with `meta` (how it was made)."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    write_json(out / DRAFTER_META, meta)
+    return out
+
+
+def write_json(path: Path, obj: Any) -> None:
+    """Write JSON atomically (tmp file + rename)."""
+    path = Path(path)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(obj, indent=2, default=str) + "\n")
+    tmp.replace(path)
+
+
+def check_new_output(out: Path, force: bool = False) -> Path:
+    """A model output folder must not already hold a model unless `force`."""
+    out = Path(out).expanduser()
+    if out.exists() and not out.is_dir():
+        raise UsageError(f"output {out} exists and is not a folder")
+    if not force and (out / "config.json").exists():
+        raise UsageError(f"output folder {out} already holds a model; pass --force to overwrite it")
+    return out
+
+
+def read_text_file(path: Path, what: str = "text file") -> str:
+    """Read a UTF-8 text file or raise a one-line UsageError."""
+    path = Path(path).expanduser()
+    if not path.is_file():
+        raise UsageError(f"{what} not found: {path}")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise UsageError(f"{what} {path} is not UTF-8 text") from None
+    if not text.strip():
+        raise UsageError(f"{what} {path} is empty")
+    return text
+
+

@@ -1,0 +1,225 @@
+"""The generic resumable training loop shared by distillation fine-tuning, `scratch`
+pretraining and `train sft|msn`: config, LR schedule, checkpoints (safetensors + JSON, no
+pickles), RNG state, the loss plot. Split out of finetune.py, which keeps the data and the
+distillation step."""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import shutil
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from specbench_cli.errors import RuntimeFailure, UsageError
+from specbench_cli.training.common.io import save_model_folder, write_json
+from specbench_cli.training.common.state_io import has_state, load_state, save_state
+
+CKPT_DIR = "checkpoints"
+
+@dataclass
+class TrainConfig:
+    steps: int = 200
+    batch_size: int = 4
+    lr: float = 1e-4
+    weight_decay: float = 0.0
+    warmup: int = 10
+    grad_clip: float = 1.0
+    save_every: int = 50
+    keep: int = 2
+    seed: int = 0
+    extra: dict = field(default_factory=dict)
+
+    def validate(self) -> None:
+        if self.steps < 1 or self.batch_size < 1:
+            raise UsageError("--steps and --batch-size must be >= 1")
+        if not 0 < self.lr < math.inf:  # written so that NaN fails too
+            raise UsageError(f"--lr must be > 0, got {self.lr}")
+        if self.save_every < 1 or self.keep < 1:
+            raise UsageError("--save-every and --keep must be >= 1")
+        if self.warmup < 0 or not 0 < self.grad_clip < math.inf:
+            raise UsageError("--warmup must be >= 0 and --grad-clip > 0")
+        if not 0 <= self.weight_decay < math.inf:
+            raise UsageError(f"--weight-decay must be >= 0, got {self.weight_decay}")
+
+
+def checkpoints(out: Path) -> list[Path]:
+    """Complete checkpoints under out/checkpoints, oldest first."""
+    root = Path(out) / CKPT_DIR
+    found = [p for p in root.glob("step-*") if has_state(p) and p.name[5:].isdigit()] if root.is_dir() else []
+    return sorted(found, key=lambda p: int(p.name.split("-")[1]))
+
+
+def _lr_lambda(warmup: int, steps: int):
+    def f(step: int) -> float:  # linear warmup, then cosine decay to 10 %
+        if step < warmup:
+            return (step + 1) / warmup
+        frac = (step - warmup) / max(1, steps - warmup)
+        return 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, frac)))
+    return f
+
+
+def _rng_state() -> dict:
+    import numpy as np
+    import torch
+
+    return {"torch": torch.get_rng_state(), "python": random.getstate(), "numpy": np.random.get_state()}
+
+
+def _set_rng_state(state: dict) -> None:
+    import numpy as np
+    import torch
+
+    torch.set_rng_state(state["torch"])
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+
+
+def _save_checkpoint(out: Path, step: int, model, tokenizer, opt, sched, history, meta, keep: int,
+                     save_folder=save_model_folder) -> Path:
+    ck = Path(out) / CKPT_DIR / f"step-{step:07d}"
+    tmp = ck.with_name(ck.name + ".tmp")
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    save_folder(model, tokenizer, tmp, {**meta, "step": step})
+    save_state(tmp, {"step": step, "optimizer": opt.state_dict(), "scheduler": sched.state_dict(),
+                     "rng": _rng_state(), "history": history})
+    if ck.exists():
+        shutil.rmtree(ck)
+    tmp.rename(ck)
+    for old in checkpoints(out)[:-keep]:
+        shutil.rmtree(old)
+    return ck
+
+
+def plot_history(history: list[dict], path: Path, title: str) -> None:
+    """Loss-curve PNG against the step: left panel the series bounded in [0, 1] (tvd, top1),
+    right panel the others (loss, kld, pretrain_ce)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    skip = ("step", "lr", "kind", "grad_norm", "seconds")
+    series = {}
+    for k in dict.fromkeys(k for h in history for k in h):
+        pts = [(h["step"], h[k]) for h in history if isinstance(h.get(k), (int, float))]
+        if k not in skip and pts:
+            series[k] = pts
+    unit = {k: v for k, v in series.items() if all(0 <= y <= 1 for _, y in v)}
+    other = {k: v for k, v in series.items() if k not in unit}
+    panels = [p for p in (unit, other) if p]
+    fig, axes = plt.subplots(1, len(panels), figsize=(6 * len(panels), 4), squeeze=False)
+    for ax, panel in zip(axes[0], panels):
+        for k, pts in panel.items():
+            ax.plot(*zip(*pts), label=k, marker="." if len(pts) < 60 else None, linewidth=1)
+        ax.set_xlabel("step")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+StepFn = Callable[[int], tuple[Any, dict]]
+
+
+def restore_weights(model: Any, ck: Path) -> None:
+    """Default checkpoint restore: the checkpoint's HF folder into `model` (all weights)."""
+    # use_safetensors: never fall back to a pickled pytorch_model.bin found in the folder
+    loaded = type(model).from_pretrained(ck, dtype=next(model.parameters()).dtype, use_safetensors=True)
+    model.load_state_dict(loaded.state_dict())
+    del loaded
+
+
+def _resume(ck: Path, model: Any, opt: Any, sched: Any, cfg: TrainConfig, restore: Callable) -> tuple[list[dict], int]:
+    """Load checkpoint `ck` into model, optimizer, scheduler and RNGs; (history, step reached)."""
+    from specbench_cli.console import err
+
+    state = load_state(ck)  # no pickle: a checkpoint folder may come from anyone
+    restore(model, ck)
+    opt.load_state_dict(state["optimizer"])
+    sched.load_state_dict(state["scheduler"])
+    _set_rng_state(state["rng"])
+    history, start = state["history"], state["step"]
+    if start > cfg.steps:
+        raise UsageError(f"checkpoint {ck.name} is already at step {start} > --steps {cfg.steps}")
+    # start == steps: nothing left to train; the final folder, curve and summary are (re)written
+    err.print(f"[dim]resuming from {ck} at step {start}[/dim]")
+    return history, start
+
+
+def train_loop(model: Any, tokenizer: Any, out: Path, cfg: TrainConfig, step_fn: StepFn, meta: dict,
+               resume: bool = False, progress: bool = True, title: str = "training",
+               save_folder: Callable = save_model_folder, restore: Callable = restore_weights) -> dict:
+    """Generic resumable loop: AdamW, warmup+cosine LR, grad clipping, checkpoints.
+
+    `step_fn(step)` returns (scalar loss tensor with grad, dict of floats to log). Every
+    `cfg.save_every` steps (and at the end) a checkpoint is written to
+    out/checkpoints/step-NNNNNNN/ as a Hugging Face folder + trainer_state.{json,safetensors} (optimizer,
+    scheduler, step, RNG states, history); the last `cfg.keep` are kept. With `resume`, the
+    latest checkpoint's weights and state are loaded and training continues at its step (a
+    checkpoint already at `cfg.steps` is just exported).
+    At the end the model goes to `out/` (HF folder), with history.jsonl, loss_curve.png and
+    training.json. Returns the training.json dict.
+    `save_folder(model, tokenizer, folder, meta)` writes a model folder and `restore(model, ck)`
+    loads a checkpoint's weights back (defaults: all weights; LoRA passes its own, sft_lora.py).
+    """
+    import torch
+
+    from specbench_cli.console import err
+
+    cfg.validate()
+    out = Path(out)
+    found = checkpoints(out)
+    if resume and not found:
+        raise UsageError(f"--resume: no checkpoint under {out / CKPT_DIR}")
+    if not resume and found:
+        raise UsageError(f"{out} already has checkpoints; pass --resume to continue, or choose another -o")
+    torch.manual_seed(cfg.seed)
+    random.seed(cfg.seed)
+    opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=cfg.lr,
+                            betas=(0.9, 0.95), weight_decay=cfg.weight_decay)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, _lr_lambda(cfg.warmup, cfg.steps))
+    history, start = _resume(found[-1], model, opt, sched, cfg, restore) if resume else ([], 0)
+    full_meta = {**meta, "train_config": asdict(cfg)}
+    model.train()
+    t0 = time.time()
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, \
+        TimeRemainingColumn
+
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  TimeRemainingColumn(), TextColumn("{task.fields[info]}"), console=err,
+                  disable=not progress) as bar:
+        task = bar.add_task(title, total=cfg.steps, completed=start, info="")
+        for step in range(start, cfg.steps):
+            loss, logs = step_fn(step)
+            if not torch.isfinite(loss):
+                raise RuntimeFailure(f"loss became {loss.item()} at step {step}; lower --lr")
+            loss.backward()
+            gnorm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+            opt.step()
+            sched.step()
+            opt.zero_grad(set_to_none=True)
+            history.append({"step": step + 1, **logs, "lr": sched.get_last_lr()[0], "grad_norm": float(gnorm),
+                            "seconds": round(time.time() - t0, 3)})
+            bar.update(task, advance=1, info=" ".join(f"{k}={v:.4g}" for k, v in logs.items()
+                                                      if isinstance(v, float)))
+            if (step + 1) % cfg.save_every == 0 or step + 1 == cfg.steps:
+                _save_checkpoint(out, step + 1, model, tokenizer, opt, sched, history, full_meta, cfg.keep,
+                                 save_folder)
+    model.eval()
+    train_seconds = time.time() - t0
+    summary = {**full_meta, "steps_done": cfg.steps, "resumed_from": start if resume else None,
+               "wall_seconds_this_run": round(train_seconds, 2)}
+    save_folder(model, tokenizer, out, summary)
+    with (out / "history.jsonl").open("w") as f:
+        for h in history:
+            f.write(json.dumps(h) + "\n")
+    plot_history(history, out / "loss_curve.png", title)
+    write_json(out / "training.json", summary)
+    return summary

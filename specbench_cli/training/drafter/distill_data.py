@@ -1,0 +1,152 @@
+"""Distillation dataset: the target answers seed instructions at several temperatures.
+
+Each seed instruction is wrapped in the target's chat template (one user turn, generation
+prompt added) and answered by the target with ancestral sampling at each temperature
+(temperature 0 = greedy; top-p nucleus filtering for T > 0, no top-k). One JSONL row per
+(instruction, temperature):
+
+    {"id", "category", "instruction", "response", "temperature", "top_p", "target",
+     "max_new_tokens", "response_tokens", "finished", "seed"}
+
+`finished` is true when the target emitted its end-of-turn token within `max_new_tokens`.
+Rows are appended and flushed as soon as a batch finishes; re-running with the same output
+skips (id, temperature) pairs already written, so an interrupted run resumes.
+
+The shipped seed set (tasks/data/seed_instructions.jsonl) is written for this
+project and shares no question with Spec-Bench, so drafters trained on it can be evaluated on
+Spec-Bench without overlap.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Callable
+
+from specbench_cli.errors import UsageError
+from specbench_cli import tasks as _tasks_package
+from specbench_cli.jsonl import read_objects
+from specbench_cli.models.prompting import encode_chat, stop_token_ids, user_turn
+
+SEEDS_FILE = Path(_tasks_package.__file__).resolve().parent / "data" / "seed_instructions.jsonl"
+DEFAULT_TEMPERATURES = (0.0, 0.3, 0.7, 1.0)
+
+
+def parse_temperatures(text: str) -> list[float]:
+    """'0,0.3,0.7,1.0' -> [0.0, 0.3, 0.7, 1.0] (UsageError on bad input)."""
+    try:
+        temps = [float(t) for t in text.split(",") if t.strip()]
+    except ValueError:
+        raise UsageError(f"--temperatures must be comma-separated numbers, got '{text}'") from None
+    if not temps or any(t < 0 for t in temps):
+        raise UsageError(f"--temperatures needs at least one value, all >= 0, got '{text}'")
+    return list(dict.fromkeys(temps))
+
+
+def load_jsonl(path: Path, what: str) -> list[dict]:
+    """Read a JSONL file of objects; UsageError naming the first bad line."""
+    rows = [row for _, row in read_objects(path, what)]
+    if not rows:
+        raise UsageError(f"{what} {path} is empty")
+    return rows
+
+
+def load_seeds(path: Path | None = None, limit: int | None = None) -> list[dict]:
+    """Seed instructions: rows with a non-empty "instruction" (and optional "id", "category").
+
+    Rows without an id get "seed-<line>". `limit` keeps the first N rows (the shipped file is
+    ordered round-robin over categories, so any prefix is balanced).
+    """
+    rows = load_jsonl(path or SEEDS_FILE, "seed file")
+    seeds = []
+    for i, row in enumerate(rows, 1):
+        inst = row.get("instruction")
+        if not isinstance(inst, str) or not inst.strip():
+            raise UsageError(f"seed file row {i} has no 'instruction' string")
+        seeds.append({"id": str(row.get("id", f"seed-{i}")), "category": row.get("category", ""),
+                      "instruction": inst.strip()})
+    if len({s["id"] for s in seeds}) != len(seeds):
+        raise UsageError("seed file has duplicate ids")
+    if limit is not None:
+        if limit < 1:
+            raise UsageError("--limit must be >= 1")
+        seeds = seeds[:limit]
+    return seeds
+
+
+def chat_prompt(tokenizer: Any, instruction: str) -> list[int]:
+    """Token ids of the prompt for one user turn, encoded exactly as `specbench run` does."""
+    return encode_chat(tokenizer, user_turn(instruction))
+
+
+def generate_batch(model: Any, tokenizer: Any, prompts: list[list[int]], temperature: float, top_p: float,
+                   max_new_tokens: int) -> list[tuple[list[int], bool]]:
+    """Answer a batch of prompts (left-padded). Returns per prompt (response ids without the
+    stop token, finished flag)."""
+    import torch
+
+    stops = stop_token_ids(tokenizer, model)
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else stops[0]
+    width = max(len(p) for p in prompts)
+    ids = torch.full((len(prompts), width), pad, dtype=torch.long)
+    att = torch.zeros((len(prompts), width), dtype=torch.long)
+    for i, p in enumerate(prompts):
+        ids[i, width - len(p):] = torch.tensor(p)
+        att[i, width - len(p):] = 1
+    kwargs = dict(do_sample=False) if temperature == 0 else dict(do_sample=True, temperature=temperature,
+                                                                 top_p=top_p, top_k=0)
+    device = next(model.parameters()).device
+    with torch.no_grad():
+        out = model.generate(input_ids=ids.to(device), attention_mask=att.to(device), max_new_tokens=max_new_tokens,
+                             eos_token_id=stops, pad_token_id=pad, **kwargs)
+    results = []
+    for row in out[:, width:].tolist():
+        cut = next((j for j, t in enumerate(row) if t in stops), None)
+        results.append((row if cut is None else row[:cut], cut is not None))
+    return results
+
+
+def generate_distill_data(model: Any, tokenizer: Any, seeds: list[dict], out_path: Path, target_ref: str,
+                          temperatures=DEFAULT_TEMPERATURES, top_p: float = 0.95, max_new_tokens: int = 128,
+                          batch_size: int = 8, seed: int = 0,
+                          on_batch: Callable[[int], None] | None = None) -> dict:
+    """Write (or complete) the distillation JSONL at `out_path`.
+
+    For every temperature, seeds are answered in batches of `batch_size`; the RNG is reseeded
+    per batch with (seed, temperature index, batch index) so rows are reproducible and a resumed
+    run samples the same way. `on_batch(n_rows)` is called after each batch (progress).
+    Returns {"written": rows added now, "skipped": rows already present, "total": rows in file}.
+    """
+    import torch
+
+    if not 0 < top_p <= 1:
+        raise UsageError(f"--top-p must be in (0, 1], got {top_p}")
+    if max_new_tokens < 1 or batch_size < 1:
+        raise UsageError("--max-new-tokens and --batch-size must be >= 1")
+    out_path = Path(out_path).expanduser()
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    done = set()
+    if out_path.exists() and out_path.stat().st_size:
+        done = {(r.get("id"), float(r.get("temperature", -1))) for r in load_jsonl(out_path, "distillation file")}
+    written = skipped = 0
+    with out_path.open("a", encoding="utf-8") as f:
+        for ti, temp in enumerate(temperatures):
+            for bi in range(0, len(seeds), batch_size):
+                batch = seeds[bi:bi + batch_size]
+                todo = [s for s in batch if (s["id"], float(temp)) not in done]
+                skipped += len(batch) - len(todo)
+                if todo:
+                    torch.manual_seed((seed * 1_000_003 + ti * 10_007 + bi // batch_size) % (2 ** 31))
+                    prompts = [chat_prompt(tokenizer, s["instruction"]) for s in todo]
+                    answers = generate_batch(model, tokenizer, prompts, temp, top_p, max_new_tokens)
+                    for s, (resp, finished) in zip(todo, answers):
+                        row = {**s, "response": tokenizer.decode(resp, skip_special_tokens=True),
+                               "temperature": float(temp), "top_p": float(top_p), "target": target_ref,
+                               "max_new_tokens": max_new_tokens, "response_tokens": len(resp),
+                               "finished": finished, "seed": seed}
+                        f.write(json.dumps(row, ensure_ascii=False) + "\n")
+                    f.flush()
+                    written += len(todo)
+                if on_batch:
+                    on_batch(len(batch))
+    return {"written": written, "skipped": skipped, "total": len(done) + written}

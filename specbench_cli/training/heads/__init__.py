@@ -1,0 +1,1 @@
+"""Training draft heads on the frozen target's features (Medusa, EAGLE, KOALA adversarial)."""

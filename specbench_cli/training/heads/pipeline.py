@@ -1,0 +1,63 @@
+"""Glue of `specbench train heads`: data -> cached features -> trainer -> summary table."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from specbench_cli.errors import UsageError
+from specbench_cli.training.heads.data import FEATURES_FILE, build_feature_cache, load_feature_cache
+from specbench_cli.training.heads.train import HeadsRecipe, train_heads
+
+
+def _rows_target(data: Path) -> tuple[list[dict], str | None]:
+    from specbench_cli.training.drafter.distill_data import load_jsonl
+    from specbench_cli.training.drafter.finetune import check_distill_rows
+
+    rows = load_jsonl(data, "distillation file")
+    check_distill_rows(rows, data)
+    refs = {r.get("target") for r in rows}
+    return rows, (refs.pop() if len(refs) == 1 else None)
+
+
+def run_heads(data: Path, out: Path, recipe: HeadsRecipe, features: Path | None, target: str | None,
+              dtype: str, device: str, resume: bool, progress: bool) -> dict:
+    """Load the target, get (or build once) the feature cache, train, print a summary."""
+    from rich.progress import Progress
+
+    from specbench_cli.console import err
+    from specbench_cli.models.load import load_model
+    from specbench_cli.cli.train import _print_table
+
+    t0 = time.time()
+    if data.is_dir():
+        cache_dir, rows = data, None
+        target = target or load_feature_cache(data).meta.get("target")
+    else:
+        rows, data_target = _rows_target(data)
+        target = target or data_target
+        cache_dir = (features or data.with_name(data.name + ".features")).expanduser()
+    if not target:
+        raise UsageError(f"{data} does not name one target model; pass --target")
+    lm = load_model(target, device=device, dtype=dtype)
+    if rows is not None and not (cache_dir / FEATURES_FILE).is_file():
+        with Progress(console=err, disable=not progress) as bar:
+            task = bar.add_task("target features", total=len(rows))
+            build_feature_cache(lm.model, lm.tokenizer, rows, cache_dir, recipe.max_len,
+                                meta={"target": target, "data": str(data), "rows": len(rows), "dtype": dtype},
+                                on_batch=lambda n: bar.advance(task, n))
+    cache = load_feature_cache(cache_dir)
+    if cache.features.shape[1] != lm.model.config.hidden_size:
+        raise UsageError(f"feature cache {cache_dir} has width {cache.features.shape[1]}, the target "
+                         f"{lm.model.config.hidden_size}: built for another model")
+    meta = {"target": target, "data": str(data), "features": str(cache_dir), "dtype": dtype,
+            "data_sequences": len(cache), "data_tokens": int(cache.meta.get("tokens", 0)),
+            "data_response_tokens": int(cache.meta.get("response_tokens", 0))}
+    summary = train_heads(lm.model, cache, recipe, out, meta, resume=resume, progress=progress,
+                          vocab_file=cache_dir / "vocab.safetensors")
+    table = {"head": summary["label"], "params": summary["params"], "steps": summary["steps_done"],
+             "tokens seen": summary["tokens_seen"], "training seconds": summary["training_seconds"],
+             "total seconds": round(time.time() - t0, 1)}
+    table.update({k: v for k, v in summary.items() if k.startswith("eval_top")})
+    _print_table(f"train heads -> {out}", table)
+    return summary

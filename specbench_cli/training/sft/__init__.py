@@ -1,0 +1,1 @@
+"""Supervised fine-tuning of the target, with and without Make-Some-Noise (MSN)."""
