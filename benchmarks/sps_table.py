@@ -31,7 +31,8 @@ import pandas as pd
 
 from specbench_cli import methods as method_registry
 from specbench_cli.report.metrics import AR_METHOD, OVERALL, display_category, order_categories, summarize
-from specbench_cli.report.table import Column, TableData, to_markdown
+from specbench_cli.report.render import to_markdown
+from specbench_cli.report.table import Column, TableData
 
 SPEC_BENCH_CATEGORIES = ("mt_bench", "translation", "summarization", "qa", "math_reasoning", "rag")
 MODES = {"greedy": (0.0, 1.0), "t0.6": (0.6, 0.9)}

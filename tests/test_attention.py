@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from specbench_cli import methods
-from specbench_cli.engine.forward import modes as attention
+from specbench_cli.engine.forward import short as attention
 from specbench_cli.engine.forward import lean
 from specbench_cli.engine.cache import KVCache
 from specbench_cli.engine.loop import Decoder

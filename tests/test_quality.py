@@ -12,6 +12,7 @@ import pytest
 
 from specbench_cli.report import metrics
 
+from specbench_cli.report import render
 from specbench_cli.report import table as report
 from specbench_cli.scoring.quality import (extract_number, gsm8k_correct, humaneval_program, quality_summary, score_row,
                                    wilson)
@@ -176,7 +177,7 @@ def test_report_has_quality_columns_for_every_method_and_flags_lossy_and_disagre
     assert "pld (BC 10): Acc differs" not in notes
     assert "fastcot (m, BC 10): 4 of 4 outputs differ from AR (lossy by design" in notes
     assert "ar 3/4 [30%, 95%]" in notes  # n and spread are printed with the accuracy
-    markdown = report.render(table, "markdown", metrics.summarize(rows))
+    markdown = render.render(table, "markdown", metrics.summarize(rows))
     assert "fastcot (lossy)" in markdown and "Acc" in markdown
 
 

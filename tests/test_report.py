@@ -13,6 +13,7 @@ import pandas as pd
 import pytest
 
 from specbench_cli.report import metrics as m
+from specbench_cli.report import render as rn
 from specbench_cli.report import table as r
 from test_metrics import TARGET_PARAMS, make_row, synthetic_rows
 
@@ -98,7 +99,7 @@ def test_notes_flag_errors_and_mismatches():
 
 
 def test_markdown(table):
-    text = r.to_markdown(table)
+    text = rn.to_markdown(table)
     lines = [line for line in text.splitlines() if line.startswith("|")]
     assert lines[0] == "| Method | QA | RAG | #MAT | Tok/s | Overall |"
     assert lines[1] == "| :--- | ---: | ---: | ---: | ---: | ---: |"
@@ -106,7 +107,7 @@ def test_markdown(table):
 
 
 def test_csv_is_numeric(table):
-    frame = pd.read_csv(io.StringIO(r.to_csv(table)))
+    frame = pd.read_csv(io.StringIO(rn.to_csv(table)))
     pld = frame.set_index("method_label").loc["pld"]
     assert pld["speedup_qa"] == pytest.approx(2.0) and pld["mat"] == pytest.approx(2.25)
     assert pld["speedup_overall"] == pytest.approx(1.5)
@@ -115,7 +116,7 @@ def test_csv_is_numeric(table):
 
 def test_json_has_table_summary_and_no_nan(table):
     summary = m.summarize(small_rows())
-    text = r.to_json(table, summary)
+    text = rn.to_json(table, summary)
     assert "NaN" not in text
     doc = json.loads(text)
     assert doc["headers"] == table.headers and doc["cells"] == table.cells()
@@ -126,7 +127,7 @@ def test_json_has_table_summary_and_no_nan(table):
 
 def test_render_rejects_unknown_format(table):
     with pytest.raises(ValueError, match="unknown format"):
-        r.render(table, "html")
+        rn.render(table, "html")
 
 
 NASTY_LABEL = "tree_50%&#{x}~^\\"
@@ -139,7 +140,7 @@ def nasty_table():
 
 
 def test_latex_structure_and_escaping():
-    tex = r.to_latex(nasty_table())
+    tex = rn.to_latex(nasty_table())
     for env in ("document", "table", "tabular"):
         assert tex.count(rf"\begin{{{env}}}") == tex.count(rf"\end{{{env}}}") == 1
     assert tex.count("{") - tex.count(r"\{") == tex.count("}") - tex.count(r"\}")
@@ -154,7 +155,7 @@ def test_latex_structure_and_escaping():
 
 @pytest.mark.skipif(shutil.which("pdflatex") is None, reason="pdflatex not installed (apt-get install texlive-latex-base)")
 def test_latex_compiles(tmp_path):
-    (tmp_path / "table.tex").write_text(r.to_latex(nasty_table()), encoding="utf-8")
+    (tmp_path / "table.tex").write_text(rn.to_latex(nasty_table()), encoding="utf-8")
     proc = subprocess.run(["pdflatex", "-interaction=nonstopmode", "-halt-on-error", "table.tex"],
                           cwd=tmp_path, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stdout[-2000:]

@@ -341,7 +341,8 @@ def heads_cmd(
         raise UsageError(f"--data not found: {data}")
     from specbench_cli.training.heads.pipeline import run_heads
 
-    run_heads(data, out, recipe, features, target, dtype, device, resume, not quiet)
+    _, table = run_heads(data, out, recipe, features, target, dtype, device, resume, not quiet)
+    _print_table(f"train heads -> {out}", table)
 
 
 # `train sft` / `train msn` (Make Some Noise) live in sft_cli.py

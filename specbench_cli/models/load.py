@@ -222,7 +222,7 @@ def remote_code_refused(where: str) -> UsageError:
 def load_model(ref: str = DEFAULT_MODEL, device: str = "cpu", dtype: str = "float32",
                forward: str = "sdpa", *, trust_remote_code: bool = False) -> LoadedModel:
     """Load a causal LM and its tokenizer, in eval mode on `device` with `dtype`, computing its
-    forward as `forward` says (`sdpa`, `eager`, `short`, `lean` or `auto`, see engine/attention.py).
+    forward as `forward` says (`sdpa`, `eager`, `short`, `lean` or `auto`, see engine/forward/modes.py).
 
     A model's own Python code (`auto_map`) runs only with `trust_remote_code`; without it such a
     model is refused with a UsageError (transformers is never left to ask on stdin). A hub id is
@@ -230,6 +230,7 @@ def load_model(ref: str = DEFAULT_MODEL, device: str = "cpu", dtype: str = "floa
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from specbench_cli.engine.forward import modes as attention
+    from specbench_cli.engine.forward.short import register as register_short
 
     tdtype = torch_dtype(dtype)
     check_device(device)
@@ -249,7 +250,7 @@ def load_model(ref: str = DEFAULT_MODEL, device: str = "cpu", dtype: str = "floa
             forward = attention.resolve(forward, config, device)
         attn_implementation = "short" if forward == "lean" else forward
         if attn_implementation == "short":
-            attention.register()
+            register_short()
         tokenizer = AutoTokenizer.from_pretrained(folder, **kwargs)
         model = AutoModelForCausalLM.from_pretrained(folder, dtype=tdtype, attn_implementation=attn_implementation,
                                                      **({"config": config} if config is not None else {}), **kwargs)

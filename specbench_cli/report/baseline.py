@@ -16,6 +16,7 @@ from specbench_cli import __version__
 
 from specbench_cli.report import metrics
 
+from specbench_cli.report import render
 from specbench_cli.report import table as report
 from specbench_cli.errors import RuntimeFailure, UsageError
 from specbench_cli.jsonl import read_json_object
@@ -50,7 +51,7 @@ def baseline_document(summary: pd.DataFrame, runs: list[Run]) -> dict:
         {**{k: row[k] for k in BASELINE_KEY}, "mat": row["mat"], "speedup": row["speedup"], "n": row["n_paired"]}
         for _, row in summary.iterrows()
     ]
-    return report.jsonable({
+    return render.jsonable({
         "format": BASELINE_FORMAT,
         "version": BASELINE_VERSION,
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),

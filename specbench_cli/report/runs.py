@@ -13,6 +13,7 @@ from rich.markup import escape
 
 from specbench_cli.report import metrics
 
+from specbench_cli.report import render
 from specbench_cli.report import table as report
 from specbench_cli.console import err
 from specbench_cli.errors import RuntimeFailure, UsageError
@@ -57,7 +58,7 @@ def write_report(run_dirs: List[Path], fmt: Optional[str] = None, output: Option
     directory = output or Path(run_dirs[0]) / "report"
     written = write_tables(table, summary, directory, [fmt] if fmt else list(report.FORMATS))
     if fmt:
-        typer.echo(report.render(table, fmt, summary), nl=False)
+        typer.echo(render.render(table, fmt, summary), nl=False)
     else:
         report.print_table(table)
     if plots:
@@ -76,7 +77,7 @@ def write_tables(table: report.TableData, summary: pd.DataFrame, directory: Path
         paths = []
         for fmt in formats:
             path = directory / f"table.{report.EXTENSIONS[fmt]}"
-            path.write_text(report.render(table, fmt, summary), encoding="utf-8")
+            path.write_text(render.render(table, fmt, summary), encoding="utf-8")
             paths.append(path)
     except OSError as exc:
         raise RuntimeFailure(f"cannot write to {directory}: {exc}") from exc

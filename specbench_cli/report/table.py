@@ -178,8 +178,6 @@ def spec_bench_table(summary: pd.DataFrame, columns: Iterable[str] = (), quality
     cols += [Column("Tok/s", "tokens_per_s", digits=1), Column("Overall", "speedup_overall", "speedup_std_overall")]
     notes = table_notes(summary)
     if quality is not None and len(quality):
-        from specbench_cli.scoring.quality import add_quality_columns
-
         frame = add_quality_columns(frame, cols, notes, quality)
     frame["method_label"] = [f"{m} (lossy)" if lossless is False else m
                              for m, lossless in zip(frame["method_label"], frame["lossless"])]
@@ -353,5 +351,14 @@ def print_table(table: TableData) -> None:
         out.print(f"[yellow]note:[/] {escape(note)}", highlight=False)
 
 
-# The renderers live in formats.py (this file would pass 350 lines); re-exported here.
-from specbench_cli.report.render import jsonable, latex_escape, render, to_csv, to_json, to_latex, to_markdown  # noqa: E402,F401
+def add_quality_columns(frame, cols: list, notes: list[str], quality):
+    """Merge one score column per scorer into a report's wide `frame` (appending its Column to
+    `cols` and its notes to `notes`); returns the new frame."""
+    from specbench_cli.scoring.quality import METRIC_NAMES, quality_notes
+
+    for scorer, group in quality.groupby("scorer", sort=False):
+        frame = frame.merge(group[ROW_KEY + ["score"]].rename(columns={"score": f"quality_{scorer}"}),
+                            on=ROW_KEY, how="left")
+        cols.append(Column(METRIC_NAMES.get(scorer, scorer), f"quality_{scorer}"))
+    notes += quality_notes(quality)
+    return frame

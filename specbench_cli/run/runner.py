@@ -59,7 +59,7 @@ class RunConfig:
     auto_candidates: Optional[list[int]] = None  # budgets `auto` tries (None: bcauto.DEFAULT_CANDIDATES)
     auto_questions: int = bcauto.DEFAULT_CALIBRATION_QUESTIONS  # calibration questions for `auto`
     auto_tokens: int = bcauto.CALIBRATION_TOKENS  # new tokens per calibration question
-    forward: str = "auto"  # how the target computes a forward, the same for every method (engine/attention.py)
+    forward: str = "auto"  # how the target computes a forward, the same for every method (engine/forward/modes.py)
 
     def validate(self) -> None:
         self.block_complexity = bcauto.parse_bc(self.block_complexity)

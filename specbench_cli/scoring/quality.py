@@ -225,16 +225,3 @@ def quality_notes(quality) -> list[str]:
                 notes.append(f"{r['method_label']} (BC {r['block_complexity']}): {name} differs from AR's on "
                              f"{r['ar_differs']} of {r['ar_compared']} answers although it claims to be lossless.")
     return notes
-
-
-def add_quality_columns(frame, cols: list, notes: list[str], quality):
-    """Merge one score column per scorer into a report's wide `frame` (appending its Column to
-    `cols` and its notes to `notes`); returns the new frame."""
-    from specbench_cli.report.table import ROW_KEY, Column
-
-    for scorer, group in quality.groupby("scorer", sort=False):
-        frame = frame.merge(group[ROW_KEY + ["score"]].rename(columns={"score": f"quality_{scorer}"}),
-                            on=ROW_KEY, how="left")
-        cols.append(Column(METRIC_NAMES.get(scorer, scorer), f"quality_{scorer}"))
-    notes += quality_notes(quality)
-    return frame

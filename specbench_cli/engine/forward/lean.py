@@ -7,7 +7,7 @@ arithmetic (docs/performance.md). This path computes the same function per layer
 about 30 calls:
 
     x = rms_norm(h) ; qkv = x @ [Wq;Wk;Wv]^T ; rope(q, k) in one pass ; cache write ;
-    short attention (engine/attention.py) ; h += attn @ Wo^T ;
+    short attention (engine/forward/short.py) ; h += attn @ Wo^T ;
     x = rms_norm(h) ; g, u = x @ [Wg;Wu]^T ; h += (silu(g) * u) @ Wd^T
 
 The fused matrices are built once by `install` and the original q/k/v and gate/up weights
@@ -29,7 +29,7 @@ from typing import Any, Optional
 import torch
 import torch.nn.functional as F
 
-from specbench_cli.engine.forward.modes import short_attention
+from specbench_cli.engine.forward.short import short_attention
 
 
 def unsupported_reason(model: Any) -> Optional[str]:
@@ -173,6 +173,8 @@ def lean_decoder_forward(self: Any, input_ids: Optional[torch.Tensor] = None,
         if not bool(attention_mask.all()):
             raise ValueError("the lean forward takes no padding mask")
         attention_mask = None
+    if past_key_values is None:  # transformers >= 5.24 hands the cache over as `cache`
+        past_key_values = kwargs.get("cache")
     cache = past_key_values if use_cache is not False else None
     past = cache.get_seq_length() if cache is not None else 0
     if position_ids is None:

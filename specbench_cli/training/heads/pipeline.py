@@ -21,13 +21,13 @@ def _rows_target(data: Path) -> tuple[list[dict], str | None]:
 
 
 def run_heads(data: Path, out: Path, recipe: HeadsRecipe, features: Path | None, target: str | None,
-              dtype: str, device: str, resume: bool, progress: bool) -> dict:
-    """Load the target, get (or build once) the feature cache, train, print a summary."""
+              dtype: str, device: str, resume: bool, progress: bool) -> tuple[dict, dict]:
+    """Load the target, get (or build once) the feature cache, train; returns the training
+    summary and the rows of the table the command prints."""
     from rich.progress import Progress
 
     from specbench_cli.console import err
     from specbench_cli.models.load import load_model
-    from specbench_cli.cli.train import _print_table
 
     t0 = time.time()
     if data.is_dir():
@@ -59,5 +59,4 @@ def run_heads(data: Path, out: Path, recipe: HeadsRecipe, features: Path | None,
              "tokens seen": summary["tokens_seen"], "training seconds": summary["training_seconds"],
              "total seconds": round(time.time() - t0, 1)}
     table.update({k: v for k, v in summary.items() if k.startswith("eval_top")})
-    _print_table(f"train heads -> {out}", table)
-    return summary
+    return summary, table
