@@ -50,7 +50,7 @@ def alias_for(drafter: str, taken: set[str]) -> str:
 
 def run_all(args) -> list[Path]:
     from specbench_cli.errors import SpecBenchError
-    from specbench_cli.run.runner import RunConfig
+    from specbench_cli.config import RunConfig
     from specbench_cli.run.workflow import execute
 
     taken: set[str] = set()

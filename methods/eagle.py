@@ -5,7 +5,7 @@ The head reads pairs (target feature at position t, token t+1) and keeps its own
 indexed by target position. Each `propose` feeds the pairs that joined the sequence since the
 last one (`state.hidden`: the whole prompt at step 0, then the previous root and the accepted
 path, paired with the tokens after them; the last pair's token is the root), then drafts the
-EAGLE-2 dynamic tree (`heads_tree.eagle2_tree`): expand the top_k frontier by cumulative
+EAGLE-2 dynamic tree (`methods/heads/tree.py: eagle2_tree`): expand the top_k frontier by cumulative
 log-probability for `depth` levels, rerank every drafted node, keep the best BC - 1. Drafted
 nodes leave the head's cache again; the committed pairs stay, so the cache always ends at the
 root's position. Greedy verification walks the longest matching path: lossless.
@@ -13,7 +13,7 @@ root's position. Greedy verification walks the longest matching path: lossless.
 Defaults depth = min(5, BC-1) and top_k = min(10, BC-1) (EAGLE-2's 5 and 10): a frontier
 node ranked below BC-1 on its level, or a level deeper than BC-1, can never be kept.
 
-The head's logits cover the draft vocabulary (option `vocab`, see heads_common): with `auto`
+The head's logits cover the draft vocabulary (option `vocab`, see methods/heads/common.py): with `auto`
 the training sub-vocabulary plus the prompt's tokens, which makes the LM-head product per tree
 node ~10x cheaper; exactness is the target's verification either way.
 
@@ -29,11 +29,10 @@ from typing import Optional
 
 from specbench_cli.lazy import inference_mode, torch
 
-from specbench_cli.engine.drafter import DecodeState, Structure
+from specbench_cli.engine.drafter import DecodeState
 from specbench_cli.engine.tree import Draft
 from specbench_cli.errors import UsageError
-from specbench_cli.methods.base import Method, user_options
-from specbench_cli.methods.heads.common import HeadsCheckpoint, draws_chains, pick, sampling_rng
+from specbench_cli.methods.heads.common import HeadsMethod, pick
 
 
 @dataclass
@@ -45,16 +44,13 @@ class EagleOptions:
     chain: bool = False          # draft the head's greedy chain (KOALA's n-alpha); always a chain under sampling
 
 
-class Eagle(Method):
+class Eagle(HeadsMethod):
     name = "eagle"
+    kind = "eagle"
     summary = "EAGLE-2 head (-o eagle.heads=DIR): dynamic tree of BC-1 nodes from the target's hidden states"
-    lossless = True
-    needs_training = True  # needs a trained heads folder: not in the default method list
-    structure = Structure.TREE
-    needs_hidden_states = True
     Options = EagleOptions
 
-    def plan(self) -> None:
+    def plan_tree(self) -> None:
         for key in ("depth", "top_k"):
             v = getattr(self.opts, key)
             if v is not None and v < 1:
@@ -63,29 +59,17 @@ class Eagle(Method):
         # Capped at BC-1: deeper levels or wider frontiers can never make the kept BC-1 nodes.
         self.depth = min(n, 5 if self.opts.depth is None else self.opts.depth)
         self.top_k = min(n, 10 if self.opts.top_k is None else self.opts.top_k)
-        self.ckpt = HeadsCheckpoint(self.name, "eagle", self.opts.heads, self.ctx.target, self.opts.vocab)
-        self.chain = draws_chains(self.opts.chain, self.ctx.sampling)
-        if self.chain:
-            self.structure = Structure.CHAIN  # instance attribute: k-alpha is reported for chains
 
     def setup(self) -> None:
-        self.head = self.ckpt.load(self.ctx.model)
+        super().setup()
         self.device = self.ctx.model.get_output_embeddings().weight.device
-        self.rng = sampling_rng(self.ctx.seed)
 
-    @property
-    def extra_params(self) -> int:
-        return self.ckpt.n_params
-
-    def label(self) -> str:
-        return self.ckpt.label(user_options(self.opts))
-
-    def params(self) -> dict:
-        return {**self.ckpt.params(), "structure": self.structure.value, "depth": self.depth, "top_k": self.top_k}
+    def tree_params(self) -> dict:
+        return {"depth": self.depth, "top_k": self.top_k}
 
     def reset(self, prompt_ids: list[int]) -> None:
+        super().reset(prompt_ids)
         self.cache = self.head.new_cache()
-        self.ckpt.prompt_vocab(prompt_ids)
 
     def _pending(self, state: DecodeState) -> tuple[torch.Tensor, torch.Tensor]:
         """(features [k, h], tokens [k]) of the pairs not yet in the head's cache; tokens[-1] = root."""

@@ -7,7 +7,7 @@ draft is a static tree: a list of top-k rank paths, best first (`default_medusa_
 prior over head accuracy and rank), taken until BC - 1 nodes; node (r1, ..., rd) holds head
 d's rank-rd token. Greedy verification walks the longest path matching the target: lossless.
 
-The logits cover the draft vocabulary (option `vocab`, see heads_common; `auto` = the training
+The logits cover the draft vocabulary (option `vocab`, see methods/heads/common.py; `auto` = the training
 sub-vocabulary plus the prompt's tokens); the target verifies every draft either way.
 
 Under sampling (or `-o medusa.chain=true`) the draft is a chain of min(H, BC - 1) tokens, one
@@ -24,11 +24,10 @@ from typing import Optional
 
 from specbench_cli.lazy import inference_mode, torch
 
-from specbench_cli.engine.drafter import DecodeState, Structure
+from specbench_cli.engine.drafter import DecodeState
 from specbench_cli.engine.tree import Draft
 from specbench_cli.errors import UsageError
-from specbench_cli.methods.base import Method, user_options
-from specbench_cli.methods.heads.common import HeadsCheckpoint, draws_chains, pick, sampling_rng
+from specbench_cli.methods.heads.common import HeadsMethod, pick
 
 
 @dataclass
@@ -39,44 +38,25 @@ class MedusaOptions:
     chain: bool = False          # draft each head's top-1 as a chain (KOALA's n-alpha); always a chain under sampling
 
 
-class Medusa(Method):
+class Medusa(HeadsMethod):
     name = "medusa"
+    kind = "medusa"
     summary = "Medusa heads (-o medusa.heads=DIR): static top-k tree of BC-1 nodes from the target's hidden state"
-    lossless = True
-    needs_training = True  # needs a trained heads folder: not in the default method list
-    structure = Structure.TREE
-    needs_hidden_states = True
     Options = MedusaOptions
 
-    def plan(self) -> None:
+    def plan_tree(self) -> None:
         if self.opts.width < 1:
             raise UsageError(f"medusa.width must be >= 1 (got {self.opts.width})")
-        self.ckpt = HeadsCheckpoint(self.name, "medusa", self.opts.heads, self.ctx.target, self.opts.vocab)
-        self.chain = draws_chains(self.opts.chain, self.ctx.sampling)
-        if self.chain:
-            self.structure = Structure.CHAIN  # instance attribute: k-alpha is reported for chains
         self.paths: list[list[int]] = []
 
     def setup(self) -> None:
         from specbench_cli.methods.heads.tree import default_medusa_paths
 
-        self.head = self.ckpt.load(self.ctx.model)
+        super().setup()
         self.paths = default_medusa_paths(self.head.n_heads, self.opts.width)
-        self.rng = sampling_rng(self.ctx.seed)
 
-    @property
-    def extra_params(self) -> int:
-        return self.ckpt.n_params
-
-    def label(self) -> str:
-        return self.ckpt.label(user_options(self.opts))
-
-    def params(self) -> dict:
-        return {**self.ckpt.params(), "structure": self.structure.value, "width": self.opts.width,
-                "paths": len(self.paths)}
-
-    def reset(self, prompt_ids: list[int]) -> None:
-        self.ckpt.prompt_vocab(prompt_ids)
+    def tree_params(self) -> dict:
+        return {"width": self.opts.width, "paths": len(self.paths)}
 
     @inference_mode
     def propose(self, state: DecodeState) -> Draft:

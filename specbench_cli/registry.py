@@ -7,17 +7,16 @@ pyproject.toml:
     [project.entry-points."specbench.methods"]
     my-method = "my_package.my_module:MyMethod"
 
-Nothing is imported until a name is used (`get`). `describe` reads a class's declared
-attributes (`summary`, `lossless`, ...) from its source without importing it, so
-`specbench list methods` stays fast and imports no torch. A built-in name cannot be taken
+Nothing is imported until a name is used (`get`, `describe`). `describe` imports the class and
+reads its declared attributes (`summary`, `lossless`, ...): importing every built-in method
+takes well under a second and imports no torch (method modules reach torch through
+`specbench_cli.lazy`), so `specbench list methods` stays fast. A built-in name cannot be taken
 over by a plugin (the built-in wins).
 """
 
 from __future__ import annotations
 
-import ast
 import importlib
-import importlib.util
 from importlib.metadata import entry_points
 from typing import Any, Iterator
 
@@ -76,19 +75,9 @@ class Registry:
         return obj
 
     def describe(self, name: str, attrs: dict[str, Any]) -> dict[str, Any]:
-        """Class attributes `attrs` (name -> base-class default) of `name`, read from source
-        without importing it. That needs the class to derive from the base class directly
-        and to assign what it changes as literals; otherwise the class is imported."""
-        module, _, cls = self.target(name).partition(":")
-        found = _class_literals(module, cls)
-        base_name = self.base.rpartition(":")[2]
-        if found is None or found[1] != [base_name] or any(found[0].get(k) is _NOT_LITERAL for k in attrs):
-            obj = self.get(name)
-            return {k: getattr(obj, k, d) for k, d in attrs.items()}
-        return {k: found[0].get(k, d) for k, d in attrs.items()}
-
-
-_NOT_LITERAL = object()
+        """Class attributes `attrs` (name -> default) of the class registered as `name`."""
+        obj = self.get(name)
+        return {k: getattr(obj, k, d) for k, d in attrs.items()}
 
 
 def load_target(target: str, what: str) -> Any:
@@ -103,30 +92,3 @@ def load_target(target: str, what: str) -> Any:
             raise UsageError(f"{what}: {module} has no attribute '{attr}'")
         obj = getattr(obj, part)
     return obj
-
-
-def _class_literals(module: str, cls: str) -> tuple[dict[str, Any], list[str]] | None:
-    """Literal assignments in the body of class `cls` of `module`, and the names of its bases
-    (None if the source is not found or the class is not defined there)."""
-    try:
-        spec = importlib.util.find_spec(module)
-    except (ImportError, ValueError):
-        return None
-    if spec is None or not spec.origin or not spec.origin.endswith(".py"):
-        return None
-    try:
-        with open(spec.origin, encoding="utf-8") as f:
-            tree = ast.parse(f.read())
-    except (OSError, SyntaxError):
-        return None
-    for node in tree.body:
-        if isinstance(node, ast.ClassDef) and node.name == cls:
-            values: dict[str, Any] = {}
-            for stmt in node.body:
-                if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name):
-                    try:
-                        values[stmt.targets[0].id] = ast.literal_eval(stmt.value)
-                    except ValueError:
-                        values[stmt.targets[0].id] = _NOT_LITERAL
-            return values, [b.id if isinstance(b, ast.Name) else ast.dump(b) for b in node.bases]
-    return None

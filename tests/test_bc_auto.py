@@ -7,6 +7,7 @@ import json
 
 import pytest
 
+from specbench_cli.config import parse_spec
 from specbench_cli.run.auto import bcauto
 from specbench_cli.run.auto import cost as costmod
 from test_cli import cli
@@ -79,7 +80,7 @@ def test_a_disturbed_curve_point_is_replaced_by_the_next_larger_q():
 @pytest.mark.parametrize("spec,parsed", [("pld", ("pld", None)), ("pld@auto", ("pld", "auto")),
                                          ("lookahead@16", ("lookahead", 16))])
 def test_instance_specs(spec, parsed):
-    assert bcauto.parse_spec(spec) == parsed
+    assert parse_spec(spec) == parsed
 
 
 def test_instance_budget_and_label():
@@ -100,7 +101,8 @@ def test_auto_needs_calibration_questions_outside_the_reported_ones(capsys, monk
 
 def test_calibration_takes_the_runs_own_suite_first_then_mini():
     from specbench_cli.run.auto.calibrate import calibration_questions
-    from specbench_cli.run.runner import RunConfig, load_questions
+    from specbench_cli.config import RunConfig
+    from specbench_cli.run.plan import load_questions
 
     cfg = RunConfig(tasks=["mini"], categories=["qa"], limit=1)
     reported = load_questions(cfg)

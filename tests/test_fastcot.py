@@ -104,7 +104,7 @@ def test_bad_options_are_usage_errors(options, message):
 
 
 def test_lossy_methods_are_declared_lossy_and_not_run_by_default():
-    from specbench_cli.run.runner import default_methods
+    from specbench_cli.run.plan import default_methods
 
     for name in ("fastcot", "cot"):
         assert methods.describe(name)["lossless"] is False and methods.get(name).lossless is False

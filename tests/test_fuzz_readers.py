@@ -135,7 +135,7 @@ def _run_usable(run) -> None:
 @given(doc=st.one_of(mutated(manifest()), json_values), config=st.one_of(st.none(), mutated(manifest()["config"])))
 def test_manifest_reader(folder, doc, config):
     from specbench_cli.store.runfolder import load_run
-    from specbench_cli.run.runner import config_from_manifest
+    from specbench_cli.config import config_from_manifest
 
     run_dir = folder / "run_m"
     run_dir.mkdir(exist_ok=True)

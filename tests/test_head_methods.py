@@ -251,7 +251,7 @@ def test_cli_run_with_heads(tiny_model_dir, tiny_heads, tmp_path, capsys):
 
 
 def test_not_in_the_default_method_list():
-    from specbench_cli.run.runner import default_methods
+    from specbench_cli.run.plan import default_methods
 
     assert not {"medusa", "eagle"} & set(default_methods())
     assert methods.describe("medusa")["needs_training"] is True and methods.describe("eagle")["lossless"] is True

@@ -63,7 +63,7 @@ def test_method_equals_ar_on_the_real_model(smol, name):
 
 @needs_model
 def test_cli_run_on_the_embedded_default(tmp_path):
-    from specbench_cli.run.runner import RunConfig
+    from specbench_cli.config import RunConfig
     from specbench_cli.run.workflow import execute
 
     cfg = RunConfig(methods=["ar", "pld"], categories=["summarization", "translation"], limit=1,

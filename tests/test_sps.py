@@ -180,7 +180,7 @@ def test_params_label_and_extra_params(target, noisy_dir):
     assert sps.params() == {"structure": "chain", "gamma": 5, "draft_model": noisy_dir}
     assert sps.extra_params == sum(p.numel() for p in target.parameters())  # same architecture
     assert sps.label().startswith("sps(") and "g=5" in sps.label()
-    assert sps.lossless and sps.needs_training and "sps" not in __import__("specbench_cli.run.runner").runner.default_methods()
+    assert sps.lossless and sps.needs_training and "sps" not in __import__("specbench_cli.run.plan", fromlist=["plan"]).default_methods()
 
 
 def test_the_draft_model_option_overrides_the_context(target, noisy_dir, target_dir):

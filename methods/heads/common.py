@@ -1,11 +1,7 @@
-"""What the `medusa` and `eagle` methods share: the heads folder (option `heads`), its checks
-against the target, the label from the checkpoint's metadata, the parameter count, and the
-sampled draft token. The heads themselves are `methods/heads/model.py`
-(docs/methods/heads.md).
-
-Shared by composition, not a common base class: `specbench list methods` reads a method's
-literals from its source only when the class derives from `Method` directly (and then
-imports neither torch nor the method).
+"""What the head methods (`medusa`, `eagle`) share: the base class `HeadsMethod` (the heads
+folder as option `heads`, its checks against the target, chain drafts under sampling, the
+label from the checkpoint's metadata, the parameter count) and the sampled draft token. The
+heads themselves are `methods/heads/model.py` (docs/methods/heads.md).
 
 Checks, as early as each can run:
 - plan (no model): `heads` given, a heads folder of this method's kind, trained for this run's
@@ -26,8 +22,10 @@ from typing import Any, Optional
 
 from specbench_cli.lazy import torch
 
+from specbench_cli.engine.drafter import Structure
 from specbench_cli.engine.verify import SamplingConfig, target_probs
 from specbench_cli.errors import UsageError
+from specbench_cli.methods.base import Method, user_options
 
 
 HEAD_METHODS = ("medusa", "eagle")
@@ -189,3 +187,45 @@ def pick(logits: torch.Tensor, sampling: SamplingConfig, rng: torch.Generator,
     full = torch.zeros(int(head.lm_head.weight.shape[0]), dtype=torch.float32)
     full[ids.cpu()] = p
     return int(ids[i.to(ids.device)]), full
+
+
+class HeadsMethod(Method):
+    """A method that drafts from trained heads on the target's hidden states. Subclasses set
+    `kind` (the heads folder's kind), an `Options` dataclass with `heads`, `vocab` and `chain`,
+    and `propose`; `plan_tree()` / `tree_params()` add their own checks and parameters."""
+
+    kind: str = ""
+    lossless = True
+    needs_training = True  # needs a trained heads folder: not in the default method list
+    structure = Structure.TREE
+    needs_hidden_states = True
+
+    def plan(self) -> None:
+        self.plan_tree()
+        self.ckpt = HeadsCheckpoint(self.name, self.kind, self.opts.heads, self.ctx.target, self.opts.vocab)
+        self.chain = draws_chains(self.opts.chain, self.ctx.sampling)
+        if self.chain:
+            self.structure = Structure.CHAIN  # instance attribute: k-alpha is reported for chains
+
+    def plan_tree(self) -> None:
+        """Check and resolve the tree options (before the heads folder is read)."""
+
+    def setup(self) -> None:
+        self.head = self.ckpt.load(self.ctx.model)
+        self.rng = sampling_rng(self.ctx.seed)
+
+    @property
+    def extra_params(self) -> int:
+        return self.ckpt.n_params
+
+    def label(self) -> str:
+        return self.ckpt.label(user_options(self.opts))
+
+    def params(self) -> dict:
+        return {**self.ckpt.params(), "structure": self.structure.value, **self.tree_params()}
+
+    def tree_params(self) -> dict:
+        return {}
+
+    def reset(self, prompt_ids: list[int]) -> None:
+        self.ckpt.prompt_vocab(prompt_ids)

@@ -1,7 +1,7 @@
 """`specbench run`: questions x methods -> rows in a run folder.
 
-(~370 lines: the run config, its checks, planning per method instance and the fairness rules
-below are one unit; the run's orchestration is workflow.py, auto budgets bcauto*.py.)
+The run's options are config.py, planning run/plan.py, the orchestration (checks, lock,
+manifest, progress) workflow.py, auto budgets run/auto/.
 
 Fairness rules this file enforces:
 - AR is always run, on the same questions, prompts and token counting as every method;
@@ -16,150 +16,15 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import math
-import types
-import typing
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
-from specbench_cli.run.auto import bcauto
-from specbench_cli import methods as method_registry
-from specbench_cli import tasks as task_registry
-from specbench_cli.errors import UsageError
-from specbench_cli.models.load import DEFAULT_MODEL, DTYPES, check_device
+from specbench_cli.config import RunConfig
 from specbench_cli.models.prompting import ChatPrompter, stop_token_ids, user_turn
+from specbench_cli.run.auto import bcauto
+from specbench_cli.run.plan import method_context, plan_methods
 from specbench_cli.store.rows import SampleRow
 from specbench_cli.store.runfolder import RunFolder, now_iso, row_key
-
-DEFAULT_BUDGET = 10
-
-
-@dataclass
-class RunConfig:
-    model: str = DEFAULT_MODEL
-    methods: list[str] = field(default_factory=list)  # empty: every registered method that needs no training
-    method_options: dict[str, dict[str, Any]] = field(default_factory=dict)
-    tasks: list[str] = field(default_factory=lambda: ["mini"])
-    questions: Optional[str] = None
-    categories: Optional[list[str]] = None
-    limit: Optional[int] = None
-    question_ids: Optional[list[str]] = None
-    block_complexity: int | str = DEFAULT_BUDGET  # or "auto" (specbench_cli/run/auto/bcauto.py)
-    max_new_tokens: int = 128
-    dtype: str = "float32"
-    device: str = "cpu"
-    threads: Optional[int] = None
-    temperature: float = 0.0
-    top_p: float = 1.0
-    seed: int = 0
-    repeats: int = 1
-    warmup: bool = True
-    draft_model: Optional[str] = None
-    output_dir: str = "results"
-    auto_candidates: Optional[list[int]] = None  # budgets `auto` tries (None: bcauto.DEFAULT_CANDIDATES)
-    auto_questions: int = bcauto.DEFAULT_CALIBRATION_QUESTIONS  # calibration questions for `auto`
-    auto_tokens: int = bcauto.CALIBRATION_TOKENS  # new tokens per calibration question
-    forward: str = "auto"  # how the target computes a forward, the same for every method (engine/forward/modes.py)
-
-    def validate(self) -> None:
-        self.block_complexity = bcauto.parse_bc(self.block_complexity)
-        if self.auto_candidates is not None:
-            self.auto_candidates = bcauto.parse_candidates(self.auto_candidates)
-        if self.auto_questions < 1:
-            raise UsageError(f"--auto-questions must be at least 1 (got {self.auto_questions})")
-        if self.auto_tokens < 1:
-            raise UsageError(f"--auto-tokens must be at least 1 (got {self.auto_tokens})")
-        if self.max_new_tokens < 1:
-            raise UsageError(f"--max-new-tokens must be at least 1 (got {self.max_new_tokens})")
-        if self.dtype not in DTYPES:
-            from specbench_cli.errors import unknown
-
-            raise unknown("dtype", self.dtype, DTYPES)
-        if not self.temperature >= 0 or not math.isfinite(self.temperature):  # NaN fails both ways
-            raise UsageError(f"--temperature must be >= 0 and finite (got {self.temperature})")
-        if not 0 < self.top_p <= 1:
-            raise UsageError(f"--top-p must be in (0, 1] (got {self.top_p})")
-        if self.repeats < 1:
-            raise UsageError(f"--repeats must be at least 1 (got {self.repeats})")
-        if self.threads is not None and self.threads < 1:
-            raise UsageError(f"--threads must be at least 1 (got {self.threads})")
-        named = set(self.methods) | {bcauto.parse_spec(m)[0] for m in self.methods}
-        for m in self.method_options:
-            if m not in named:
-                raise UsageError(f"options given for method '{m}', which is not in --methods")
-        for t in self.tasks:
-            task_registry.get(t)
-        check_device(self.device)
-        from specbench_cli.engine.forward.modes import check as check_forward
-
-        check_forward(self.forward)
-        plan_methods(self)
-
-
-def method_context(cfg: RunConfig, model=None, tokenizer=None, budget: Optional[int] = None):
-    """The settings every method is planned against (and the target once loaded); `budget`
-    defaults to the run's block complexity (the default one when that is `auto`)."""
-    from specbench_cli.engine.verify import SamplingConfig
-    from specbench_cli.methods.base import MethodContext
-
-    if budget is None:
-        budget = cfg.block_complexity if isinstance(cfg.block_complexity, int) else DEFAULT_BUDGET
-    return MethodContext(model=model, tokenizer=tokenizer, budget=budget, device=cfg.device,
-                         dtype=cfg.dtype, sampling=SamplingConfig(cfg.temperature, cfg.top_p), seed=cfg.seed,
-                         draft_model=cfg.draft_model, target=cfg.model)
-
-
-def plan_methods(cfg: RunConfig) -> dict:
-    """Every method instance of the run (`pld`, `pld@6`, `pld@auto`), planned (options parsed
-    and checked against its BC and sampling) but not bound: no model is loaded, so bad options
-    fail in well under a second. An `auto` instance is planned at the default budget here and
-    must accept at least one candidate budget; calibration re-plans it at the chosen one."""
-    planned = {}
-    for spec in method_order(cfg.methods):
-        budget = bcauto.instance_budget(spec, cfg.block_complexity)
-        if budget == bcauto.AUTO:
-            method_registry.get(bcauto.parse_spec(spec)[0])  # an unknown name says so, not "nothing fits"
-            fits = bcauto.feasible_budgets(lambda b: plan_instance(cfg, spec, b), auto_candidates(cfg), spec)
-            budget = DEFAULT_BUDGET if DEFAULT_BUDGET in fits else fits[-1]
-        planned[spec] = plan_instance(cfg, spec, budget)
-    return planned
-
-
-def plan_instance(cfg: RunConfig, spec: str, budget: int):
-    """One method instance planned at `budget`; options given for its name and for the instance
-    (`-o pld.max_ngram=4`, `-o pld@auto.max_ngram=4`) apply, the instance's last."""
-    base = bcauto.parse_spec(spec)[0]
-    options = {**cfg.method_options.get(base, {}), **(cfg.method_options.get(spec, {}) if spec != base else {})}
-    return method_registry.get(base)(method_context(cfg, budget=budget), **options)
-
-
-def auto_candidates(cfg: RunConfig) -> list[int]:
-    return list(cfg.auto_candidates or bcauto.DEFAULT_CANDIDATES)
-
-
-def default_methods() -> list[str]:
-    """Every registered method that needs no training and is lossless (lossy ones, e.g.
-    fastcot, change the answer on purpose and run only when asked for)."""
-    return [n for n in method_registry.names()
-            if not method_registry.describe(n)["needs_training"] and method_registry.describe(n)["lossless"]]
-
-
-def load_questions(cfg: RunConfig):
-    qs = []
-    for t in cfg.tasks:
-        qs += task_registry.get(t).load(cfg.questions)
-    qs = task_registry.select(qs, cfg.categories, cfg.limit, cfg.question_ids)
-    if not qs:
-        raise UsageError("no questions left after --categories/--limit/--question-ids")
-    return qs
-
-
-def method_order(names: list[str]) -> list[str]:
-    """AR first (the baseline), then the rest in the given order, without duplicates."""
-    for n in names:
-        bcauto.parse_spec(n)  # NAME@BC must be well formed (and not ar@...)
-    rest = [n for n in dict.fromkeys(names) if n != "ar"]
-    return ["ar"] + rest
 
 
 def sample_seed(seed: int, question_id: str, turn: int, repeat: int) -> int:
@@ -333,44 +198,3 @@ def compare_ids(out: list[int], ref: list[int]) -> tuple[bool, Optional[int]]:
     return False, min(len(out), len(ref))
 
 
-def config_from_manifest(manifest: dict, where: str = "manifest") -> RunConfig:
-    """The RunConfig a manifest records; a UsageError naming `where` and the key when `config`
-    is not an object or a value does not have its field's type (checked from the annotations)."""
-    config = manifest.get("config", {})
-    if not isinstance(config, dict):
-        raise UsageError(f"{where}: 'config' must be an object, got {type(config).__name__}")
-    hints = typing.get_type_hints(RunConfig)
-    values = {}
-    for f in dataclasses.fields(RunConfig):
-        if f.name in config:
-            if not _fits(config[f.name], hints[f.name]):
-                raise UsageError(f"{where}: 'config.{f.name}' must be {_type_name(hints[f.name])}, "
-                                 f"got {type(config[f.name]).__name__} {str(config[f.name])[:40]!r}")
-            values[f.name] = config[f.name]
-    if "block_complexity" in values:  # int | str admits any string: only a number or 'auto' is one
-        values["block_complexity"] = bcauto.parse_bc(values["block_complexity"], f"{where}: 'config.block_complexity'")
-    return RunConfig(**values)
-
-
-def _fits(value: Any, hint: Any) -> bool:
-    """Does a JSON value fit a (simple) type annotation? bool is not an int here."""
-    origin, args = typing.get_origin(hint), typing.get_args(hint)
-    if hint is Any:
-        return True
-    if origin in (typing.Union, types.UnionType):
-        return any(_fits(value, a) for a in args)
-    if hint is type(None):
-        return value is None
-    if origin is list:
-        return isinstance(value, list) and all(_fits(v, args[0]) for v in value)
-    if origin is dict:
-        return isinstance(value, dict) and all(_fits(k, args[0]) and _fits(v, args[1]) for k, v in value.items())
-    if hint is float:
-        return isinstance(value, (int, float)) and not isinstance(value, bool)
-    if hint is int:
-        return isinstance(value, int) and not isinstance(value, bool)
-    return isinstance(value, hint)
-
-
-def _type_name(hint: Any) -> str:
-    return getattr(hint, "__name__", None) or str(hint).replace("typing.", "")

@@ -17,7 +17,9 @@ from specbench_cli.run.auto.calibrate import auto_specs, calibration_questions, 
 from specbench_cli.console import err
 from specbench_cli.errors import RuntimeFailure
 from specbench_cli.models.prompting import default_threads, set_threads
-from specbench_cli.run.runner import RunConfig, Runner, load_questions, plan_methods
+from specbench_cli.config import RunConfig
+from specbench_cli.run.runner import Runner
+from specbench_cli.run.plan import load_questions, plan_methods
 from specbench_cli.run.resume import retry_error_rows
 from specbench_cli.store.runfolder import RunFolder, check_output_dir, environment, now_iso
 

@@ -20,50 +20,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional
 
+from specbench_cli.config import grid_schema
 from specbench_cli.errors import UsageError
-
-DTYPES = ("float32", "bfloat16", "float16")
-
 
 def _is_int(v: Any) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
 
 
-def _str_list(v: Any) -> bool:
-    return isinstance(v, list) and bool(v) and all(isinstance(x, str) and x.strip() for x in v)
-
-
-def _method_sets(v: Any) -> bool:
-    """A flat list of names (one set) or a list of non-empty name lists (several sets)."""
-    return _str_list(v) or (isinstance(v, list) and bool(v) and all(_str_list(x) for x in v))
-
-
-def _options(v: Any) -> bool:
-    return isinstance(v, dict) and all(
-        isinstance(opts, dict) and all(isinstance(x, (str, int, float, bool)) for x in opts.values())
-        for opts in v.values())
-
-
-# key -> (check, what the check wants, default)
+# key -> (check, what the check wants, default): the run options' own declarations (config.py),
+# plus how a grid splits a task's questions into jobs
 SCHEMA: dict[str, tuple[Callable[[Any], bool], str, Any]] = {
-    "models": (_str_list, "a non-empty list of strings", ["smollm2-135m"]),
-    "methods": (_method_sets, "a list of method names, or a list of such lists (one job per set)", None),
-    "bcs": (lambda v: isinstance(v, list) and bool(v) and all(x == "auto" or (_is_int(x) and x >= 1) for x in v),
-            "a non-empty list of integers >= 1 or \"auto\" (docs/block-complexity-auto.md)", [10]),
-    "dtypes": (lambda v: _str_list(v) and all(x in DTYPES for x in v), f"a list drawn from {', '.join(DTYPES)}",
-               ["float32"]),
-    "tasks": (_str_list, "a non-empty list of task names", ["mini"]),
-    "categories": (_str_list, "a non-empty list of category names", None),
+    **grid_schema(),
     "shard": (lambda v: v in ("category", "none") or (_is_int(v) and v >= 1),
               "'category', 'none' or a number of questions >= 1", "category"),
-    "repeats": (lambda v: _is_int(v) and v >= 1, "an integer >= 1", 1),
-    "max_new_tokens": (lambda v: _is_int(v) and v >= 1, "an integer >= 1", 128),
-    "limit": (lambda v: _is_int(v) and v >= 1, "an integer >= 1 (questions per category)", None),
-    "threads": (lambda v: _is_int(v) and v >= 1, "an integer >= 1", 1),
-    "questions": (lambda v: isinstance(v, str) and bool(v.strip()), "a path (string)", None),
-    "device": (lambda v: isinstance(v, str) and bool(v.strip()), "a string such as 'cpu' or 'cuda'", "cpu"),
-    "seed": (_is_int, "an integer", 0),
-    "options": (_options, "a table of method tables, e.g. [options.pld] max_ngram = 4", {}),
 }
 
 

@@ -21,60 +21,16 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable, Optional, Union
+from typing import Any, Callable
 
+from specbench_cli.config import AR, AUTO, Budget, parse_spec
 from specbench_cli.errors import UsageError
 
-AUTO = "auto"
-AR = "ar"
 DEFAULT_CANDIDATES = (1, 2, 3, 4, 6, 8, 12, 16, 24)
-DEFAULT_CALIBRATION_QUESTIONS = 6   # one per mini category: acceptance differs by kind of text
 CALIBRATION_TASK = "mini"
-CALIBRATION_TOKENS = 32     # new tokens per calibration question (first turn only)
 CURVE_CONTEXT = 400         # the cost curve's context length (the `specbench cost` default)
 CURVE_ROUNDS = 5
 MIN_GAIN = 0.05             # a drafting budget must be predicted this much faster than BC 1
-
-Budget = Union[int, str]    # a number of tokens, or "auto"
-
-
-def parse_bc(value: Any, flag: str = "--block-complexity") -> Budget:
-    """'auto' or a whole number >= 1 (as int); UsageError otherwise."""
-    if isinstance(value, str) and value.strip().lower() == AUTO:
-        return AUTO
-    try:
-        bc = int(str(value).strip())
-    except ValueError:
-        raise UsageError(f"{flag} must be a whole number or 'auto' (got '{value}')") from None
-    if bc < 1:
-        raise UsageError(f"{flag} must be at least 1 (got {bc})")
-    return bc
-
-
-def parse_candidates(values: Any) -> list[int]:
-    """Sorted distinct budgets from a list (or a comma-separated string) of whole numbers >= 1."""
-    items = values.split(",") if isinstance(values, str) else list(values)
-    out = set()
-    for v in items:
-        b = parse_bc(v, "--auto-candidates")
-        if b == AUTO:
-            raise UsageError("--auto-candidates takes numbers, not 'auto'")
-        out.add(b)
-    if not out:
-        raise UsageError("--auto-candidates needs at least one budget")
-    return sorted(out)
-
-
-def parse_spec(spec: str) -> tuple[str, Optional[Budget]]:
-    """'pld' -> ('pld', None); 'pld@auto' -> ('pld', 'auto'); 'pld@6' -> ('pld', 6)."""
-    if "@" not in spec:
-        return spec, None
-    base, raw = spec.split("@", 1)
-    if not base:
-        raise UsageError(f"method '{spec}': expected NAME@BC (a number or 'auto')")
-    if base == AR:
-        raise UsageError(f"method '{spec}': ar ignores the block complexity; list it as 'ar'")
-    return base, parse_bc(raw, flag=f"method '{spec}': the BC after '@'")
 
 
 def instance_budget(spec: str, run_bc: Budget) -> Budget:

@@ -14,9 +14,9 @@ from specbench_cli.errors import UsageError
 
 def auto_specs(cfg) -> list[str]:
     """The run's method instances whose budget is `auto`."""
-    from specbench_cli.run.runner import method_order
+    from specbench_cli.config import method_order
 
-    return [s for s in method_order(cfg.methods) if bcauto.instance_budget(s, cfg.block_complexity) == bcauto.AUTO]
+    return [s for s in method_order(cfg.methods) if bcauto.instance_budget(s, cfg.block_complexity) == AUTO]
 
 
 def run_curve(cfg, lm, threads: int, need_q: int = 0) -> tuple[Optional[costmod.CostCurve], Optional[dict]]:
@@ -76,7 +76,7 @@ def calibrate_one(spec: str, cfg, lm, decoder, prompts: list[list[int]], curve: 
                   max_new: int, progress: Callable[[str], None] = lambda s: None) -> dict:
     """Decode the calibration prompts with instance `spec` at every feasible candidate budget;
     return its manifest record (`chosen` and one summary per candidate)."""
-    from specbench_cli.run.runner import auto_candidates, plan_instance
+    from specbench_cli.run.plan import auto_candidates, plan_instance
 
     fits = bcauto.feasible_budgets(lambda b: plan_instance(cfg, spec, b), auto_candidates(cfg), spec)
     profiles = []
@@ -106,7 +106,7 @@ def prepare(cfg, lm, planned: dict, questions: list, threads: int,
     """Before the runner: (planned methods with auto instances re-planned at their chosen budget,
     what the manifest records: `cost_curve` and `bc_auto`). On resume the manifest's choices
     are reused, never recalibrated."""
-    from specbench_cli.run.runner import auto_candidates, plan_instance
+    from specbench_cli.run.plan import auto_candidates, plan_instance
 
     specs = auto_specs(cfg)
     if manifest is not None:
@@ -132,7 +132,7 @@ def calibrate(cfg, lm, specs: list[str], questions: list, curve: costmod.CostCur
     """Every auto instance calibrated on the same calibration prompts."""
     from specbench_cli.engine.loop import Decoder
     from specbench_cli.models.prompting import ChatPrompter, stop_token_ids, user_turn
-    from specbench_cli.run.runner import method_context
+    from specbench_cli.run.plan import method_context
 
     cal = calibration_questions(cfg, questions, cfg.auto_questions)
     prompter = ChatPrompter(lm.tokenizer)

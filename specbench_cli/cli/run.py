@@ -1,0 +1,96 @@
+"""`specbench run`. Its parameters are derived from `RunConfig` (config.py): each field's `Cli`
+metadata gives the flags, help, type and default; the few parameters that are not run settings
+(`--heads`, `--resume`, ...) are declared below."""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import typing
+from pathlib import Path
+from typing import Any, Optional
+
+import typer
+
+from specbench_cli.config import UNSET, RunConfig, field_default, method_order, resume_normalisers, split_list
+from specbench_cli.console import err
+from specbench_cli.errors import UsageError
+
+# Parameters of `run` that are not run settings: never stored in the manifest.
+EXTRA = {
+    "heads": (Optional[str], typer.Option(None, "--heads", help="Trained heads folder for the selected head method "
+                                          "(medusa or eagle): same as -o METHOD.heads=PATH.")),
+    "resume": (Optional[Path], typer.Option(None, "--resume", help="Continue an interrupted run folder (its "
+                                            "manifest's settings are used).")),
+    "no_report": (bool, typer.Option(False, "--no-report", help="Do not print/write the summary table at the end.")),
+    "trust_remote_code": (bool, typer.Option(False, "--trust-remote-code", help="Let a model (or draft model) run "
+                                             "the Python code it ships (auto_map). Off by default: such a model is "
+                                             "refused. Never stored in the run folder, so give it again with --resume.")),
+    "retry_errors": (bool, typer.Option(False, "--retry-errors", help="With --resume: run the rows that ended in "
+                                        "an error again.")),
+}
+
+
+def config_parameters() -> list[tuple[str, Any, Any]]:
+    """(parameter name, annotation, typer.Option) of every RunConfig field, in field order."""
+    hints = typing.get_type_hints(RunConfig)
+    params = []
+    for f in dataclasses.fields(RunConfig):
+        cli = f.metadata["cli"]
+        default = cli.default if cli.default is not UNSET else field_default(f)
+        params.append((cli.name, cli.type or hints[f.name], typer.Option(default, *cli.flags, help=cli.help)))
+    return params
+
+
+def run(ctx: typer.Context, **params: Any) -> None:
+    """Run methods on a task suite and write results/<run_id>/."""
+    from specbench_cli.run.plan import check_config, default_methods
+    from specbench_cli.run.workflow import execute
+    from specbench_cli.store.runfolder import RunFolder
+
+    extra = {name: params.pop(name) for name in EXTRA}
+    if extra["retry_errors"] and extra["resume"] is None:
+        raise UsageError("--retry-errors needs --resume RUN_DIR")
+    if extra["resume"] is not None:
+        from specbench_cli.config import config_from_manifest
+        from specbench_cli.run.resume import check_resume_flags
+
+        store = RunFolder.open(extra["resume"])
+        cfg = config_from_manifest(store.read_manifest(), str(store.manifest_path))
+        given = {name: value for name, value in ctx.params.items()
+                 if ctx.get_parameter_source(name).name not in ("DEFAULT", "DEFAULT_MAP")}
+        normalise = resume_normalisers()
+        # the manifest stores the planned method list: AR first, the defaults when none were named
+        normalise["methods"] = ("methods", lambda v: method_order(split_list(v) or default_methods()))
+        check_resume_flags(given, cfg, normalise, str(extra["resume"]))
+        check_config(cfg)
+        err.print(f"resuming {extra['resume']} ({len(store.rows())} rows already there)")
+    else:
+        store = None
+        cfg = RunConfig.from_cli(params)
+        cfg.methods = cfg.methods or default_methods()
+        if extra["heads"]:
+            from specbench_cli.methods.heads.common import apply_heads_flag
+
+            apply_heads_flag(cfg.methods, cfg.method_options, extra["heads"])
+        check_config(cfg)
+    execute(cfg, store, report=not extra["no_report"], trust_remote_code=extra["trust_remote_code"],
+            retry_errors=extra["retry_errors"])
+
+
+def _signature() -> None:
+    """Give `run` the parameters typer reads: the config's, then EXTRA."""
+    params = [inspect.Parameter("ctx", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=typer.Context)]
+    annotations: dict[str, Any] = {"ctx": typer.Context, "return": None}
+    for name, annotation, default in config_parameters() + [(n, a, d) for n, (a, d) in EXTRA.items()]:
+        params.append(inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=annotation))
+        annotations[name] = annotation
+    run.__signature__ = inspect.Signature(params, return_annotation=None)  # type: ignore[attr-defined]
+    run.__annotations__ = annotations
+
+
+_signature()
+
+
+def register(app: typer.Typer) -> None:
+    app.command("run")(run)

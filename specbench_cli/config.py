@@ -1,0 +1,410 @@
+"""Every option of `specbench run`, declared once.
+
+A run option is one `RunConfig` field: its type, its default, its check, and (in the field's
+metadata) how the command line spells it and how a sweep grid names it. Everything else is
+derived from these declarations:
+
+- the parameters of `specbench run` (`cli/run.py` builds the command's signature from them);
+- what `--resume` compares: a flag given with `--resume` is turned into the stored form by the
+  same `Cli.to_config` the run uses, and compared with the manifest (`resume_normalisers`);
+- the manifest round-trip: `config_from_manifest` type-checks every stored value against the
+  field's annotation and rebuilds the same `RunConfig`;
+- the sweep grid schema (`sweep/grid.py`): keys, checks and defaults come from `Grid` metadata.
+
+A new option is one new field here. `tests/test_config.py` checks that the four views agree.
+The checks here need no model and no torch: `specbench run` rejects bad input before loading
+anything. Checks that need the registries (method options, task names) are in `run/plan.py`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import types
+import typing
+from dataclasses import MISSING, dataclass, field
+from pathlib import Path
+from typing import Any, Callable, List, Optional, Union
+
+from specbench_cli.engine.forward.modes import check as check_forward
+from specbench_cli.errors import UsageError, unknown
+from specbench_cli.models.load import DEFAULT_MODEL, DTYPES, check_device
+
+AUTO = "auto"
+AR = "ar"
+DEFAULT_BUDGET = 10
+DEFAULT_CALIBRATION_QUESTIONS = 6   # one per mini category: acceptance differs by kind of text
+CALIBRATION_TOKENS = 32             # new tokens per calibration question (first turn only)
+
+Budget = Union[int, str]            # a number of tokens, or "auto"
+UNSET: Any = type("Unset", (), {"__repr__": lambda self: "UNSET"})()  # "not given" in Cli / Grid
+
+
+# ----------------------------------------------------------------------------- value syntax
+
+def parse_bc(value: Any, flag: str = "--block-complexity") -> Budget:
+    """'auto' or a whole number >= 1 (as int); UsageError otherwise."""
+    if isinstance(value, str) and value.strip().lower() == AUTO:
+        return AUTO
+    try:
+        bc = int(str(value).strip())
+    except ValueError:
+        raise UsageError(f"{flag} must be a whole number or 'auto' (got '{value}')") from None
+    if bc < 1:
+        raise UsageError(f"{flag} must be at least 1 (got {bc})")
+    return bc
+
+
+def parse_candidates(values: Any) -> list[int]:
+    """Sorted distinct budgets from a list (or a comma-separated string) of whole numbers >= 1."""
+    items = values.split(",") if isinstance(values, str) else list(values)
+    out = set()
+    for v in items:
+        b = parse_bc(v, "--auto-candidates")
+        if b == AUTO:
+            raise UsageError("--auto-candidates takes numbers, not 'auto'")
+        out.add(b)
+    if not out:
+        raise UsageError("--auto-candidates needs at least one budget")
+    return sorted(out)
+
+
+def parse_spec(spec: str) -> tuple[str, Optional[Budget]]:
+    """'pld' -> ('pld', None); 'pld@auto' -> ('pld', 'auto'); 'pld@6' -> ('pld', 6)."""
+    if "@" not in spec:
+        return spec, None
+    base, raw = spec.split("@", 1)
+    if not base:
+        raise UsageError(f"method '{spec}': expected NAME@BC (a number or 'auto')")
+    if base == AR:
+        raise UsageError(f"method '{spec}': ar ignores the block complexity; list it as 'ar'")
+    return base, parse_bc(raw, flag=f"method '{spec}': the BC after '@'")
+
+
+def method_order(names: list[str]) -> list[str]:
+    """AR first (the baseline), then the rest in the given order, without duplicates."""
+    for n in names:
+        parse_spec(n)  # NAME@BC must be well formed (and not ar@...)
+    return [AR] + [n for n in dict.fromkeys(names) if n != AR]
+
+
+def split_list(values: Optional[List[str]]) -> Optional[list[str]]:
+    """Repeated and comma-separated CLI values as one list; None when nothing is left."""
+    if not values:
+        return None
+    items = [v.strip() for raw in values for v in raw.split(",") if v.strip()]
+    return items or None
+
+
+def parse_method_options(values: Optional[List[str]]) -> dict[str, dict[str, str]]:
+    """['pld.max_ngram=4', ...] -> {'pld': {'max_ngram': '4'}}."""
+    opts: dict[str, dict[str, str]] = {}
+    for raw in values or []:
+        if "=" not in raw or "." not in raw.split("=", 1)[0]:
+            raise UsageError(f"--option expects METHOD.KEY=VALUE, got '{raw}'")
+        lhs, value = raw.split("=", 1)
+        method, key = lhs.split(".", 1)
+        opts.setdefault(method.strip(), {})[key.strip()] = value.strip()
+    return opts
+
+
+# ----------------------------------------------------------------------------- declarations
+
+@dataclass(frozen=True)
+class Cli:
+    """How `specbench run` spells a field."""
+
+    flags: tuple[str, ...]
+    help: str
+    type: Any = None                                # the parameter's annotation (default: the field's)
+    default: Any = UNSET                            # the parameter's default (default: the field's)
+    to_config: Optional[Callable[[Any], Any]] = None  # parameter value -> stored value (default: as is)
+    param: Optional[str] = None                     # the parameter's name (default: from the first flag)
+
+    @property
+    def name(self) -> str:
+        return self.param or self.flags[0].lstrip("-").replace("-", "_")
+
+
+@dataclass(frozen=True)
+class Grid:
+    """How a sweep grid (GRID.toml) names a field. `expands`: the key takes a list and the grid
+    has one job per value; otherwise one value applies to every job."""
+
+    key: str
+    wants: str
+    expands: bool = False
+    default: Any = UNSET                            # the grid's default when it differs from the run's
+    check: Optional[Callable[[Any], bool]] = None   # the whole TOML value (default: derived from the field)
+
+
+def option(default: Any = MISSING, *, factory: Optional[Callable[[], Any]] = None, cli: Cli,
+           check: Optional[Callable[[Any], Any]] = None, grid: Optional[Grid] = None) -> Any:
+    """A RunConfig field. `check(value)` raises UsageError for a bad value (and may return a
+    normalised one, e.g. '10' -> 10); it runs in `RunConfig.validate` and on grid values."""
+    meta = {"cli": cli, "check": check, "grid": grid}
+    if factory is not None:
+        return field(default_factory=factory, metadata=meta)
+    return field(default=default, metadata=meta)
+
+
+def _at_least(n: int, flag: str) -> Callable[[Any], Any]:
+    def check(value: Any) -> Any:
+        if value is not None and (not _is_int(value) or value < n):
+            raise UsageError(f"{flag} must be a whole number >= {n} (got {value})")
+        return value
+    return check
+
+
+def _one_of(choices: tuple[str, ...], what: str) -> Callable[[Any], Any]:
+    def check(value: Any) -> Any:
+        if value not in choices:
+            raise unknown(what, value, choices)
+        return value
+    return check
+
+
+def _temperature(value: Any) -> Any:
+    if not isinstance(value, (int, float)) or not value >= 0 or not math.isfinite(value):  # NaN fails both ways
+        raise UsageError(f"--temperature must be >= 0 and finite (got {value})")
+    return value
+
+
+def _top_p(value: Any) -> Any:
+    if not isinstance(value, (int, float)) or not 0 < value <= 1:
+        raise UsageError(f"--top-p must be in (0, 1] (got {value})")
+    return value
+
+
+def _candidates(value: Any) -> Any:
+    return None if value is None else parse_candidates(value)
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _str_list(v: Any) -> bool:
+    return isinstance(v, list) and bool(v) and all(isinstance(x, str) and x.strip() for x in v)
+
+
+def _method_sets(v: Any) -> bool:
+    """A flat list of names (one set) or a list of non-empty name lists (several sets)."""
+    return _str_list(v) or (isinstance(v, list) and bool(v) and all(_str_list(x) for x in v))
+
+
+def _grid_options(v: Any) -> bool:
+    return isinstance(v, dict) and all(
+        isinstance(opts, dict) and all(isinstance(x, (str, int, float, bool)) for x in opts.values())
+        for opts in v.values())
+
+
+@dataclass
+class RunConfig:
+    model: str = option(DEFAULT_MODEL, cli=Cli(("--model", "-m"), "Alias, Hugging Face id, local folder or .gguf file."),
+                        grid=Grid("models", "a non-empty list of strings", expands=True))
+    methods: list[str] = option(
+        factory=list,  # empty: every registered method that needs no training (run/plan.py)
+        cli=Cli(("--methods",), "Comma-separated method names (default: all that need no training). AR always "
+                "runs as the baseline.", type=Optional[List[str]], default=None,
+                to_config=lambda v: split_list(v) or []),
+        grid=Grid("methods", "a list of method names, or a list of such lists (one job per set)", expands=True,
+                  check=_method_sets))
+    method_options: dict[str, dict[str, Any]] = option(
+        factory=dict,
+        cli=Cli(("--option", "-o"), "Method option METHOD.KEY=VALUE (repeatable).", type=Optional[List[str]],
+                default=None, to_config=parse_method_options, param="option"),
+        grid=Grid("options", "a table of method tables, e.g. [options.pld] max_ngram = 4", check=_grid_options))
+    tasks: list[str] = option(
+        factory=lambda: ["mini"],
+        cli=Cli(("--tasks", "-t"), "Task suites (default: mini).", type=Optional[List[str]], default=None,
+                to_config=lambda v: split_list(v) or ["mini"]),
+        grid=Grid("tasks", "a non-empty list of task names", expands=True))
+    questions: Optional[str] = option(
+        None, cli=Cli(("--questions",), "Questions JSONL (Spec-Bench format) for spec_bench or jsonl."),
+        grid=Grid("questions", "a path (string)"))
+    categories: Optional[list[str]] = option(
+        None, cli=Cli(("--categories",), "Only these categories (comma-separated).", type=Optional[List[str]],
+                      to_config=split_list),
+        grid=Grid("categories", "a non-empty list of category names"))
+    limit: Optional[int] = option(
+        None, cli=Cli(("--limit",), "At most this many questions per category."), check=_at_least(1, "--limit"),
+        grid=Grid("limit", "an integer >= 1 (questions per category)"))
+    question_ids: Optional[list[str]] = option(
+        None, cli=Cli(("--question-ids",), "Only these question ids (comma-separated).", type=Optional[List[str]],
+                      to_config=split_list))
+    block_complexity: Budget = option(
+        DEFAULT_BUDGET,
+        cli=Cli(("--block-complexity", "--bc"), "Max tokens the target processes per forward, root included; "
+                "'auto': per method, the budget with the best predicted throughput on this device "
+                "(docs/block-complexity-auto.md). A method listed as NAME@BC (pld@auto, pld@6) has its own.",
+                type=str, default=str(DEFAULT_BUDGET), to_config=parse_bc),
+        check=parse_bc,
+        grid=Grid("bcs", "a non-empty list of integers >= 1 or \"auto\" (docs/block-complexity-auto.md)",
+                  expands=True))
+    max_new_tokens: int = option(128, cli=Cli(("--max-new-tokens",), "Generation cap per turn."),
+                                 check=_at_least(1, "--max-new-tokens"), grid=Grid("max_new_tokens", "an integer >= 1"))
+    dtype: str = option("float32", cli=Cli(("--dtype",), "float32 (exact lossless check), bfloat16 or float16."),
+                        check=_one_of(DTYPES, "dtype"),
+                        grid=Grid("dtypes", f"a list drawn from {', '.join(DTYPES)}", expands=True))
+    device: str = option("cpu", cli=Cli(("--device",), "cpu or cuda (cuda:N)."), check=check_device,
+                         grid=Grid("device", "a string such as 'cpu' or 'cuda'",  # checked where the job runs
+                                   check=lambda v: isinstance(v, str) and bool(v.strip())))
+    threads: Optional[int] = option(
+        None, cli=Cli(("--threads",), "torch intra-op threads (default: min(cores, 2))."),
+        check=_at_least(1, "--threads"), grid=Grid("threads", "an integer >= 1", default=1))
+    temperature: float = option(0.0, cli=Cli(("--temperature",), "0 = greedy."), check=_temperature)
+    top_p: float = option(1.0, cli=Cli(("--top-p",), "Nucleus sampling mass (with --temperature > 0)."), check=_top_p)
+    seed: int = option(0, cli=Cli(("--seed",), "Sampling seed."), grid=Grid("seed", "an integer"))
+    repeats: int = option(1, cli=Cli(("--repeats",), "Run everything N times (mean ± std of speedups in reports)."),
+                          check=_at_least(1, "--repeats"), grid=Grid("repeats", "an integer >= 1"))
+    warmup: bool = option(True, cli=Cli(("--no-warmup",), "Skip the untimed warm-up generation.", type=bool,
+                                        default=False, to_config=lambda v: not v, param="no_warmup"))
+    draft_model: Optional[str] = option(
+        None, cli=Cli(("--draft-model",), "Draft model for sps (same kinds of reference as --model)."))
+    output_dir: str = option("results", cli=Cli(("--output-dir",), "Where run folders are created.", type=Path,
+                                                default=Path("results"), to_config=str))
+    auto_candidates: Optional[list[int]] = option(
+        None, cli=Cli(("--auto-candidates",), "Budgets 'auto' tries, comma-separated (default "
+                      "1,2,3,4,6,8,12,16,24).", type=Optional[str], to_config=_candidates),
+        check=_candidates)
+    auto_questions: int = option(
+        DEFAULT_CALIBRATION_QUESTIONS,
+        cli=Cli(("--auto-questions",), "Calibration questions for 'auto' (from the mini suite, one per "
+                "category, never reported)."), check=_at_least(1, "--auto-questions"))
+    auto_tokens: int = option(
+        CALIBRATION_TOKENS,
+        cli=Cli(("--auto-tokens",), "New tokens per calibration question for 'auto' (capped by --max-new-tokens)."),
+        check=_at_least(1, "--auto-tokens"))
+    forward: str = option(
+        "auto", cli=Cli(("--forward",), "How the target computes a forward: auto (lean for a Llama-architecture "
+                        "target on CPU, else sdpa), sdpa, eager, short (attention for few-token blocks) or lean "
+                        "(fused Llama decoder + short); docs/performance.md. One for the whole run, AR included; "
+                        "the manifest records the resolved one."), check=check_forward)
+
+    def validate(self) -> None:
+        """Every field's own check (values are normalised in place: '10' -> 10), and options
+        only for methods the run has. Needs no registry and no model."""
+        for f in dataclasses.fields(self):
+            check = f.metadata["check"]
+            if check is not None:
+                setattr(self, f.name, check(getattr(self, f.name)))
+        named = set(self.methods) | {parse_spec(m)[0] for m in self.methods}
+        for m in self.method_options:
+            if m not in named:
+                raise UsageError(f"options given for method '{m}', which is not in --methods")
+
+    @classmethod
+    def from_cli(cls, params: dict[str, Any]) -> "RunConfig":
+        """The config the `run` command's parameter values (by parameter name) stand for."""
+        values = {}
+        for f in dataclasses.fields(cls):
+            cli = f.metadata["cli"]
+            if cli.name in params:
+                value = params[cli.name]
+                values[f.name] = cli.to_config(value) if cli.to_config else value
+        return cls(**values)
+
+
+def resume_normalisers() -> dict[str, tuple[str, Callable[[Any], Any]]]:
+    """`run` parameter -> (RunConfig field, parameter value -> stored value): what `--resume` compares."""
+    return {f.metadata["cli"].name: (f.name, f.metadata["cli"].to_config or (lambda v: v))
+            for f in dataclasses.fields(RunConfig)}
+
+
+def field_default(f: dataclasses.Field) -> Any:
+    return f.default_factory() if f.default is MISSING else f.default  # type: ignore[misc]
+
+
+def grid_schema() -> dict[str, tuple[Callable[[Any], bool], str, Any]]:
+    """Sweep grid key -> (check of the TOML value, what it wants, default), from the fields."""
+    schema = {}
+    for f in dataclasses.fields(RunConfig):
+        g: Optional[Grid] = f.metadata["grid"]
+        if g is None:
+            continue
+        default = g.default if g.default is not UNSET else field_default(f)
+        if g.expands and default is not None and not isinstance(default, list):
+            default = [default]
+        if f.name == "methods":
+            default = None  # a grid must name its methods
+        schema[g.key] = (g.check or _grid_check(f, g), g.wants, default)
+    return schema
+
+
+def _grid_check(f: dataclasses.Field, g: Grid) -> Callable[[Any], bool]:
+    """A TOML value fits the field's type (each element, for an expanding key) and passes its check."""
+    hint = typing.get_type_hints(RunConfig)[f.name]
+    check = f.metadata["check"]
+
+    def one(v: Any) -> bool:
+        if f.name == "block_complexity":
+            ok_type = v == AUTO or _is_int(v)
+        else:
+            ok_type = fits(v, _strip_optional(hint)) and not (isinstance(v, str) and not v.strip())
+        if not ok_type:
+            return False
+        if check is not None:
+            try:
+                check(v)
+            except UsageError:
+                return False
+        return True
+
+    if g.expands and f.name != "tasks":
+        return lambda v: isinstance(v, list) and bool(v) and all(one(x) for x in v)
+    if g.expands or typing.get_origin(_strip_optional(hint)) is list:
+        return _str_list
+    return one
+
+
+def _strip_optional(hint: Any) -> Any:
+    args = [a for a in typing.get_args(hint) if a is not type(None)]
+    if typing.get_origin(hint) in (typing.Union, types.UnionType) and len(args) == 1:
+        return args[0]
+    return hint
+
+
+# ----------------------------------------------------------------------------- the manifest
+
+def config_from_manifest(manifest: dict, where: str = "manifest") -> RunConfig:
+    """The RunConfig a manifest records; a UsageError naming `where` and the key when `config`
+    is not an object or a value does not have its field's type (checked from the annotations)."""
+    config = manifest.get("config", {})
+    if not isinstance(config, dict):
+        raise UsageError(f"{where}: 'config' must be an object, got {type(config).__name__}")
+    hints = typing.get_type_hints(RunConfig)
+    values = {}
+    for f in dataclasses.fields(RunConfig):
+        if f.name in config:
+            if not fits(config[f.name], hints[f.name]):
+                raise UsageError(f"{where}: 'config.{f.name}' must be {_type_name(hints[f.name])}, "
+                                 f"got {type(config[f.name]).__name__} {str(config[f.name])[:40]!r}")
+            values[f.name] = config[f.name]
+    if "block_complexity" in values:  # int | str admits any string: only a number or 'auto' is one
+        values["block_complexity"] = parse_bc(values["block_complexity"], f"{where}: 'config.block_complexity'")
+    return RunConfig(**values)
+
+
+def fits(value: Any, hint: Any) -> bool:
+    """Does a JSON value fit a (simple) type annotation? bool is not an int here."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if hint is Any:
+        return True
+    if origin in (typing.Union, types.UnionType):
+        return any(fits(value, a) for a in args)
+    if hint is type(None):
+        return value is None
+    if origin is list:
+        return isinstance(value, list) and all(fits(v, args[0]) for v in value)
+    if origin is dict:
+        return isinstance(value, dict) and all(fits(k, args[0]) and fits(v, args[1]) for k, v in value.items())
+    if hint is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if hint is int:
+        return _is_int(value)
+    return isinstance(value, hint)
+
+
+def _type_name(hint: Any) -> str:
+    return getattr(hint, "__name__", None) or str(hint).replace("typing.", "")

@@ -1,0 +1,81 @@
+"""Planning a run before any model loads: every method instance (`pld`, `pld@6`, `pld@auto`)
+with its options checked against its budget and sampling, the default method set, and the
+questions. `check_config` is everything `specbench run` verifies before loading a model.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from specbench_cli import methods as method_registry
+from specbench_cli import tasks as task_registry
+from specbench_cli.config import AUTO, DEFAULT_BUDGET, RunConfig, method_order, parse_spec
+from specbench_cli.errors import UsageError
+from specbench_cli.run.auto import bcauto
+
+
+def check_config(cfg: RunConfig) -> None:
+    """The field checks (`RunConfig.validate`), then what needs the registries: the tasks
+    exist and every method instance plans with its options. No model is loaded."""
+    cfg.validate()
+    for t in cfg.tasks:
+        task_registry.get(t)
+    plan_methods(cfg)
+
+
+def method_context(cfg: RunConfig, model=None, tokenizer=None, budget: Optional[int] = None):
+    """The settings every method is planned against (and the target once loaded); `budget`
+    defaults to the run's block complexity (the default one when that is `auto`)."""
+    from specbench_cli.engine.verify import SamplingConfig
+    from specbench_cli.methods.base import MethodContext
+
+    if budget is None:
+        budget = cfg.block_complexity if isinstance(cfg.block_complexity, int) else DEFAULT_BUDGET
+    return MethodContext(model=model, tokenizer=tokenizer, budget=budget, device=cfg.device,
+                         dtype=cfg.dtype, sampling=SamplingConfig(cfg.temperature, cfg.top_p), seed=cfg.seed,
+                         draft_model=cfg.draft_model, target=cfg.model)
+
+
+def plan_methods(cfg: RunConfig) -> dict:
+    """Every method instance of the run (`pld`, `pld@6`, `pld@auto`), planned (options parsed
+    and checked against its BC and sampling) but not bound: no model is loaded, so bad options
+    fail in well under a second. An `auto` instance is planned at the default budget here and
+    must accept at least one candidate budget; calibration re-plans it at the chosen one."""
+    planned = {}
+    for spec in method_order(cfg.methods):
+        budget = bcauto.instance_budget(spec, cfg.block_complexity)
+        if budget == AUTO:
+            method_registry.get(parse_spec(spec)[0])  # an unknown name says so, not "nothing fits"
+            fits = bcauto.feasible_budgets(lambda b: plan_instance(cfg, spec, b), auto_candidates(cfg), spec)
+            budget = DEFAULT_BUDGET if DEFAULT_BUDGET in fits else fits[-1]
+        planned[spec] = plan_instance(cfg, spec, budget)
+    return planned
+
+
+def plan_instance(cfg: RunConfig, spec: str, budget: int):
+    """One method instance planned at `budget`; options given for its name and for the instance
+    (`-o pld.max_ngram=4`, `-o pld@auto.max_ngram=4`) apply, the instance's last."""
+    base = parse_spec(spec)[0]
+    options = {**cfg.method_options.get(base, {}), **(cfg.method_options.get(spec, {}) if spec != base else {})}
+    return method_registry.get(base)(method_context(cfg, budget=budget), **options)
+
+
+def auto_candidates(cfg: RunConfig) -> list[int]:
+    return list(cfg.auto_candidates or bcauto.DEFAULT_CANDIDATES)
+
+
+def default_methods() -> list[str]:
+    """Every registered method that needs no training and is lossless (lossy ones, e.g.
+    fastcot, change the answer on purpose and run only when asked for)."""
+    return [n for n in method_registry.names()
+            if not method_registry.describe(n)["needs_training"] and method_registry.describe(n)["lossless"]]
+
+
+def load_questions(cfg: RunConfig):
+    qs = []
+    for t in cfg.tasks:
+        qs += task_registry.get(t).load(cfg.questions)
+    qs = task_registry.select(qs, cfg.categories, cfg.limit, cfg.question_ids)
+    if not qs:
+        raise UsageError("no questions left after --categories/--limit/--question-ids")
+    return qs
