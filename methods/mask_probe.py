@@ -41,11 +41,10 @@ import heapq
 from dataclasses import dataclass
 from typing import Optional
 
-from specbench_cli.lazy import torch
-
 from specbench_cli.engine.drafter import DecodeState, Structure, VerifyResult
 from specbench_cli.engine.tree import Draft
 from specbench_cli.errors import UsageError
+from specbench_cli.lazy import torch
 from specbench_cli.methods.base import Method
 
 INITS = ("last", "gaussian", "mean")

@@ -22,11 +22,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
-from specbench_cli.lazy import inference_mode, torch
-
 from specbench_cli.engine.drafter import DecodeState
 from specbench_cli.engine.tree import Draft
 from specbench_cli.errors import UsageError
+from specbench_cli.lazy import inference_mode, torch
 from specbench_cli.methods.heads.common import HeadsMethod, pick
 
 

@@ -25,12 +25,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-from specbench_cli.lazy import inference_mode, torch
-
 from specbench_cli.engine.drafter import DecodeState, Structure, VerifyResult
 from specbench_cli.engine.tree import Draft
 from specbench_cli.engine.verify import target_probs
 from specbench_cli.errors import UsageError
+from specbench_cli.lazy import inference_mode, torch
 from specbench_cli.methods.base import Method
 
 # Strings whose encodings must agree between target and draft tokenizers (besides the vocab).

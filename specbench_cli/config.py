@@ -151,7 +151,7 @@ def option(default: Any = MISSING, *, factory: Optional[Callable[[], Any]] = Non
 def _at_least(n: int, flag: str) -> Callable[[Any], Any]:
     def check(value: Any) -> Any:
         if value is not None and (not _is_int(value) or value < n):
-            raise UsageError(f"{flag} must be a whole number >= {n} (got {value})")
+            raise UsageError(f"{flag} must be at least {n} (got {value})")
         return value
     return check
 

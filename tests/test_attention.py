@@ -9,15 +9,15 @@ import random
 
 import pytest
 import torch
+from tiny import EOS, VOCAB, make_model
 
 from specbench_cli import methods
-from specbench_cli.engine.forward import short as attention
-from specbench_cli.engine.forward import lean
 from specbench_cli.engine.cache import KVCache
+from specbench_cli.engine.forward import lean
+from specbench_cli.engine.forward import short as attention
 from specbench_cli.engine.loop import Decoder
 from specbench_cli.engine.tree import path_to, tree_inputs
 from specbench_cli.methods.base import MethodContext
-from tiny import EOS, VOCAB, make_model
 
 PROMPT = [2, 5, 9, 14, 7, 3, 2, 6, 30, 31, 32, 33, 9, 14]
 
@@ -180,8 +180,9 @@ def test_lean_takes_input_embeddings_and_a_trivial_padding_mask():
 
 @torch.inference_mode()
 def test_load_model_lean_on_a_tied_model_counts_params_once_and_matches_sdpa(tmp_path):
-    from specbench_cli.models.load import load_model
     from tiny import save_tiny
+
+    from specbench_cli.models.load import load_model
 
     save_tiny(tmp_path / "tied", seed=1, tie=True)
     ref, fast = load_model(str(tmp_path / "tied")), load_model(str(tmp_path / "tied"), forward="lean")

@@ -15,12 +15,10 @@ import sys
 from pathlib import Path
 
 import pytest
-
-from specbench_cli.cli.main import main
 from test_cli import cli  # the one in-process runner
 from test_metrics import synthetic_rows, write_run
 
-
+from specbench_cli.cli.main import main
 
 
 @pytest.fixture(autouse=True)
@@ -29,11 +27,11 @@ def no_model_loads(monkeypatch):
     def refuse(*args, **kwargs):
         raise AssertionError("a model was loaded for a bad-input case")
 
+    import specbench_cli.cli.train.common
     import specbench_cli.models.load
-    import specbench_cli.cli.train
 
     monkeypatch.setattr(specbench_cli.models.load, "load_model", refuse)
-    monkeypatch.setattr(specbench_cli.cli.train, "_load", refuse)
+    monkeypatch.setattr(specbench_cli.cli.train.common, "load", refuse)
 
 
 def _run(folder: Path, rows=None, **edits) -> Path:

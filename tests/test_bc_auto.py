@@ -6,11 +6,11 @@ from __future__ import annotations
 import json
 
 import pytest
+from test_cli import cli
 
 from specbench_cli.config import parse_spec
 from specbench_cli.run.auto import bcauto
 from specbench_cli.run.auto import cost as costmod
-from test_cli import cli
 
 
 def profile(budget: int, accept: list[int], q: list[int], draft_ms: float = 0.0) -> bcauto.Profile:
@@ -100,8 +100,8 @@ def test_auto_needs_calibration_questions_outside_the_reported_ones(capsys, monk
 
 
 def test_calibration_takes_the_runs_own_suite_first_then_mini():
-    from specbench_cli.run.auto.calibrate import calibration_questions
     from specbench_cli.config import RunConfig
+    from specbench_cli.run.auto.calibrate import calibration_questions
     from specbench_cli.run.plan import load_questions
 
     cfg = RunConfig(tasks=["mini"], categories=["qa"], limit=1)
@@ -205,8 +205,9 @@ def test_auto_run_end_to_end_on_the_tiny_model(tiny_model_dir, isolated_cache, t
 
 
 def test_sweep_grid_takes_auto_as_a_budget(tmp_path):
-    from specbench_cli.sweep.grid import expand, load_grid
     from test_sweep import selector, write_grid
+
+    from specbench_cli.sweep.grid import expand, load_grid
 
     grid = load_grid(write_grid(tmp_path, 'methods = ["pld"]\nbcs = [10, "auto"]\ncategories = ["qa"]\n'))
     jobs = expand(grid, selector(grid))

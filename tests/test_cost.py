@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import pytest
+from test_cli import cli
 
 from specbench_cli.run.auto import cost as c
-from test_cli import cli
 
 
 def test_measure_curve_times_every_q_on_the_same_context(tiny_model):

@@ -6,6 +6,7 @@ import random
 
 import pytest
 import torch
+from tiny import EOS, VOCAB
 
 from specbench_cli.engine.cache import KVCache
 from specbench_cli.engine.loop import BudgetExceeded, Decoder
@@ -13,7 +14,6 @@ from specbench_cli.engine.tree import Draft, children_lists, depths, path_to, pa
 from specbench_cli.engine.verify import SamplingConfig, target_probs, verify_greedy
 from specbench_cli.methods.ar import AutoRegressive
 from specbench_cli.methods.base import Method, MethodContext
-from tiny import EOS, VOCAB
 
 PROMPT = [2, 5, 9, 14, 7, 3, 2, 6, 30, 31, 32, 33, 9, 14]
 

@@ -7,13 +7,13 @@ from __future__ import annotations
 import json
 
 import pytest
+from test_cli import _rows, _run_dir, cli
 
 from specbench_cli import methods
 from specbench_cli.engine.loop import Decoder
 from specbench_cli.errors import UsageError
 from specbench_cli.methods.base import MethodContext
 from specbench_cli.models.prompting import encode_chat, stop_token_ids, user_turn
-from test_cli import _rows, _run_dir, cli
 
 BC = 6
 MAX_NEW = 30

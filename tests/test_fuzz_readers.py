@@ -21,9 +21,9 @@ import pytest
 hypothesis = pytest.importorskip("hypothesis")
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
+from test_metrics import make_row, manifest  # noqa: E402
 
 from specbench_cli.errors import UsageError  # noqa: E402
-from test_metrics import make_row, manifest  # noqa: E402
 
 FUZZ = settings(max_examples=60, deadline=2000, suppress_health_check=[HealthCheck.too_slow,
                                                                         HealthCheck.function_scoped_fixture])
@@ -134,8 +134,8 @@ def _run_usable(run) -> None:
 @FUZZ
 @given(doc=st.one_of(mutated(manifest()), json_values), config=st.one_of(st.none(), mutated(manifest()["config"])))
 def test_manifest_reader(folder, doc, config):
-    from specbench_cli.store.runfolder import load_run
     from specbench_cli.config import config_from_manifest
+    from specbench_cli.store.runfolder import load_run
 
     run_dir = folder / "run_m"
     run_dir.mkdir(exist_ok=True)

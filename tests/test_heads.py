@@ -1,19 +1,24 @@
 """Draft heads (Medusa, EAGLE, KOALA): modules, checkpoints, trees, data, trainer, CLI."""
 
 import json
+
 import pytest
 import torch
 from safetensors.torch import load_file
 from test_cli import cli as run_cli
 
 from specbench_cli.errors import UsageError
-from specbench_cli.training.heads.data import build_feature_cache, heads_prompts, load_feature_cache, \
-    merge_feature_caches, spec_bench_overlap
-from specbench_cli.training.heads.prompts import GENERATORS, varied_prompts
-from specbench_cli.methods.heads.model import EagleHead, MedusaHeads, causal_mask, eagle_config, load_heads, \
-    save_heads
-from specbench_cli.training.heads.train import HeadsRecipe, score_heads, train_heads
+from specbench_cli.methods.heads.model import EagleHead, MedusaHeads, causal_mask, eagle_config, load_heads, save_heads
 from specbench_cli.methods.heads.tree import default_medusa_paths, eagle2_tree, medusa_tree
+from specbench_cli.training.heads.data import (
+    build_feature_cache,
+    heads_prompts,
+    load_feature_cache,
+    merge_feature_caches,
+    spec_bench_overlap,
+)
+from specbench_cli.training.heads.prompts import GENERATORS, varied_prompts
+from specbench_cli.training.heads.train import HeadsRecipe, score_heads, train_heads
 
 WORDS = ["sea", "sun", "dog", "cat", "red", "blue", "one", "two", "poem", "story"]
 

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import pytest
 import torch
+from tiny import EOS, VOCAB
 
 from specbench_cli import methods
-from specbench_cli.engine.loop import DecodeState, Decoder, VerifyResult
+from specbench_cli.engine.loop import Decoder, DecodeState, VerifyResult
 from specbench_cli.engine.verify import verify_greedy
 from specbench_cli.errors import UsageError
 from specbench_cli.methods.base import MethodContext
 from specbench_cli.methods.jacobi import Jacobi
-from tiny import EOS, VOCAB
 
 PROMPT = [2, 5, 9, 14, 7, 3, 2, 6]
 

@@ -4,13 +4,12 @@ several block complexities, and never exceeds its budget. New methods join autom
 from __future__ import annotations
 
 import pytest
+import torch
+from tiny import EOS, make_model, make_tokenizer
 
 from specbench_cli import methods
 from specbench_cli.engine.loop import Decoder
 from specbench_cli.methods.base import MethodContext
-import torch
-
-from tiny import EOS, make_model, make_tokenizer
 
 LOSSLESS = [n for n in methods.names() if methods.get(n).lossless]
 

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from specbench_cli.report import metrics as m
 from specbench_cli.errors import UsageError
-from specbench_cli.store.runfolder import load_run, load_runs, all_rows
+from specbench_cli.report import metrics as m
+from specbench_cli.store.runfolder import all_rows, load_run, load_runs
 
 TARGET_PARAMS = 134_515_008  # SmolLM2-135M
 DRAFT_PARAMS = 33_000_000

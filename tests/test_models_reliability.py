@@ -19,13 +19,11 @@ import time
 from pathlib import Path
 
 import pytest
-
-from specbench_cli.models import cache as model_cache
-
-from specbench_cli.models import load as models
-from specbench_cli.errors import UsageError
-
 from tiny import save_tiny  # noqa: E402
+
+from specbench_cli.errors import UsageError
+from specbench_cli.models import cache as model_cache
+from specbench_cli.models import load as models
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -10,12 +10,13 @@ import re
 import pytest
 import torch
 from test_cli import cli as run_cli
+from tiny import WORDS, make_model, make_tokenizer  # noqa: E402
+
 from specbench_cli.training.drafter.finetune import TrainConfig, batch_indices, build_examples, collate
+from specbench_cli.training.drafter.synth_prompts import make_prompts
 from specbench_cli.training.sft.noise import NoiseConfig, apply_noise, window
 from specbench_cli.training.sft.train import noise_generator, train_sft
-from specbench_cli.training.drafter.synth_prompts import make_prompts
 
-from tiny import WORDS, make_model, make_tokenizer  # noqa: E402
 
 def rows_for(n: int, length: int = 14) -> list[dict]:
     """Deterministic instruction/response rows over the tiny vocabulary (distill-data format)."""
@@ -95,12 +96,12 @@ def _cli(args, capsys):
 
 
 def test_bad_options_exit_2_before_loading(tmp_path, capsys, monkeypatch):
-    import specbench_cli.cli.train as tcli
+    import specbench_cli.cli.train.common as tcli
 
     def no_load(*a, **k):
         raise AssertionError("the model was loaded")
 
-    monkeypatch.setattr(tcli, "_load", no_load)
+    monkeypatch.setattr(tcli, "load", no_load)
     data = tmp_path / "d.jsonl"
     data.write_text("".join(json.dumps(r) + "\n" for r in rows_for(3)))
     base = ["train", "msn", "--data", str(data), "-o", str(tmp_path / "o")]
@@ -211,10 +212,10 @@ def test_bfloat16_autocast_trains_and_keeps_float32_weights(tmp_path):
 def test_lora_without_peft_exits_2_with_the_pip_command(tmp_path, capsys, monkeypatch):
     import sys
 
-    import specbench_cli.cli.train as tcli
+    import specbench_cli.cli.train.common as tcli
 
     monkeypatch.setitem(sys.modules, "peft", None)  # `import peft` now raises ImportError
-    monkeypatch.setattr(tcli, "_load", lambda *a, **k: (_ for _ in ()).throw(AssertionError("model loaded")))
+    monkeypatch.setattr(tcli, "load", lambda *a, **k: (_ for _ in ()).throw(AssertionError("model loaded")))
     data = tmp_path / "d.jsonl"
     data.write_text("".join(json.dumps(r) + "\n" for r in rows_for(3)))
     for cmd in ("sft", "msn"):

@@ -10,12 +10,16 @@ import uuid
 
 import pytest
 
-from specbench_cli.report import metrics
-
-from specbench_cli.report import render
+from specbench_cli.report import metrics, render
 from specbench_cli.report import table as report
-from specbench_cli.scoring.quality import (extract_number, gsm8k_correct, humaneval_program, quality_summary, score_row,
-                                   wilson)
+from specbench_cli.scoring.quality import (
+    extract_number,
+    gsm8k_correct,
+    humaneval_program,
+    quality_summary,
+    score_row,
+    wilson,
+)
 from specbench_cli.scoring.sandbox import _landlock_abi, run_untrusted
 
 

@@ -11,11 +11,11 @@ import subprocess
 
 import pandas as pd
 import pytest
+from test_metrics import TARGET_PARAMS, make_row, synthetic_rows
 
 from specbench_cli.report import metrics as m
 from specbench_cli.report import render as rn
 from specbench_cli.report import table as r
-from test_metrics import TARGET_PARAMS, make_row, synthetic_rows
 
 
 def tag(rows, run_id="r1", model="smollm2-135m"):

@@ -13,14 +13,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 import typer
+from test_metrics import make_row, synthetic_rows, write_run
 from typer.testing import CliRunner
 
-from specbench_cli.report import metrics as m
-from specbench_cli.errors import SpecBenchError
-from specbench_cli.report.baseline import check_entries
 from specbench_cli.cli.report import register
+from specbench_cli.errors import SpecBenchError
+from specbench_cli.report import metrics as m
+from specbench_cli.report.baseline import check_entries
 from specbench_cli.store.runfolder import all_rows, load_runs
-from test_metrics import make_row, synthetic_rows, write_run
 
 
 def local_app() -> typer.Typer:

@@ -13,7 +13,6 @@ import subprocess
 import sys
 
 import pytest
-
 from test_bad_input import cli
 from test_cli import _rows, _run_dir, tiny_run_args
 from test_metrics import synthetic_rows, write_run

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import pytest
 import torch
+from test_cli import cli
+from tiny import EOS, VOCAB, make_tokenizer, save_tiny
 
 from specbench_cli import methods
 from specbench_cli.engine.loop import Decoder
@@ -13,8 +15,6 @@ from specbench_cli.engine.verify import SamplingConfig, target_probs
 from specbench_cli.errors import UsageError
 from specbench_cli.methods.base import MethodContext
 from specbench_cli.methods.sps import SpeculativeSampling
-from test_cli import cli
-from tiny import EOS, VOCAB, make_tokenizer, save_tiny
 
 PROMPT = [2, 5, 9, 14, 7, 3, 2, 6, 30, 31, 32, 33, 9, 14]
 

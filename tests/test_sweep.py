@@ -10,13 +10,13 @@ import sys
 from pathlib import Path
 
 import pytest
+from test_cli import cli
 
 from specbench_cli.errors import UsageError
+from specbench_cli.store.lock import SweepLock
 from specbench_cli.sweep import backends, jobs
 from specbench_cli.sweep.grid import expand, job_id, load_grid
-from specbench_cli.store.lock import SweepLock
 from specbench_cli.sweep.questions import selector
-from test_cli import cli
 
 
 def write_grid(tmp_path: Path, text: str, name: str = "grid.toml") -> Path:

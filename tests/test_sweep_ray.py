@@ -17,9 +17,9 @@ import time
 from pathlib import Path
 
 import pytest
+from test_sweep import comparable_rows, sweep_subprocess, table_numbers, write_grid
 
 from specbench_cli.sweep import jobs
-from test_sweep import comparable_rows, sweep_subprocess, table_numbers, write_grid
 
 ray = pytest.importorskip("ray", reason="Ray is an optional extra: pip install 'specbench-cli[ray]'")
 RAY = str(Path(sys.executable).with_name("ray"))

@@ -16,15 +16,23 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
+from tiny import VOCAB, WORDS, make_tokenizer  # noqa: E402
+from tiny import make_model as _make_model  # noqa: E402
 
 from specbench_cli.errors import UsageError
 from specbench_cli.training.drafter import losses
-from specbench_cli.training.drafter.finetune import (TrainConfig, batch_indices, build_examples, collate,
-                                             finetune, is_pretrain_step, next_token_loss, split_rows, train_loop)
+from specbench_cli.training.drafter.finetune import (
+    TrainConfig,
+    batch_indices,
+    build_examples,
+    collate,
+    finetune,
+    is_pretrain_step,
+    next_token_loss,
+    split_rows,
+    train_loop,
+)
 from specbench_cli.training.drafter.subclone import subclone
-
-from tiny import VOCAB, WORDS, make_tokenizer  # noqa: E402
-from tiny import make_model as _make_model  # noqa: E402
 
 
 def make_model(seed: int, layers: int = 2, dropout: float = 0.0):

@@ -7,7 +7,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import torch
-
 from tiny import EOS
 
 SEED_PROMPTS = [[2, 5, 9, 14, 7], [2, 40, 41, 42], [2, 77], [2, 6, 30, 31], [2, 12, 13], [2, 50, 51, 60],

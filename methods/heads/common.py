@@ -20,13 +20,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Optional
 
-from specbench_cli.lazy import torch
-
 from specbench_cli.engine.drafter import Structure
 from specbench_cli.engine.verify import SamplingConfig, target_probs
 from specbench_cli.errors import UsageError
+from specbench_cli.lazy import torch
 from specbench_cli.methods.base import Method, user_options
-
 
 HEAD_METHODS = ("medusa", "eagle")
 

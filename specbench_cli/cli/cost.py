@@ -26,8 +26,8 @@ def cost(
     forward: str = typer.Option("auto", "--forward", help="auto, sdpa, eager, short or lean (as for run)."),
 ) -> None:
     """Measure the device's cost curve t(q): one target forward over q tokens (cached per model/device/dtype/threads)."""
-    from specbench_cli.run.auto import cost as c
     from specbench_cli.models.load import check_device, torch_dtype
+    from specbench_cli.run.auto import cost as c
 
     c.validate(max_q, context, repeats, warmup)
     from specbench_cli.engine.forward.modes import check as check_forward

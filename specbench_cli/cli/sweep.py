@@ -17,9 +17,10 @@ from rich.markup import escape
 
 from specbench_cli.console import err, out
 from specbench_cli.errors import RuntimeFailure, UsageError
-from specbench_cli.sweep import backends, jobs as jobmod, merge
-from specbench_cli.sweep.grid import Job, expand, load_grid
 from specbench_cli.store.lock import SweepLock
+from specbench_cli.sweep import backends, merge
+from specbench_cli.sweep import jobs as jobmod
+from specbench_cli.sweep.grid import Job, expand, load_grid
 
 # Dry-run estimate when no job of the sweep has finished yet: the default 18-question run
 # (21 question-turns x 6 methods x 128 tokens = 16k budgeted tokens) took 11 min on this 2-core

@@ -23,9 +23,8 @@ import enum
 from dataclasses import dataclass
 from typing import ClassVar, Optional
 
-from specbench_cli.lazy import torch
-
 from specbench_cli.engine.tree import Draft
+from specbench_cli.lazy import torch
 
 
 class Structure(str, enum.Enum):

@@ -13,13 +13,10 @@ from rich.markup import escape
 from rich.table import Table
 
 from specbench_cli import __version__
-
-from specbench_cli.report import metrics
-
-from specbench_cli.report import render
-from specbench_cli.report import table as report
 from specbench_cli.errors import RuntimeFailure, UsageError
 from specbench_cli.jsonl import read_json_object
+from specbench_cli.report import metrics, render
+from specbench_cli.report import table as report
 from specbench_cli.store.runfolder import Run
 
 BASELINE_FORMAT = "specbench-baseline"

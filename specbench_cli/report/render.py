@@ -6,7 +6,6 @@ import csv
 import io
 import json
 import math
-
 from typing import Sequence
 
 import pandas as pd

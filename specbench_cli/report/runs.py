@@ -11,12 +11,10 @@ from typing import List, Optional
 import pandas as pd
 from rich.markup import escape
 
-from specbench_cli.report import metrics
-
-from specbench_cli.report import render
-from specbench_cli.report import table as report
 from specbench_cli.console import err
 from specbench_cli.errors import RuntimeFailure, UsageError
+from specbench_cli.report import metrics, render
+from specbench_cli.report import table as report
 from specbench_cli.store.runfolder import Run, all_rows, load_runs
 
 

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
+from specbench_cli.config import RunConfig, method_order
 from specbench_cli.errors import UsageError
 from specbench_cli.store.runfolder import RunFolder
-from specbench_cli.config import RunConfig, method_order
 
 # `run` parameter -> (RunConfig field, the CLI value as the manifest stores it). Parameters not
 # listed (--resume, --no-report, --trust-remote-code, --retry-errors) do not touch the config.

@@ -9,18 +9,18 @@ from pathlib import Path
 from typing import Optional
 
 from rich.markup import escape
-from rich.text import Text
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.text import Text
 
-from specbench_cli.run.auto.bcauto import instance_label
-from specbench_cli.run.auto.calibrate import auto_specs, calibration_questions, prepare
+from specbench_cli.config import RunConfig
 from specbench_cli.console import err
 from specbench_cli.errors import RuntimeFailure
 from specbench_cli.models.prompting import default_threads, set_threads
-from specbench_cli.config import RunConfig
-from specbench_cli.run.runner import Runner
+from specbench_cli.run.auto.bcauto import instance_label
+from specbench_cli.run.auto.calibrate import auto_specs, calibration_questions, prepare
 from specbench_cli.run.plan import load_questions, plan_methods
 from specbench_cli.run.resume import retry_error_rows
+from specbench_cli.run.runner import Runner
 from specbench_cli.store.runfolder import RunFolder, check_output_dir, environment, now_iso
 
 

@@ -15,13 +15,15 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional
 
+import tomllib
+
 from specbench_cli.config import grid_schema
 from specbench_cli.errors import UsageError
+
 
 def _is_int(v: Any) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)

@@ -6,15 +6,15 @@ from __future__ import annotations
 
 from typing import Any, Callable, Optional
 
-from specbench_cli.run.auto import bcauto
-from specbench_cli.run.auto import cost as costmod
 from specbench_cli.console import err
 from specbench_cli.errors import UsageError
+from specbench_cli.run.auto import bcauto
+from specbench_cli.run.auto import cost as costmod
 
 
 def auto_specs(cfg) -> list[str]:
     """The run's method instances whose budget is `auto`."""
-    from specbench_cli.config import method_order
+    from specbench_cli.config import AUTO, method_order
 
     return [s for s in method_order(cfg.methods) if bcauto.instance_budget(s, cfg.block_complexity) == AUTO]
 

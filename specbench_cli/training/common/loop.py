@@ -8,13 +8,14 @@ from __future__ import annotations
 import json
 import math
 import random
-import shutil
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
 from specbench_cli.errors import RuntimeFailure, UsageError
+from specbench_cli.training.common.checkpoint import list_checkpoints, write_checkpoint
+from specbench_cli.training.common.compute import lr_factor
 from specbench_cli.training.common.io import save_model_folder, write_json
 from specbench_cli.training.common.state_io import has_state, load_state, save_state
 
@@ -48,18 +49,11 @@ class TrainConfig:
 
 def checkpoints(out: Path) -> list[Path]:
     """Complete checkpoints under out/checkpoints, oldest first."""
-    root = Path(out) / CKPT_DIR
-    found = [p for p in root.glob("step-*") if has_state(p) and p.name[5:].isdigit()] if root.is_dir() else []
-    return sorted(found, key=lambda p: int(p.name.split("-")[1]))
+    return list_checkpoints(Path(out) / CKPT_DIR, has_state)
 
 
 def _lr_lambda(warmup: int, steps: int):
-    def f(step: int) -> float:  # linear warmup, then cosine decay to 10 %
-        if step < warmup:
-            return (step + 1) / warmup
-        frac = (step - warmup) / max(1, steps - warmup)
-        return 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, frac)))
-    return f
+    return lambda step: lr_factor(step, warmup, steps)
 
 
 def _rng_state() -> dict:
@@ -80,19 +74,12 @@ def _set_rng_state(state: dict) -> None:
 
 def _save_checkpoint(out: Path, step: int, model, tokenizer, opt, sched, history, meta, keep: int,
                      save_folder=save_model_folder) -> Path:
-    ck = Path(out) / CKPT_DIR / f"step-{step:07d}"
-    tmp = ck.with_name(ck.name + ".tmp")
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    save_folder(model, tokenizer, tmp, {**meta, "step": step})
-    save_state(tmp, {"step": step, "optimizer": opt.state_dict(), "scheduler": sched.state_dict(),
-                     "rng": _rng_state(), "history": history})
-    if ck.exists():
-        shutil.rmtree(ck)
-    tmp.rename(ck)
-    for old in checkpoints(out)[:-keep]:
-        shutil.rmtree(old)
-    return ck
+    def write(folder: Path) -> None:
+        save_folder(model, tokenizer, folder, {**meta, "step": step})
+        save_state(folder, {"step": step, "optimizer": opt.state_dict(), "scheduler": sched.state_dict(),
+                            "rng": _rng_state(), "history": history})
+
+    return write_checkpoint(Path(out) / CKPT_DIR, step, write, keep, has_state)
 
 
 def plot_history(history: list[dict], path: Path, title: str) -> None:
@@ -189,8 +176,14 @@ def train_loop(model: Any, tokenizer: Any, out: Path, cfg: TrainConfig, step_fn:
     full_meta = {**meta, "train_config": asdict(cfg)}
     model.train()
     t0 = time.time()
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, \
-        TimeRemainingColumn
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
 
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   TimeRemainingColumn(), TextColumn("{task.fields[info]}"), console=err,

@@ -23,8 +23,8 @@ import json
 from pathlib import Path
 from typing import Any, Callable
 
-from specbench_cli.errors import UsageError
 from specbench_cli import tasks as _tasks_package
+from specbench_cli.errors import UsageError
 from specbench_cli.jsonl import read_objects
 from specbench_cli.models.prompting import encode_chat, stop_token_ids, user_turn
 

@@ -12,8 +12,13 @@ from pathlib import Path
 from typing import Any
 
 from specbench_cli.errors import UsageError
-from specbench_cli.training.drafter.finetune import TrainConfig, batch_indices, next_token_loss, pretrain_chunks, \
-    train_loop
+from specbench_cli.training.drafter.finetune import (
+    TrainConfig,
+    batch_indices,
+    next_token_loss,
+    pretrain_chunks,
+    train_loop,
+)
 
 
 def default_intermediate(hidden: int) -> int:

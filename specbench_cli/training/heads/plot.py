@@ -10,8 +10,14 @@ from typing import Callable, Iterator
 @contextmanager
 def progress_bar(title: str, total: int, done: int, enabled: bool) -> Iterator[Callable[[str], None]]:
     """Yields advance(info): one step done, `info` shown after the bar (rich, on stderr)."""
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, \
-        TimeRemainingColumn
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
 
     from specbench_cli.console import err
 

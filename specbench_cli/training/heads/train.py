@@ -15,8 +15,6 @@ training step read best in one place.
 from __future__ import annotations
 
 import json
-import math
-import shutil
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -25,11 +23,20 @@ from typing import Any
 import torch
 
 from specbench_cli.errors import RuntimeFailure, UsageError
+from specbench_cli.methods.heads.model import EagleHead, MedusaHeads, count_params, eagle_config, save_heads
+from specbench_cli.training.common.checkpoint import list_checkpoints, write_checkpoint
+from specbench_cli.training.common.compute import autocast, lr_factor
 from specbench_cli.training.common.io import write_json
 from specbench_cli.training.heads.data import FeatureCache, make_batch, split_cache
-from specbench_cli.training.heads.losses import Discriminator, accuracy, d_loss, eagle_terms, g_adv_loss, \
-    medusa_terms, soft_ce
-from specbench_cli.methods.heads.model import EagleHead, MedusaHeads, count_params, eagle_config, save_heads
+from specbench_cli.training.heads.losses import (
+    Discriminator,
+    accuracy,
+    d_loss,
+    eagle_terms,
+    g_adv_loss,
+    medusa_terms,
+    soft_ce,
+)
 
 KINDS = ("medusa", "eagle")
 CKPT = "checkpoints"
@@ -110,11 +117,7 @@ def cached_vocab(cache: FeatureCache, lm_head_weight: torch.Tensor, path: Path |
 
 
 def _lr(step: int, recipe: HeadsRecipe, base: float) -> float:
-    """Linear warmup, then cosine to 10 %."""
-    if step < recipe.warmup:
-        return base * (step + 1) / recipe.warmup
-    frac = (step - recipe.warmup) / max(1, recipe.steps - recipe.warmup)
-    return base * (0.1 + 0.45 * (1 + math.cos(math.pi * min(1.0, frac))))
+    return base * lr_factor(step, recipe.warmup, recipe.steps)
 
 
 def _batch(train_idx: list[int], recipe: HeadsRecipe, step: int) -> list[int]:
@@ -148,34 +151,27 @@ def head_losses(head, batch, weight: torch.Tensor, recipe: HeadsRecipe, step: in
     return loss, logs, adv_rows
 
 
-def _autocast(recipe: HeadsRecipe):
-    """bfloat16 autocast on the CPU when the recipe asks for it, else a no-op context."""
-    import contextlib
-
-    return torch.autocast("cpu", dtype=torch.bfloat16) if recipe.autocast else contextlib.nullcontext()
-
-
 def _save_state(out: Path, step: int, head, disc, opts, history, seconds, meta) -> None:
     from safetensors.torch import save_file
 
-    ck = out / CKPT / f"step-{step:07d}"
-    tmp = ck.with_name(ck.name + ".tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    save_heads(head, tmp, {**meta, "step": step})
-    if disc is not None:
-        save_file({k: v.contiguous() for k, v in disc.state_dict().items()}, str(tmp / "disc.safetensors"))
-    moments = {}
-    for name, opt in opts.items():
-        for gi, p in enumerate(opt.param_groups[0]["params"]):
-            for key, val in opt.state.get(p, {}).items():
-                moments[f"{name}.{gi}.{key}"] = torch.as_tensor(val).float().reshape(-1).clone() \
-                    if key == "step" else val.contiguous()
-    save_file(moments, str(tmp / "optim.safetensors"))
-    write_json(tmp / "state.json", {"step": step, "history": history, "seconds": seconds})
-    shutil.rmtree(ck, ignore_errors=True)
-    tmp.rename(ck)
-    for old in sorted((out / CKPT).glob("step-???????"))[:-2]:
-        shutil.rmtree(old)
+    def write(folder: Path) -> None:
+        save_heads(head, folder, {**meta, "step": step})
+        if disc is not None:
+            save_file({k: v.contiguous() for k, v in disc.state_dict().items()}, str(folder / "disc.safetensors"))
+        moments = {}
+        for name, opt in opts.items():
+            for gi, p in enumerate(opt.param_groups[0]["params"]):
+                for key, val in opt.state.get(p, {}).items():
+                    moments[f"{name}.{gi}.{key}"] = torch.as_tensor(val).float().reshape(-1).clone() \
+                        if key == "step" else val.contiguous()
+        save_file(moments, str(folder / "optim.safetensors"))
+        write_json(folder / "state.json", {"step": step, "history": history, "seconds": seconds})
+
+    write_checkpoint(out / CKPT, step, write, keep=2, complete=_complete)
+
+
+def _complete(folder: Path) -> bool:
+    return (folder / "state.json").is_file()
 
 
 def _load_state(ck: Path, head, disc, opts) -> dict:
@@ -197,8 +193,7 @@ def _load_state(ck: Path, head, disc, opts) -> dict:
 
 
 def latest_checkpoint(out: Path) -> Path | None:
-    found = sorted(p for p in (Path(out) / CKPT).glob("step-???????") if (p / "state.json").is_file()) \
-        if (Path(out) / CKPT).is_dir() else []
+    found = list_checkpoints(Path(out) / CKPT, _complete)
     return found[-1] if found else None
 
 
@@ -269,7 +264,7 @@ def train_heads(target: Any, cache: FeatureCache, recipe: HeadsRecipe, out: Path
     with progress_bar(recipe.label(), recipe.steps, start, progress) as advance:
         for step in range(start, recipe.steps):
             batch = make_batch(cache, _batch(train_idx, recipe, step), max_len=recipe.max_len)
-            with _autocast(recipe):
+            with autocast(recipe.autocast):
                 loss, logs, rows = head_losses(head, batch, weight, recipe, step)
                 if disc is not None:  # G step: L_G = lambda * (-log D(draft)) + L_distill
                     adv = sum(g_adv_loss(disc, s.float(), d) for s, _, d in rows) / len(rows)
@@ -287,7 +282,7 @@ def train_heads(target: Any, cache: FeatureCache, recipe: HeadsRecipe, out: Path
             opts["head"].step()
             if disc is not None:  # D step on the same batch, draft logits of the G step detached
                 opts["disc"].zero_grad(set_to_none=True)
-                with _autocast(recipe):
+                with autocast(recipe.autocast):
                     ld = sum(d_loss(disc, s.float(), t, d) for s, t, d in rows) / len(rows)
                 ld.backward()
                 opts["disc"].step()

@@ -26,10 +26,19 @@ from pathlib import Path
 from typing import Any
 
 from specbench_cli.errors import UsageError
+from specbench_cli.training.common.compute import autocast
 from specbench_cli.training.common.io import DRAFTER_META, write_json
 from specbench_cli.training.drafter.distill_data import stop_token_ids
-from specbench_cli.training.drafter.finetune import (TrainConfig, batch_indices, build_examples, checkpoints, collate,
-                                             model_device, split_rows, train_loop)
+from specbench_cli.training.drafter.finetune import (
+    TrainConfig,
+    batch_indices,
+    build_examples,
+    checkpoints,
+    collate,
+    model_device,
+    split_rows,
+    train_loop,
+)
 from specbench_cli.training.sft.noise import NoiseConfig, apply_noise
 
 AUTOCAST = ("float32", "bfloat16")
@@ -44,13 +53,7 @@ def check_autocast(name: str) -> str:
 
 
 def _autocast(name: str, device):
-    import contextlib
-
-    import torch
-
-    if name == "float32":
-        return contextlib.nullcontext()
-    return torch.autocast(device_type=torch.device(device).type, dtype=torch.bfloat16)
+    return autocast(name != "float32", device)
 
 
 def noise_generator(seed: int, step: int):

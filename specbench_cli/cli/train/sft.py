@@ -12,10 +12,12 @@ from typing import Optional
 
 import typer
 
+from specbench_cli.models.load import DEFAULT_MODEL
+
 _DATA = typer.Option(..., help="Instruction/response JSONL (`train drafter distill-data` output: the "
                                "target's own answers).")
 _OUT = typer.Option(..., "--output", "-o", help="Folder for the fine-tuned model (HF format) + checkpoints.")
-_TARGET = typer.Option("smollm2-135m", "--target", "-m", help="Model to fine-tune: alias, .gguf, HF folder.")
+_TARGET = typer.Option(DEFAULT_MODEL, "--target", "-m", help="Model to fine-tune: alias, .gguf, HF folder.")
 _LORA_RANK = typer.Option(None, help="Train LoRA adapters of this rank (peft; `pip install 'specbench-cli[lora]'`) "
                                      "instead of all weights; the saved folder has them merged.")
 _LORA_ALPHA = typer.Option(None, help="LoRA scale numerator (W + alpha/r BA); default 2 x --lora-rank.")
@@ -67,13 +69,13 @@ def msn_cmd(
 
 
 def _run(a: dict, noise) -> None:
+    from specbench_cli.cli.train.common import check_output_for_training, load, print_table, train_config
     from specbench_cli.models.load import check_device
     from specbench_cli.models.prompting import set_threads
-    from specbench_cli.cli.train import _check_output_for_training, _load, _print_table, _train_config
     from specbench_cli.training.drafter.distill_data import load_jsonl
     from specbench_cli.training.drafter.finetune import check_distill_rows, split_rows
-    from specbench_cli.training.sft.train import check_autocast, train_sft
     from specbench_cli.training.sft.lora import check_lora
+    from specbench_cli.training.sft.train import check_autocast, train_sft
 
     set_threads(a["threads"])
     check_device(a["device"])
@@ -86,13 +88,13 @@ def _run(a: dict, noise) -> None:
 
         raise UsageError("--max-len must be >= 8")
     split_rows([], a["holdout"])  # validates --holdout
-    cfg = _train_config(a["steps"], a["batch_size"], a["lr"], a["weight_decay"], a["warmup"], a["grad_clip"],
+    cfg = train_config(a["steps"], a["batch_size"], a["lr"], a["weight_decay"], a["warmup"], a["grad_clip"],
                         a["save_every"], a["keep"], a["seed"])
-    out = _check_output_for_training(a["output"], a["resume"], a["force"])
+    out = check_output_for_training(a["output"], a["resume"], a["force"])
     rows = load_jsonl(a["data"], "training data file")
     check_distill_rows(rows, a["data"])
     t0 = time.time()
-    lm = _load(a["target"], a["device"], "float32")
+    lm = load(a["target"], a["device"], "float32")
     summary = train_sft(lm.model, lm.tokenizer, rows, out, cfg, noise, a["max_len"], a["holdout"], a["dtype"],
                         meta={"init": a["target"], "data": str(a["data"])}, resume=a["resume"],
                         progress=not a["quiet"], lora_rank=a["lora_rank"], lora_alpha=a["lora_alpha"])
@@ -102,7 +104,7 @@ def _run(a: dict, noise) -> None:
         table["LoRA trainable params"] = summary["lora"]["trainable_params"]
     for when in ("eval_before", "eval_after"):
         table.update({f"{when} {k}": v for k, v in summary.get(when, {}).items()})
-    _print_table(f"{summary['kind']} -> {out}", table)
+    print_table(f"{summary['kind']} -> {out}", table)
 
 
 def register(app: typer.Typer) -> None:

@@ -13,74 +13,35 @@ from typing import Optional
 
 import typer
 
+from specbench_cli.cli.train.common import (
+    DEVICE,
+    DTYPE,
+    QUIET,
+    TARGET,
+    THREADS,
+    TRUST,
+    check_output_for_training,
+    load,
+    print_table,
+    train_config,
+)
 from specbench_cli.errors import UsageError
 
-train_app = typer.Typer(help="Train models that help speculative decoding (draft models).", no_args_is_help=True)
 drafter_app = typer.Typer(
     help="Draft models for speculative sampling (Goel et al. 2024 pipeline): subclone or scratch -> "
          "distill-data -> finetune (kld | tvd | tvd++) -> evaluate.",
     no_args_is_help=True)
-train_app.add_typer(drafter_app, name="drafter")
-
-_TARGET = typer.Option("smollm2-135m", "--target", "-m", help="Target model: alias, .gguf, HF folder or hub id.")
-_DTYPE = typer.Option("float32", help="float32 | bfloat16 | float16.")
-_DEVICE = typer.Option("cpu", help="cpu | cuda | mps.")
-_THREADS = typer.Option(None, help="torch CPU threads (1 is fastest on a busy 2-core machine).")
-_QUIET = typer.Option(False, "--quiet", "-q", help="No progress bar.")
-_TRUST = typer.Option(False, "--trust-remote-code",
-                      help="Let the models run the Python code they ship (auto_map); off: such a model is refused.")
-
-
-def _load(ref: str, device: str, dtype: str, trust_remote_code: bool = False):
-    from specbench_cli.models.load import load_model
-
-    return load_model(ref, device=device, dtype=dtype, trust_remote_code=trust_remote_code)
-
-
-def _print_table(title: str, rows: dict) -> None:
-    from rich.table import Table
-
-    from specbench_cli.console import out
-
-    table = Table(title=title, show_header=False)
-    for k, v in rows.items():
-        table.add_row(str(k), f"{v:.4f}" if isinstance(v, float) else str(v))
-    out.print(table)
-
-
-def _train_config(steps, batch_size, lr, weight_decay, warmup, grad_clip, save_every, keep, seed):
-    from specbench_cli.training.drafter.finetune import TrainConfig
-
-    cfg = TrainConfig(steps=steps, batch_size=batch_size, lr=lr, weight_decay=weight_decay, warmup=warmup,
-                      grad_clip=grad_clip, save_every=save_every, keep=keep, seed=seed)
-    cfg.validate()
-    return cfg
-
-
-def _check_output_for_training(out: Path, resume: bool, force: bool) -> Path:
-    """--resume keeps the folder; --force starts over (old checkpoints deleted); else it must be new."""
-    import shutil
-
-    from specbench_cli.training.common.io import check_new_output
-    from specbench_cli.training.drafter.finetune import CKPT_DIR
-
-    if resume:
-        return out.expanduser()
-    out = check_new_output(out, force)
-    if force and (out / CKPT_DIR).is_dir():
-        shutil.rmtree(out / CKPT_DIR)
-    return out
 
 
 @drafter_app.command("subclone")
 def subclone_cmd(
     output: Path = typer.Option(..., "--output", "-o", help="Folder for the drafter (HF format)."),
-    target: str = _TARGET,
+    target: str = TARGET,
     layers: int = typer.Option(4, help="Keep the target's first K decoder layers."),
     narrow_ffn: float = typer.Option(1.0, help="Keep this fraction of MLP channels (by weight norm); 1 = all."),
-    dtype: str = _DTYPE,
+    dtype: str = DTYPE,
     force: bool = typer.Option(False, help="Overwrite a model already in --output."),
-    trust_remote_code: bool = _TRUST,
+    trust_remote_code: bool = TRUST,
 ):
     """Cut a drafter out of the target: embeddings + first K layers + final norm + lm_head."""
     from specbench_cli.training.common.io import check_new_output, save_model_folder
@@ -88,11 +49,11 @@ def subclone_cmd(
 
     out = check_new_output(output, force)
     t0 = time.time()
-    lm = _load(target, "cpu", dtype, trust_remote_code)
+    lm = load(target, "cpu", dtype, trust_remote_code)
     draft = subclone(lm.model, layers, narrow_ffn)
     meta = subclone_meta(target, lm.resolved, lm.model, draft, narrow_ffn)
     save_model_folder(draft, lm.tokenizer, out, meta)
-    _print_table(f"subclone -> {out}", {"layers kept": f"{layers} of {meta['target_layers']}",
+    print_table(f"subclone -> {out}", {"layers kept": f"{layers} of {meta['target_layers']}",
                                         "intermediate": meta["intermediate_size"], "params": meta["params"],
                                         "target params": meta["target_params"], "seconds": time.time() - t0})
 
@@ -112,23 +73,29 @@ def scratch_cmd(
     save_every: int = typer.Option(100), keep: int = typer.Option(2), seed: int = typer.Option(0),
     resume: bool = typer.Option(False, help="Continue from the latest checkpoint in --output."),
     force: bool = typer.Option(False, help="Overwrite a model already in --output."),
-    device: str = _DEVICE, threads: Optional[int] = _THREADS, quiet: bool = _QUIET,
-    trust_remote_code: bool = _TRUST,
+    device: str = DEVICE, threads: Optional[int] = THREADS, quiet: bool = QUIET,
+    trust_remote_code: bool = TRUST,
 ):
     """Build a small Llama from scratch (target's tokenizer) and pretrain it on --text."""
     import torch
     from transformers import AutoConfig, AutoTokenizer, LlamaForCausalLM
 
-    from specbench_cli.models.load import check_device, converted_gguf_dir, hub_reachable, needs_remote_code, \
-        remote_code_refused, resolve
-    from specbench_cli.training.common.io import read_text_file
+    from specbench_cli.models.load import (
+        check_device,
+        converted_gguf_dir,
+        hub_reachable,
+        needs_remote_code,
+        remote_code_refused,
+        resolve,
+    )
     from specbench_cli.models.prompting import set_threads
+    from specbench_cli.training.common.io import read_text_file
     from specbench_cli.training.drafter.scratch import pretrain_scratch, scratch_config
 
     set_threads(threads)
     check_device(device)
-    cfg = _train_config(steps, batch_size, lr, weight_decay, warmup, grad_clip, save_every, keep, seed)
-    out = _check_output_for_training(output, resume, force)
+    cfg = train_config(steps, batch_size, lr, weight_decay, warmup, grad_clip, save_every, keep, seed)
+    out = check_output_for_training(output, resume, force)
     body = read_text_file(text, "--text file")
     kind, loc = resolve(tokenizer_from)
     folder = str(converted_gguf_dir(loc)) if kind == "gguf" else loc
@@ -153,14 +120,14 @@ def scratch_cmd(
                                meta={"tokenizer_from": tokenizer_from, "text": str(text),
                                      "params": sum(p.numel() for p in model.parameters())},
                                resume=resume, progress=not quiet)
-    _print_table(f"scratch -> {out}", {"params": summary["params"], "steps": summary["steps_done"],
+    print_table(f"scratch -> {out}", {"params": summary["params"], "steps": summary["steps_done"],
                                        "seconds": summary["wall_seconds_this_run"]})
 
 
 @drafter_app.command("distill-data")
 def distill_data_cmd(
     output: Path = typer.Option(..., "--output", "-o", help="JSONL file (appended to / resumed if it exists)."),
-    target: str = _TARGET,
+    target: str = TARGET,
     seeds: Optional[Path] = typer.Option(None, help="Seed instructions JSONL (default: the shipped set)."),
     limit: Optional[int] = typer.Option(None, help="Use only the first N seed instructions."),
     temperatures: str = typer.Option("0,0.3,0.7,1.0", help="Comma-separated sampling temperatures (0 = greedy)."),
@@ -168,8 +135,8 @@ def distill_data_cmd(
     max_new_tokens: int = typer.Option(128),
     batch_size: int = typer.Option(8, help="Prompts generated together."),
     seed: int = typer.Option(0),
-    dtype: str = _DTYPE, device: str = _DEVICE, threads: Optional[int] = _THREADS, quiet: bool = _QUIET,
-    trust_remote_code: bool = _TRUST,
+    dtype: str = DTYPE, device: str = DEVICE, threads: Optional[int] = THREADS, quiet: bool = QUIET,
+    trust_remote_code: bool = TRUST,
 ):
     """Generate the distillation dataset: the target answers seed instructions at each temperature."""
     from rich.progress import Progress
@@ -184,12 +151,12 @@ def distill_data_cmd(
     if output.expanduser().is_dir():
         raise UsageError(f"--output {output} is a folder; give a .jsonl file path")
     t0 = time.time()
-    lm = _load(target, device, dtype, trust_remote_code)
+    lm = load(target, device, dtype, trust_remote_code)
     with Progress(console=err, disable=quiet) as bar:
         task = bar.add_task("distill-data", total=len(seed_rows) * len(temps))
         stats = generate_distill_data(lm.model, lm.tokenizer, seed_rows, output, target, temps, top_p,
                                       max_new_tokens, batch_size, seed, on_batch=lambda n: bar.advance(task, n))
-    _print_table(f"distill-data -> {output}", {**stats, "seconds": time.time() - t0})
+    print_table(f"distill-data -> {output}", {**stats, "seconds": time.time() - t0})
 
 
 @drafter_app.command("finetune")
@@ -212,12 +179,12 @@ def finetune_cmd(
     save_every: int = typer.Option(50), keep: int = typer.Option(2), seed: int = typer.Option(0),
     resume: bool = typer.Option(False, help="Continue from the latest checkpoint in --output."),
     force: bool = typer.Option(False, help="Start over in an --output that already holds a model/checkpoints."),
-    dtype: str = _DTYPE, device: str = _DEVICE, threads: Optional[int] = _THREADS, quiet: bool = _QUIET,
-    trust_remote_code: bool = _TRUST,
+    dtype: str = DTYPE, device: str = DEVICE, threads: Optional[int] = THREADS, quiet: bool = QUIET,
+    trust_remote_code: bool = TRUST,
 ):
     """White-box distillation of the target into the drafter (KLD, TVD or TVD++)."""
-    from specbench_cli.training.common.io import read_text_file
     from specbench_cli.models.prompting import set_threads
+    from specbench_cli.training.common.io import read_text_file
     from specbench_cli.training.drafter.distill_data import load_jsonl
     from specbench_cli.training.drafter.finetune import check_distill_rows, finetune
     from specbench_cli.training.drafter.losses import LOSSES
@@ -227,15 +194,15 @@ def finetune_cmd(
         from specbench_cli.errors import unknown
 
         raise unknown("loss", loss, LOSSES)
-    cfg = _train_config(steps, batch_size, lr, weight_decay, warmup, grad_clip, save_every, keep, seed)
-    out = _check_output_for_training(output, resume, force)
+    cfg = train_config(steps, batch_size, lr, weight_decay, warmup, grad_clip, save_every, keep, seed)
+    out = check_output_for_training(output, resume, force)
     rows = load_jsonl(data, "distillation file")
     check_distill_rows(rows, data)
     target = target or _data_target(rows, data)
     text = read_text_file(pretrain_text, "--pretrain-text file") if pretrain_text else None
     mix = pretrain_mix if pretrain_mix is not None else (0.2 if text else 0.0)
-    d = _load(drafter, device, dtype, trust_remote_code)
-    t = _load(target, device, dtype, trust_remote_code)
+    d = load(drafter, device, dtype, trust_remote_code)
+    t = load(target, device, dtype, trust_remote_code)
     summary = finetune(d.model, t.model, d.tokenizer, rows, out, loss, cfg, text, mix, max_len, holdout,
                        meta={"drafter_init": drafter, "target": target, "data": str(data),
                              "pretrain_text": str(pretrain_text) if pretrain_text else None},
@@ -246,7 +213,7 @@ def finetune_cmd(
     for when in ("eval_before", "eval_after"):
         if when in summary:
             table.update({f"{when} {k}": v for k, v in summary[when].items()})
-    _print_table(f"finetune {loss} -> {out}", table)
+    print_table(f"finetune {loss} -> {out}", table)
 
 
 def _data_target(rows: list[dict], path: Path) -> str:
@@ -265,16 +232,20 @@ def evaluate_cmd(
     holdout: float = typer.Option(0.2, help="Must match the finetune --holdout for a clean held-out set."),
     max_len: int = typer.Option(384), batch_size: int = typer.Option(8),
     json_out: Optional[Path] = typer.Option(None, "--json", help="Also write the numbers to this JSON file."),
-    dtype: str = _DTYPE, device: str = _DEVICE, threads: Optional[int] = _THREADS,
-    trust_remote_code: bool = _TRUST,
+    dtype: str = DTYPE, device: str = DEVICE, threads: Optional[int] = THREADS,
+    trust_remote_code: bool = TRUST,
 ):
     """Agreement of drafter and target on the responses: top-1, TVD (1-TVD = expected acceptance), KL."""
+    from specbench_cli.models.prompting import set_threads, stop_token_ids
     from specbench_cli.training.common.io import write_json
-    from specbench_cli.models.prompting import set_threads
-    from specbench_cli.models.prompting import stop_token_ids
     from specbench_cli.training.drafter.distill_data import load_jsonl
-    from specbench_cli.training.drafter.finetune import agreement, build_examples, check_distill_rows, \
-        check_same_vocab, split_rows
+    from specbench_cli.training.drafter.finetune import (
+        agreement,
+        build_examples,
+        check_distill_rows,
+        check_same_vocab,
+        split_rows,
+    )
 
     set_threads(threads)
     splits = ("heldout", "train", "all")
@@ -287,8 +258,8 @@ def evaluate_cmd(
     train_rows, held = split_rows(rows, holdout)
     chosen = {"heldout": held, "train": train_rows, "all": rows}[split]
     target = target or _data_target(rows, data)
-    d = _load(drafter, device, dtype, trust_remote_code)
-    t = _load(target, device, dtype, trust_remote_code)
+    d = load(drafter, device, dtype, trust_remote_code)
+    t = load(target, device, dtype, trust_remote_code)
     check_same_vocab(d.model, t.model)
     examples = build_examples(chosen, t.tokenizer, t.model, max_len)
     pad = t.tokenizer.pad_token_id if t.tokenizer.pad_token_id is not None else stop_token_ids(t.tokenizer, t.model)[0]
@@ -296,56 +267,4 @@ def evaluate_cmd(
     res = {"drafter": drafter, "target": target, "split": split, "rows": len(chosen), **res}
     if json_out:
         write_json(json_out, res)
-    _print_table(f"agreement {drafter} vs {target}", res)
-
-
-@train_app.command("heads")
-def heads_cmd(
-    data: Path = typer.Option(..., help="Distillation JSONL (from `train drafter distill-data`) or a feature-cache "
-                              "folder (features.safetensors + features.json)."),
-    out: Path = typer.Option(..., "--out", "-o", help="Folder for the heads (+ checkpoints, history, curves)."),
-    kind: str = typer.Option("eagle", help="medusa | eagle."),
-    heads_count: int = typer.Option(3, "--heads-count", help="Medusa heads H (head i predicts token t+2+i)."),
-    layers: int = typer.Option(1, help="K: ResBlocks per Medusa head / decoder layers of the EAGLE head (KOALA: 2-3)."),
-    adversarial: bool = typer.Option(False, help="KOALA adversarial training (discriminator on target vs head logits)."),
-    lam: float = typer.Option(0.1, "--lambda", help="Weight of the adversarial term in L_G (KOALA: 0.05-0.5)."),
-    disc_layers: int = typer.Option(1, "--disc-layers", help="FC layers of the discriminator."),
-    steps: int = typer.Option(300), batch_size: int = typer.Option(4, help="Sequences per step."),
-    lr: float = typer.Option(1e-3), disc_lr: float = typer.Option(1e-4, "--disc-lr"),
-    max_len: int = typer.Option(384, help="Tokens per sequence (prompt + response) for features and training."),
-    features: Optional[Path] = typer.Option(None, help="Where to cache target features (default: DATA.features/)."),
-    full_vocab: bool = typer.Option(False, "--full-vocab", help="Softmax over the whole vocabulary instead of the "
-                                    "tokens seen in the data (slower on CPU)."),
-    target: Optional[str] = typer.Option(None, "--target", "-m", help="Target model (default: the data's 'target')."),
-    autocast: bool = typer.Option(False, "--autocast", help="bfloat16 autocast for the heads' training step "
-                                  "(float32 weights; ~2.5x faster on CPUs with AMX / AVX512-BF16)."),
-    save_every: int = typer.Option(50), seed: int = typer.Option(0),
-    resume: bool = typer.Option(False, help="Continue from the latest checkpoint in --out."),
-    dtype: str = _DTYPE, device: str = _DEVICE, threads: Optional[int] = _THREADS, quiet: bool = _QUIET,
-):
-    """Train Medusa / EAGLE / KOALA draft heads on the frozen target's cached features."""
-    from specbench_cli.models.load import check_device, torch_dtype
-    from specbench_cli.models.prompting import set_threads
-    from specbench_cli.training.heads.train import HeadsRecipe
-
-    recipe = HeadsRecipe(kind=kind, heads_count=heads_count, layers=layers, adversarial=adversarial, lam=lam,
-                         disc_layers=disc_layers, steps=steps, batch_size=batch_size, lr=lr, disc_lr=disc_lr,
-                         max_len=max_len, save_every=save_every, seed=seed, sub_vocab=not full_vocab,
-                         autocast=autocast)
-    recipe.validate()
-    torch_dtype(dtype)
-    check_device(device)
-    set_threads(threads)
-    data = data.expanduser()
-    if not data.exists():
-        raise UsageError(f"--data not found: {data}")
-    from specbench_cli.training.heads.pipeline import run_heads
-
-    _, table = run_heads(data, out, recipe, features, target, dtype, device, resume, not quiet)
-    _print_table(f"train heads -> {out}", table)
-
-
-# `train sft` / `train msn` (Make Some Noise) live in sft_cli.py
-from specbench_cli.cli.train_sft import register as _register_sft  # noqa: E402
-
-_register_sft(train_app)
+    print_table(f"agreement {drafter} vs {target}", res)

@@ -1,0 +1,58 @@
+"""Options and helpers every `specbench train` command shares."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from specbench_cli.models.load import DEFAULT_MODEL
+
+TARGET = typer.Option(DEFAULT_MODEL, "--target", "-m", help="Target model: alias, .gguf, HF folder or hub id.")
+DTYPE = typer.Option("float32", help="float32 | bfloat16 | float16.")
+DEVICE = typer.Option("cpu", help="cpu | cuda | mps.")
+THREADS = typer.Option(None, help="torch CPU threads (1 is fastest on a busy 2-core machine).")
+QUIET = typer.Option(False, "--quiet", "-q", help="No progress bar.")
+TRUST = typer.Option(False, "--trust-remote-code",
+                      help="Let the models run the Python code they ship (auto_map); off: such a model is refused.")
+
+
+def load(ref: str, device: str, dtype: str, trust_remote_code: bool = False):
+    from specbench_cli.models.load import load_model
+
+    return load_model(ref, device=device, dtype=dtype, trust_remote_code=trust_remote_code)
+
+
+def print_table(title: str, rows: dict) -> None:
+    from rich.table import Table
+
+    from specbench_cli.console import out
+
+    table = Table(title=title, show_header=False)
+    for k, v in rows.items():
+        table.add_row(str(k), f"{v:.4f}" if isinstance(v, float) else str(v))
+    out.print(table)
+
+
+def train_config(steps, batch_size, lr, weight_decay, warmup, grad_clip, save_every, keep, seed):
+    from specbench_cli.training.drafter.finetune import TrainConfig
+
+    cfg = TrainConfig(steps=steps, batch_size=batch_size, lr=lr, weight_decay=weight_decay, warmup=warmup,
+                      grad_clip=grad_clip, save_every=save_every, keep=keep, seed=seed)
+    cfg.validate()
+    return cfg
+
+
+def check_output_for_training(out: Path, resume: bool, force: bool) -> Path:
+    """--resume keeps the folder; --force starts over (old checkpoints deleted); else it must be new."""
+    import shutil
+
+    from specbench_cli.training.common.io import check_new_output
+    from specbench_cli.training.drafter.finetune import CKPT_DIR
+
+    if resume:
+        return out.expanduser()
+    out = check_new_output(out, force)
+    if force and (out / CKPT_DIR).is_dir():
+        shutil.rmtree(out / CKPT_DIR)
+    return out
