@@ -6,7 +6,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from tiny import make_model, make_tokenizer, save_tiny  # noqa: E402
+from helpers.tiny import make_model, make_tokenizer, save_tiny  # noqa: E402
 
 SHARED_QUESTIONS = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "spec_bench" / "question.jsonl"
 
@@ -52,6 +52,6 @@ def spec_bench_questions():
 @pytest.fixture(scope="session")
 def tiny_heads(tmp_path_factory, tiny_model, tiny_tok):
     """{"medusa": folder, "eagle": folder}: heads trained a few seconds on the tiny model (tiny_heads.py)."""
-    from tiny_heads import train_tiny_heads
+    from helpers.tiny_heads import train_tiny_heads
 
     return train_tiny_heads(tiny_model, tiny_tok, tmp_path_factory.mktemp("tiny-heads"))

@@ -3,7 +3,7 @@
 The shipped seed set (78 instructions) is too small to fine-tune a whole model on, and this
 machine reaches no dataset hub, so more prompts are made by crossing hand-written task templates
 with topic lists. Every prompt is written for this project: none is a Spec-Bench question
-(tests/test_msn.py checks there is no exact or near-exact overlap with question.jsonl).
+(tests/training/test_msn.py checks there is no exact or near-exact overlap with question.jsonl).
 
     python -m specbench_cli.training.drafter.synth_prompts -o prompts.jsonl -n 600 [--seed 0]
 

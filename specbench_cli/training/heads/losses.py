@@ -47,7 +47,7 @@ class Discriminator(nn.Module):
     lr 1e-4, v2 features): with softmax probabilities D stayed at chance (held-out accuracy 0.50,
     L_D 1.389 = 2 ln 2), so the adversarial term carried no signal and "adversarial" heads were
     the plain ones plus noise; with log-probabilities + LayerNorm it reached 0.68 (L_D 1.357).
-    tests/test_heads.py::test_discriminator_learns_to_separate guards this.
+    tests/training/test_heads.py::test_discriminator_learns_to_separate guards this.
     """
 
     def __init__(self, hidden: int, vocab: int, layers: int = 1, width: int = 256) -> None:

@@ -9,7 +9,7 @@ news-style passage composed here, open-domain questions, grade-school word probl
 numbers, and questions to be answered from given passages (RAG). Every slot is filled at random
 from pools written for this project (a seeded `random.Random`), so N prompts are N distinct
 combinations rather than one template list crossed once. No prompt is a Spec-Bench question:
-tests/test_heads.py runs `heads_data.spec_bench_overlap` on a large sample.
+tests/training/test_heads.py runs `heads_data.spec_bench_overlap` on a large sample.
 
     python -m specbench_cli.training.heads.prompts -o prompts.jsonl -n 1500 [--seed 1]
 

@@ -1,0 +1,293 @@
+"""Every bad input a careless or hostile user can give is one `error:` line
+naming the file or option, exit 2, and is decided before any model loads.
+
+One table: (command line with {placeholders} for the files below, expected exit code, words the
+error line must contain). Every case runs the real `specbench` entry point in-process with
+`load_model` (and the training loader) replaced by a function that fails the test, so a case
+that only fails after loading a model cannot pass.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from pathlib import Path
+
+import pytest
+from helpers.cli import cli  # the one in-process runner
+from helpers.rows import synthetic_rows, write_run
+
+from specbench_cli.cli.main import main
+
+
+@pytest.fixture(autouse=True)
+def no_model_loads(monkeypatch):
+    """Loading a model is a test failure here: every case must be decided before that."""
+    def refuse(*args, **kwargs):
+        raise AssertionError("a model was loaded for a bad-input case")
+
+    import specbench_cli.cli.train.common
+    import specbench_cli.models.load
+
+    monkeypatch.setattr(specbench_cli.models.load, "load_model", refuse)
+    monkeypatch.setattr(specbench_cli.cli.train.common, "load", refuse)
+
+
+def _run(folder: Path, rows=None, **edits) -> Path:
+    """A synthetic run folder (1 question per Spec-Bench category, ar + pld), manifest edited."""
+    write_run(folder, rows if rows is not None else synthetic_rows(seed=1, methods=("pld",), questions_per_category=1))
+    doc = json.loads((folder / "manifest.json").read_text())
+    doc["config"]["warmup"] = True  # as `specbench run` writes it (test_metrics' manifest has 1)
+    for key, value in edits.items():
+        if key.startswith("config_"):
+            doc["config"][key[len("config_"):]] = value
+        else:
+            doc[key] = value
+    (folder / "manifest.json").write_text(json.dumps(doc))
+    return folder
+
+
+def _baseline(run: Path, out: Path, capsys) -> Path:
+    code, _, err = cli(["baseline", str(run), "-o", str(out)], capsys)
+    assert code == 0, err
+    return out
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory) -> dict[str, str]:
+    """Every bad (and a few good) input files, by placeholder name."""
+    d = tmp_path_factory.mktemp("bad")
+    f: dict[str, Path] = {}
+
+    def write(name: str, content: str | bytes) -> None:
+        f[name] = d / name
+        f[name].write_bytes(content if isinstance(content, bytes) else content.encode())
+
+    write("turns_object.jsonl", '{"question_id": 1, "category": "qa", "turns": {"Say hi": "x"}}\n')
+    write("turns_int.jsonl", '{"question_id": 1, "category": "qa", "turns": 5}\n')
+    write("turns_empty_str.jsonl", '{"question_id": 1, "category": "qa", "turns": [""]}\n')
+    write("qid_object.jsonl", '{"question_id": {"a": 1}, "category": "qa", "turns": ["hi"]}\n')
+    write("category_list.jsonl", '{"question_id": 1, "category": ["qa"], "turns": ["hi"]}\n')
+    write("latin1.jsonl", b'{"question_id": 1, "category": "qa", "turns": ["caf\xe9"]}\n')
+    write("array.json", '[{"task_id": "HumanEval/0", "prompt": "def f():\\n"}]\n')
+    write("empty.jsonl", "\n\n")
+    write("a_file", "not a folder\n")
+    write("latin1.json", b'{"format": "caf\xe9"}')
+    write("grid_latin1.toml", b'methods = ["pld"]\n# caf\xe9\n')
+    write("grid_bcs_text.toml", 'methods = ["pld"]\nbcs = "ten"\n')
+    write("grid_bad.toml", 'methods = [pld\n')
+    write("text_latin1.txt", b"caf\xe9 " * 100)
+    base = {"format": "specbench-baseline", "version": 1, "runs": ["r"]}
+    entry = {"model": "smollm2-135m", "method_label": "pld", "block_complexity": 8, "category": "qa",
+             "mat": 1.5, "speedup": 1.1, "n": 1}
+    write("baseline_empty.json", json.dumps({**base, "entries": []}))
+    write("baseline_mat_text.json", json.dumps({**base, "entries": [{**entry, "mat": "high"}]}))
+    write("baseline_bc_float.json", json.dumps({**base, "entries": [{**entry, "block_complexity": 8.5}]}))
+    write("baseline_entry_list.json", json.dumps({**base, "entries": [[1, 2]]}))
+    write("baseline_nan.json", json.dumps({**base, "entries": [{**entry, "speedup": float("nan")}]}))
+    write("baseline_not.json", json.dumps({"entries": [entry]}))
+    write("baseline_other_model.json", json.dumps({**base, "entries": [{**entry, "model": "vicuna-7b"}]}))
+    write("baseline_other_bc.json", json.dumps({**base, "entries": [{**entry, "block_complexity": 30}]}))
+    f["folder"] = d / "folder"
+    f["folder"].mkdir()
+    f["run"] = _run(d / "run")
+    f["run_config_oops"] = _run(d / "run_config_oops", config="oops")
+    f["run_bc_ten"] = _run(d / "run_bc_ten", config_block_complexity="ten")
+    f["run_methods_str"] = _run(d / "run_methods_str", config_methods="pld")
+    f["run_model_str"] = _run(d / "run_model_str", model="smollm2-135m")
+    f["run_params_text"] = _run(d / "run_params_text", model={"name": "m", "params": "135M"})
+    f["run_id_list"] = _run(d / "run_id_list", run_id=["a"])
+    rows = synthetic_rows(seed=1, methods=("pld",), questions_per_category=1)
+    for name, key, value in (("turn_text", "turn", "0"), ("accept_text", "accept_lengths", ["3"]),
+                             ("wall_nan", "wall_time", float("nan")), ("status_other", "status", "fine"),
+                             ("qid_list", "question_id", [1]), ("ids_float", "output_ids", [1.5]),
+                             ("wall_neg", "wall_time", -1.0), ("steps_bool", "steps", True)):
+        f[f"rows_{name}"] = _run(d / f"rows_{name}", rows=rows[:3] + [{**rows[3], key: value}] + rows[4:])
+    f["rows_not_object"] = _run(d / "rows_not_object")
+    with open(f["rows_not_object"] / "samples.jsonl", "a") as fh:
+        fh.write("[1, 2]\n" + json.dumps(rows[0]) + "\n")
+    f["run_manifest_latin1"] = _run(d / "run_manifest_latin1")
+    (f["run_manifest_latin1"] / "manifest.json").write_bytes(b'{"run_id": "caf\xe9"}')
+    f["run_manifest_array"] = _run(d / "run_manifest_array")
+    (f["run_manifest_array"] / "manifest.json").write_text("[]")
+    f["run_samples_latin1"] = _run(d / "run_samples_latin1")
+    (f["run_samples_latin1"] / "samples.jsonl").write_bytes(b'{"method": "caf\xe9"}\n{}\n')
+    # the same questions, only some categories: a baseline of another suite
+    f["run_two_categories"] = _run(d / "run_two_categories", rows=[r for r in rows if r["category"] in ("qa", "rag")])
+    # the same suite made with another dtype (recorded in the baseline's settings)
+    f["run_bf16"] = _run(d / "run_bf16", config_dtype="bfloat16")
+    # the same suite decoded on another forward path (speedups differ between paths)
+    f["run_lean"] = _run(d / "run_lean", config_forward="lean")
+    return {k: str(v) for k, v in f.items()}
+
+
+@pytest.fixture(scope="module")
+def baselines(files, tmp_path_factory) -> dict[str, str]:
+    """Baselines written by `specbench baseline` from the runs above."""
+    d = tmp_path_factory.mktemp("baselines")
+    out = {}
+    for name in ("run", "run_two_categories", "run_bf16"):
+        target = d / f"{name}.json"
+        old = sys.argv
+        sys.argv = ["specbench", "baseline", files[name], "-o", str(target)]
+        try:
+            main()
+        except SystemExit as e:
+            assert not e.code
+        finally:
+            sys.argv = old
+        out[f"baseline_of_{name}"] = str(target)
+    return out
+
+
+# (command, exit code, words the one error line must contain). {name} = a path from `files`.
+CASES = [
+    # --- run: question files
+    ("run --tasks jsonl --questions {turns_object.jsonl}", 2, "{turns_object.jsonl}:1: 'turns' must be a non-empty list"),
+    ("run --tasks jsonl --questions {turns_int.jsonl}", 2, "{turns_int.jsonl}:1: 'turns' must be a non-empty list"),
+    ("run --tasks jsonl --questions {turns_empty_str.jsonl}", 2, "'turns' must be a non-empty list of non-empty"),
+    ("run --tasks jsonl --questions {qid_object.jsonl}", 2, "{qid_object.jsonl}:1: 'question_id' must be"),
+    ("run --tasks jsonl --questions {category_list.jsonl}", 2, "{category_list.jsonl}:1: 'category' must be"),
+    ("run --tasks jsonl --questions {latin1.jsonl}", 2, "{latin1.jsonl}:1: not UTF-8 text"),
+    ("run --tasks spec_bench --questions {latin1.jsonl}", 2, "{latin1.jsonl}:1: not UTF-8 text"),
+    ("run --tasks jsonl --questions {array.json}", 2, "{array.json}:1: expected a JSON object, got list"),
+    ("run --tasks humaneval --questions {array.json}", 2, "{array.json}:1: not a HumanEval problem"),
+    ("run --tasks humaneval --questions {latin1.jsonl}", 2, "{latin1.jsonl}:1: not UTF-8 text"),
+    ("run --tasks jsonl --questions {empty.jsonl}", 2, "{empty.jsonl}: no questions in file"),
+    ("run --tasks jsonl --questions {folder}", 2, "questions file not found: {folder}"),
+    ("run --tasks jsonl", 2, "task 'jsonl' needs --questions PATH"),
+    # --- run: options
+    ("run --device cpu:abc", 2, "--device 'cpu:abc'"),
+    ("run --device gpu", 2, "unknown device 'gpu'"),
+    ("run --temperature nan", 2, "--temperature must be >= 0 and finite (got nan)"),
+    ("run --temperature inf", 2, "--temperature must be >= 0 and finite"),
+    ("run --top-p nan", 2, "--top-p must be in (0, 1]"),
+    ("run --repeats 0", 2, "--repeats must be at least 1"),
+    ("run --threads 0", 2, "--threads must be at least 1"),
+    ("run --max-new-tokens 0", 2, "--max-new-tokens must be at least 1"),
+    ("run --limit 0", 2, "--limit must be at least 1"),
+    ("run --question-ids 999999", 2, "question ids not found: 999999"),
+    ("run --categories qaa", 2, "unknown category 'qaa'"),
+    ("run --methods ar,pld --option lookahead.W=5", 2, "options given for method 'lookahead'"),
+    ("run --output-dir {a_file}", 2, "--output-dir {a_file} is a file, not a folder"),
+    ("run --output-dir {a_file}/sub", 2, "--output-dir {a_file}/sub: cannot create it ({a_file} is a file)"),
+    ("run --retry-errors", 2, "--retry-errors needs --resume RUN_DIR"),
+    # --- run --resume: the manifest, and flags that contradict it
+    ("run --resume {folder}", 2, "is not a run folder (no manifest.json)"),
+    ("run --resume {run_config_oops}", 2, "{run_config_oops}/manifest.json: 'config' must be an object"),
+    ("run --resume {run_bc_ten}", 2, "{run_bc_ten}/manifest.json: 'config.block_complexity' must be a whole number or 'auto'"),
+    ("run --resume {run_methods_str}", 2, "'config.methods' must be"),
+    ("run --resume {run_model_str}", 2, "{run_model_str}/manifest.json: 'model' must be an object"),
+    ("run --resume {run_manifest_latin1}", 2, "{run_manifest_latin1}/manifest.json: not valid JSON"),
+    ("run --resume {run} --bc 30", 2, "--block-complexity 30 (manifest: 8) contradict"),
+    ("run --resume {run} --methods ar,lookahead", 2, "--methods ar,lookahead (manifest: ar,pld,sps)"),
+    ("run --resume {run} --max-new-tokens 5 --dtype bfloat16", 2,
+     "--max-new-tokens 5 (manifest: 128); --dtype bfloat16 (manifest: float32)"),
+    ("run --resume {run} --model other-model", 2, "--model other-model (manifest: smollm2-135m)"),
+    ("run --resume {run} --no-warmup", 2, "--no-warmup (manifest: warmup=True)"),
+    # --- report / compare / export / baseline: run folders
+    ("report {a_file}", 2, "run folder not found: {a_file}"),
+    ("report {folder}", 2, "missing manifest.json in {folder}"),
+    ("report {run_manifest_latin1}", 2, "{run_manifest_latin1}/manifest.json: not valid JSON"),
+    ("report {run_manifest_array}", 2, "{run_manifest_array}/manifest.json: expected a JSON object"),
+    ("report {run_model_str}", 2, "'model' must be an object"),
+    ("report {run_params_text}", 2, "'model.params' must be an integer"),
+    ("report {run_id_list}", 2, "'run_id' must be a non-empty string"),
+    ("report {run_samples_latin1}", 2, "{run_samples_latin1}/samples.jsonl: not UTF-8 text"),
+    ("report {rows_turn_text}", 2, "{rows_turn_text}/samples.jsonl:4: 'turn' must be an integer"),
+    ("report {rows_accept_text}", 2, "samples.jsonl:4: 'accept_lengths' must be a list of integers"),
+    ("report {rows_wall_nan}", 2, "samples.jsonl:4: 'wall_time' must be a finite number >= 0, got NaN"),
+    ("report {rows_wall_neg}", 2, "samples.jsonl:4: 'wall_time' must be a finite number >= 0"),
+    ("report {rows_status_other}", 2, "samples.jsonl:4: status must be 'ok' or 'error', got 'fine'"),
+    ("report {rows_qid_list}", 2, "samples.jsonl:4: 'question_id' must be a string or an integer"),
+    ("report {rows_ids_float}", 2, "samples.jsonl:4: 'output_ids' must be a list of integers"),
+    ("report {rows_steps_bool}", 2, "samples.jsonl:4: 'steps' must be an integer"),
+    ("report {rows_not_object}", 2, "expected a JSON object, got list"),
+    ("report {run} --format xml", 2, "unknown format 'xml'"),
+    ("report {run} -o {a_file}", 2, "--output {a_file} is a file, not a folder"),
+    ("report {run} --columns nonsense --no-plots", 2, "nonsense"),
+    ("compare {run} {rows_turn_text}", 2, "'turn' must be an integer"),
+    ("compare {run} {folder}", 2, "missing manifest.json in {folder}"),
+    ("export {run} -o {a_file}", 2, "--output {a_file} is a file, not a folder"),
+    ("export {run} -o {folder} --format csv", 2, "unknown export format 'csv'"),
+    ("export {rows_wall_nan} -o {folder}", 2, "'wall_time' must be a finite number"),
+    ("baseline {run} -o {folder}", 2, "--output {folder} is a folder; give a file path"),
+    ("baseline {run} -o {a_file}/x.json", 2, "--output {a_file} is a file, not a folder"),
+    ("export {run} -o {a_file}/sub/answers", 2, "--output {a_file}/sub/answers: cannot create it ({a_file} is a file)"),
+    ("baseline {rows_accept_text} -o {folder}/b.json", 2, "'accept_lengths' must be a list of integers"),
+    # --- check: baselines and tolerances
+    ("check {run} --baseline {baseline_empty.json}", 2, "{baseline_empty.json}: the baseline has no entries"),
+    ("check {run} --baseline {baseline_mat_text.json}", 2, "{baseline_mat_text.json}: entry 0: 'mat' must be a finite"),
+    ("check {run} --baseline {baseline_bc_float.json}", 2, "entry 0: 'block_complexity' must be an integer"),
+    ("check {run} --baseline {baseline_entry_list.json}", 2, "entry 0 must be an object"),
+    ("check {run} --baseline {baseline_nan.json}", 2, "entry 0: 'speedup' must be a finite number or null, got NaN"),
+    ("check {run} --baseline {baseline_not.json}", 2, "not a specbench baseline"),
+    ("check {run} --baseline {latin1.json}", 2, "{latin1.json}: not valid JSON"),
+    ("check {run} --baseline {folder}", 2, "baseline file not found"),
+    ("check {run} --baseline {baseline_other_model.json}", 2, "model: baseline vicuna-7b, run smollm2-135m"),
+    ("check {run} --baseline {baseline_other_bc.json}", 2, "block_complexity: baseline 30, run 8"),
+    ("check {run} --baseline {baseline_of_run_two_categories}", 2,
+     "categories: baseline qa,rag, run math_reasoning,mt_bench,qa,rag,summarization,translation"),
+    ("check {run} --baseline {baseline_of_run_bf16}", 2, 'dtype: baseline "bfloat16", run "float32"'),
+    ("check {run_lean} --baseline {baseline_of_run}", 2, 'forward: baseline "sdpa", run "lean"'),
+    ("check {run} --baseline {baseline_of_run} --mat-tol nan", 2, "--mat-tol must be a finite number >= 0, got nan"),
+    ("check {run} --baseline {baseline_of_run} --speedup-tol -1", 2, "--speedup-tol must be a finite number >= 0"),
+    ("check {run} --baseline {baseline_of_run} --mat-tol inf", 2, "--mat-tol must be a finite number"),
+    ("check {rows_turn_text} --baseline {baseline_of_run}", 2, "'turn' must be an integer"),
+    # --- sweep grids
+    ("sweep {grid_latin1.toml} --dry-run", 2, "{grid_latin1.toml}: cannot read"),
+    ("sweep {grid_bcs_text.toml} --dry-run", 2, "{grid_bcs_text.toml}: 'bcs' must be a non-empty list"),
+    ("sweep {grid_bad.toml} --dry-run", 2, "{grid_bad.toml}: not valid TOML"),
+    ("sweep {folder}/none.toml --dry-run", 2, "grid file not found"),
+    ("sweep {grid_bcs_text.toml} --jobs 0", 2, "--jobs must be at least 1"),
+    # --- cost
+    ("cost --max-q 0", 2, "--max-q must be between 1 and 1024"),
+    ("cost --device cpu:abc", 2, "--device 'cpu:abc'"),
+    ("cost --dtype float8", 2, "unknown dtype 'float8'"),
+    ("cost --threads 0", 2, "--threads must be at least 1"),
+    # --- train
+    ("train drafter finetune --drafter d --data {latin1.jsonl} -o {folder}/ft", 2, "{latin1.jsonl}:1: not UTF-8 text"),
+    ("train drafter finetune --drafter d --data {array.json} -o {folder}/ft", 2, "expected a JSON object, got list"),
+    ("train drafter finetune --drafter d --data {turns_int.jsonl} -o {folder}/ft --lr nan", 2, "--lr must be > 0"),
+    ("train drafter finetune --drafter d --data {turns_int.jsonl} -o {folder}/ft --grad-clip nan", 2,
+     "--grad-clip > 0"),
+    ("train drafter finetune --drafter d --data {turns_int.jsonl} -o {a_file}", 2, "exists and is not a folder"),
+    ("train drafter scratch --text {text_latin1.txt} -o {folder}/sc", 2, "is not UTF-8 text"),
+    ("train drafter distill-data -o {folder}", 2, "is a folder"),
+    ("train drafter distill-data -o {folder}/d.jsonl --seeds {latin1.jsonl}", 2, "{latin1.jsonl}:1: not UTF-8 text"),
+    ("train drafter distill-data -o {folder}/d.jsonl --temperatures x", 2, "--temperatures must be"),
+    ("train heads --data {latin1.jsonl} -o {folder}/h --kind nope", 2, "nope"),
+]
+
+
+@pytest.mark.parametrize("command,code,message", CASES, ids=[c[0][:70] for c in CASES])
+def test_bad_input_is_one_line_naming_it(command, code, message, files, baselines, capsys):
+    paths = {**files, **baselines}
+    fill = lambda text: re.sub(r"\{([^{}]+)\}", lambda m: paths[m.group(1)], text)  # noqa: E731
+    args = [fill(part) for part in command.split()]
+    got, out, err = cli(args, capsys)
+    lines = [line for line in err.splitlines() if line.strip() and not line.startswith(("note:", "warning:"))]
+    assert got == code, f"exit {got}\nstdout: {out}\nstderr: {err}"
+    assert "Traceback" not in err + out
+    assert len(lines) == 1 and lines[0].startswith("error: "), err
+    assert fill(message) in lines[0]
+
+
+def test_the_table_covers_every_command():
+    """Every command with user input has cases above (a new command must add its own)."""
+    covered = {c[0].split()[0] for c in CASES}
+    assert covered >= {"run", "report", "compare", "export", "baseline", "check", "sweep", "cost", "train"}
+
+
+def test_a_runtime_failure_is_one_line_and_exit_1(tmp_path, monkeypatch, capsys):
+    """Not bad input but a failure while running (here: the Spec-Bench download): exit 1, one line."""
+    import specbench_cli.tasks.spec_bench as sb
+
+    monkeypatch.setattr(sb, "local_candidates", lambda: [])
+    monkeypatch.setenv("SPECBENCH_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("SPECBENCH_QUESTIONS_URL", (tmp_path / "nowhere.jsonl").as_uri())
+    code, _, err = cli(["run", "--tasks", "spec_bench"], capsys)
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert code == 1 and len(lines) == 1 and lines[0].startswith("error: could not download Spec-Bench questions")
+    assert not (tmp_path / "cache" / "data" / "spec_bench" / "question.jsonl").exists()

