@@ -37,6 +37,7 @@ def main() -> None:
     import torch
 
     from specbench_cli import methods, tasks
+    from specbench_cli.tasks.base import select as select_questions
     from specbench_cli.engine.loop import Decoder
     from specbench_cli.methods.base import MethodContext
     from specbench_cli.models.load import load_model
@@ -46,7 +47,7 @@ def main() -> None:
     flavours = args.forwards.split(",")
     lms = {f: load_model(args.model, dtype=args.dtype, forward=f) for f in flavours}
     tok = lms[flavours[0]].tokenizer
-    questions = tasks.select(tasks.get("spec_bench").load(args.questions), None, args.limit, None)
+    questions = select_questions(tasks.get("spec_bench").load(args.questions), None, args.limit, None)
     prompts = [encode_chat(tok, user_turn(q.turns[0])) for q in questions]
     decoders = {f: Decoder(lm.model, stop_token_ids(tok, lm.model)) for f, lm in lms.items()}
     ar = {f: methods.get("ar").create(MethodContext(lm.model, tok, budget=1)) for f, lm in lms.items()}

@@ -18,6 +18,7 @@ import time
 
 import torch
 
+from specbench_cli.tasks.base import select as select_questions
 from specbench_cli import methods, tasks
 from specbench_cli.engine.loop import Decoder
 from specbench_cli.methods.base import MethodContext
@@ -42,7 +43,7 @@ def load_target_and_prompts(args, n_questions=None):
     torch.set_num_threads(args.threads)
     lm = load_model(args.model, dtype=args.dtype)
     prompter = ChatPrompter(lm.tokenizer)
-    qs = tasks.select(tasks.get("spec_bench").load(args.questions), limit=args.per_category)
+    qs = select_questions(tasks.get("spec_bench").load(args.questions), limit=args.per_category)
     if n_questions:
         qs = qs[:n_questions]
     prompts = [(q.category, prompter([{"role": "user", "content": q.turns[0]}])) for q in qs]

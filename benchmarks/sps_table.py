@@ -30,7 +30,8 @@ from pathlib import Path
 import pandas as pd
 
 from specbench_cli import methods as method_registry
-from specbench_cli.report.metrics import AR_METHOD, OVERALL, display_category, order_categories, summarize
+from specbench_cli.report.metrics import AR_METHOD, OVERALL, order_categories, summarize
+from specbench_cli.tasks.categories import display_category
 from specbench_cli.report.render import to_markdown
 from specbench_cli.report.table import Column, TableData
 

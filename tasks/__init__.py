@@ -7,7 +7,6 @@ entry-point group (see `specbench_cli/registry.py`). Modules are imported on fir
 from __future__ import annotations
 
 from specbench_cli.registry import Registry
-from specbench_cli.tasks.base import Question, Task, select  # noqa: F401
 
 _REGISTRY = Registry("task", "specbench.tasks", "specbench_cli.tasks.base:Task", {
     "mini": "specbench_cli.tasks.mini:Mini",

@@ -25,7 +25,7 @@ from typing import Any, Optional
 import torch
 
 from specbench_cli.engine.cache import KVCache
-from specbench_cli.engine.drafter import DecodeState, Drafter, VerifyResult  # noqa: F401 (re-exported)
+from specbench_cli.engine.drafter import DecodeState, Drafter, VerifyResult
 from specbench_cli.engine.tree import Draft, tree_inputs
 from specbench_cli.engine.verify import SamplingConfig, Verdict, verify_greedy, verify_sampling
 

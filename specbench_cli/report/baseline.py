@@ -18,6 +18,7 @@ from specbench_cli.jsonl import read_json_object
 from specbench_cli.report import metrics, render
 from specbench_cli.report import table as report
 from specbench_cli.store.runfolder import Run
+from specbench_cli.tasks.categories import display_category
 
 BASELINE_FORMAT = "specbench-baseline"
 BASELINE_VERSION = 1
@@ -186,7 +187,7 @@ def diff_table(moved: list[dict]) -> Table:
         verdict = ("[red]FAIL[/]\n" if rec["regression"] else "[green]ok[/]\n") + escape("\n".join(rec["problems"]))
         cells = [escape(str(rec["model"]))] if with_model else []
         cells += [escape(str(rec["method_label"])), str(rec["block_complexity"]),
-                  metrics.display_category(rec["category"]),
+                  display_category(rec["category"]),
                   f"{report.format_value(_num(rec['mat_base']))} → {report.format_value(_num(rec['mat_now']))}",
                   f"{report.format_value(_num(rec['speedup_base']))} → {report.format_value(_num(rec['speedup_now']))}",
                   verdict]

@@ -22,7 +22,7 @@ import numpy as np
 import pandas as pd
 
 from specbench_cli.store.rows import defaults as _row_defaults
-from specbench_cli.tasks.categories import OVERALL, canonical_category, display_category, order_categories  # noqa: F401
+from specbench_cli.tasks.categories import OVERALL, canonical_category, order_categories
 
 AR_METHOD = "ar"
 

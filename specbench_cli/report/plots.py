@@ -21,6 +21,7 @@ from matplotlib.ticker import MaxNLocator, PercentFormatter  # noqa: E402
 
 from specbench_cli.report import metrics  # noqa: E402
 from specbench_cli.report.metrics import AR_METHOD, OVERALL  # noqa: E402
+from specbench_cli.tasks.categories import display_category  # noqa: E402
 
 STYLE = {
     "figure.dpi": 100,
@@ -119,7 +120,7 @@ def plot_speedup_by_category(summary: pd.DataFrame, directory: Path, stem: str =
                    yerr=by_cat["speedup_std"].fillna(0), capsize=2, color=colors[i],
                    label=series_label(model, label, bc, with_model, with_bc), error_kw={"elinewidth": 0.8})
         ax.axhline(1.0, color="0.3", linestyle="--", linewidth=1, label="AR (1.00×)")
-        ax.set_xticks(x, [metrics.display_category(c) for c in categories])
+        ax.set_xticks(x, [display_category(c) for c in categories])
         if OVERALL in categories:
             ax.axvline(len(categories) - 1.5, color="0.7", linewidth=0.8)
         ax.set_ylabel("Speedup over AR (×)")

@@ -10,7 +10,7 @@ from typing import Sequence
 
 import pandas as pd
 
-from specbench_cli.report.table import FORMATS, TableData, cell_text  # noqa: F401
+from specbench_cli.report.table import FORMATS, TableData
 
 
 def to_markdown(table: TableData) -> str:

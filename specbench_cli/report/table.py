@@ -23,7 +23,8 @@ from rich.markup import escape
 from rich.table import Table
 
 from specbench_cli.console import out
-from specbench_cli.report.metrics import AR_METHOD, OVERALL, display_category, order_categories
+from specbench_cli.report.metrics import AR_METHOD, OVERALL, order_categories
+from specbench_cli.tasks.categories import display_category
 
 OPTIONAL_COLUMNS = ("bc", "mbsu", "params", "median", "agree", "alpha")
 FORMATS = ("markdown", "csv", "latex", "json")

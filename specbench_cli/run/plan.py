@@ -12,6 +12,7 @@ from specbench_cli import tasks as task_registry
 from specbench_cli.config import AUTO, DEFAULT_BUDGET, RunConfig, method_order, parse_spec
 from specbench_cli.errors import UsageError
 from specbench_cli.run.auto import bcauto
+from specbench_cli.tasks.base import select as select_questions
 
 
 def check_config(cfg: RunConfig) -> None:
@@ -75,7 +76,7 @@ def load_questions(cfg: RunConfig):
     qs = []
     for t in cfg.tasks:
         qs += task_registry.get(t).load(cfg.questions)
-    qs = task_registry.select(qs, cfg.categories, cfg.limit, cfg.question_ids)
+    qs = select_questions(qs, cfg.categories, cfg.limit, cfg.question_ids)
     if not qs:
         raise UsageError("no questions left after --categories/--limit/--question-ids")
     return qs

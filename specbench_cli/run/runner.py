@@ -23,8 +23,8 @@ from specbench_cli.config import RunConfig
 from specbench_cli.models.prompting import ChatPrompter, stop_token_ids, user_turn
 from specbench_cli.run.auto import bcauto
 from specbench_cli.run.plan import method_context, plan_methods
-from specbench_cli.store.rows import SampleRow
-from specbench_cli.store.runfolder import RunFolder, now_iso, row_key
+from specbench_cli.store.rows import SampleRow, row_key
+from specbench_cli.store.runfolder import RunFolder, now_iso
 
 
 def sample_seed(seed: int, question_id: str, turn: int, repeat: int) -> int:

@@ -23,7 +23,7 @@ from typing import Any, Iterable, Optional
 
 from specbench_cli.errors import UsageError, check_output_folder
 from specbench_cli.jsonl import read_json_object
-from specbench_cli.store.rows import row_key, validate_row  # noqa: F401 (row_key re-exported for resume)
+from specbench_cli.store.rows import row_key, validate_row
 
 MANIFEST = "manifest.json"
 SAMPLES = "samples.jsonl"

@@ -20,9 +20,9 @@ from specbench_cli.engine.loop import Decoder
 from specbench_cli.engine.tree import Draft
 from specbench_cli.methods.base import Method, MethodContext
 from specbench_cli.models.prompting import encode_chat, user_turn
-from specbench_cli.report import metrics
 from specbench_cli.store.rows import SampleRow, required_keys
 from specbench_cli.store.runfolder import load_run
+from specbench_cli.tasks.categories import display_category
 
 REPO = Path(__file__).resolve().parents[2]
 PROMPT = [5, 9, 17, 33, 2, 64, 8]
@@ -213,9 +213,9 @@ def test_a_user_jsonl_category_is_reported_as_written_and_spec_bench_folds_mt_be
     q = tmp_path / "q.jsonl"
     q.write_text('{"question_id": 1, "category": "coding", "turns": ["x"]}\n')
     assert [x.category for x in tasks.get("jsonl").load(str(q))] == ["coding"]
-    assert metrics.display_category("coding") == "coding"
+    assert display_category("coding") == "coding"
     assert tasks.get("spec_bench").reported("writing") == "mt_bench"
-    assert metrics.display_category("mt_bench") == "MT-bench"
+    assert display_category("mt_bench") == "MT-bench"
 
 
 def test_sample_row_round_trips_and_old_reference_runs_still_load():

@@ -15,6 +15,7 @@ from helpers.rows import TARGET_PARAMS, make_row, synthetic_rows, write_run
 from specbench_cli.errors import UsageError
 from specbench_cli.report import metrics as m
 from specbench_cli.store.runfolder import all_rows, load_run, load_runs
+from specbench_cli.tasks.categories import display_category, order_categories
 
 # ----------------------------------------------------------------------------- builders
 
@@ -154,7 +155,7 @@ def test_chain_detection_and_position_curves_skip_trees_and_ar():
 def test_categories_fold_mt_bench_and_display_names():
     rows = [make_row("ar", 81, [1], 1.0, category="writing"), make_row("ar", 5, [1], 1.0, category="writing", task="mini")]
     assert set(m.to_frame(rows)["category"]) == {"mt_bench", "writing"}
-    assert [m.display_category(c) for c in m.order_categories(["rag", "zeta", "overall", "math_reasoning", "mt_bench"])] \
+    assert [display_category(c) for c in order_categories(["rag", "zeta", "overall", "math_reasoning", "mt_bench"])] \
         == ["MT-bench", "Math", "RAG", "zeta", "Overall"]
 
 

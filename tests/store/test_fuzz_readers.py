@@ -74,7 +74,7 @@ QUESTION = {"question_id": 7, "category": "qa", "turns": ["What is 2+2?", "And 3
 
 
 def _questions_ok(questions) -> None:
-    from specbench_cli.tasks import select
+    from specbench_cli.tasks.base import select
 
     for q in questions:
         assert isinstance(q.id, str) and isinstance(q.category, str)

@@ -12,6 +12,7 @@ from specbench_cli import tasks
 from specbench_cli.errors import RuntimeFailure, UsageError
 from specbench_cli.tasks import spec_bench
 from specbench_cli.tasks.base import SPEC_BENCH_CATEGORIES, read_jsonl_questions
+from specbench_cli.tasks.base import select as select_questions
 
 
 def test_mini_suite_covers_the_six_categories_and_has_multi_turn_prompts():
@@ -30,7 +31,7 @@ def test_real_spec_bench_file(spec_bench_questions):
 
 
 def test_limit_is_per_category_and_spreads_over_mt_bench_subcategories(spec_bench_questions):
-    qs = tasks.select(tasks.get("spec_bench").load(spec_bench_questions), limit=3)
+    qs = select_questions(tasks.get("spec_bench").load(spec_bench_questions), limit=3)
     assert len(qs) == 18
     mt = [q for q in qs if q.category == "mt_bench"]
     assert len({q.subcategory for q in mt}) == 3
@@ -38,12 +39,12 @@ def test_limit_is_per_category_and_spreads_over_mt_bench_subcategories(spec_benc
 
 def test_select_by_category_and_id():
     qs = tasks.get("mini").load()
-    assert {q.category for q in tasks.select(qs, categories=["qa"])} == {"qa"}
-    assert [q.id for q in tasks.select(qs, question_ids=["t2"])] == ["t2"]
+    assert {q.category for q in select_questions(qs, categories=["qa"])} == {"qa"}
+    assert [q.id for q in select_questions(qs, question_ids=["t2"])] == ["t2"]
     with pytest.raises(UsageError, match="did you mean 'qa'|Did you mean 'qa'"):
-        tasks.select(qs, categories=["qaa"])
+        select_questions(qs, categories=["qaa"])
     with pytest.raises(UsageError, match="not found"):
-        tasks.select(qs, question_ids=["nope"])
+        select_questions(qs, question_ids=["nope"])
 
 
 @pytest.mark.parametrize("content,message", [

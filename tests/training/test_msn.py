@@ -12,7 +12,8 @@ import torch
 from helpers.cli import cli as run_cli
 from helpers.tiny import WORDS, make_model, make_tokenizer  # noqa: E402
 
-from specbench_cli.training.drafter.finetune import TrainConfig, batch_indices, build_examples, collate
+from specbench_cli.training.common.loop import TrainConfig
+from specbench_cli.training.drafter.finetune import batch_indices, build_examples, collate
 from specbench_cli.training.drafter.synth_prompts import make_prompts
 from specbench_cli.training.sft.noise import NoiseConfig, apply_noise, window
 from specbench_cli.training.sft.train import noise_generator, train_sft

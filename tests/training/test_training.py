@@ -20,9 +20,9 @@ from helpers.tiny import VOCAB, WORDS, make_tokenizer  # noqa: E402
 from helpers.tiny import make_model as _make_model  # noqa: E402
 
 from specbench_cli.errors import UsageError
+from specbench_cli.training.common.loop import TrainConfig, train_loop
 from specbench_cli.training.drafter import losses
 from specbench_cli.training.drafter.finetune import (
-    TrainConfig,
     batch_indices,
     build_examples,
     collate,
@@ -30,7 +30,6 @@ from specbench_cli.training.drafter.finetune import (
     is_pretrain_step,
     next_token_loss,
     split_rows,
-    train_loop,
 )
 from specbench_cli.training.drafter.subclone import subclone
 

@@ -35,7 +35,7 @@ def print_table(title: str, rows: dict) -> None:
 
 
 def train_config(steps, batch_size, lr, weight_decay, warmup, grad_clip, save_every, keep, seed):
-    from specbench_cli.training.drafter.finetune import TrainConfig
+    from specbench_cli.training.common.loop import TrainConfig
 
     cfg = TrainConfig(steps=steps, batch_size=batch_size, lr=lr, weight_decay=weight_decay, warmup=warmup,
                       grad_clip=grad_clip, save_every=save_every, keep=keep, seed=seed)
@@ -48,7 +48,7 @@ def check_output_for_training(out: Path, resume: bool, force: bool) -> Path:
     import shutil
 
     from specbench_cli.training.common.io import check_new_output
-    from specbench_cli.training.drafter.finetune import CKPT_DIR
+    from specbench_cli.training.common.loop import CKPT_DIR
 
     if resume:
         return out.expanduser()

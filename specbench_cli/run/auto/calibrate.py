@@ -10,6 +10,7 @@ from specbench_cli.console import err
 from specbench_cli.errors import UsageError
 from specbench_cli.run.auto import bcauto
 from specbench_cli.run.auto import cost as costmod
+from specbench_cli.tasks.base import select as select_questions
 
 
 def auto_specs(cfg) -> list[str]:
@@ -48,7 +49,7 @@ def calibration_questions(cfg, run_questions: list, n: int) -> list:
     suite = []
     for t in cfg.tasks:
         suite += task_registry.get(t).load(cfg.questions)
-    suite = task_registry.select(suite, cfg.categories, None, None)
+    suite = select_questions(suite, cfg.categories, None, None)
     mini = task_registry.get(bcauto.CALIBRATION_TASK).load(None)
     ordered = []
     for pool in (suite, mini):

@@ -25,9 +25,7 @@ from typing import Any
 from specbench_cli.errors import UsageError
 from specbench_cli.models.prompting import stop_token_ids
 from specbench_cli.training.common.io import DRAFTER_META, write_json
-
-# the generic loop lives in trainloop.py; its names are re-exported here for existing imports
-from specbench_cli.training.common.loop import CKPT_DIR, StepFn, TrainConfig, checkpoints, plot_history, train_loop  # noqa: F401
+from specbench_cli.training.common.loop import TrainConfig, checkpoints, train_loop
 from specbench_cli.training.drafter.distill_data import chat_prompt
 from specbench_cli.training.drafter.losses import LOSSES, distill_loss, kld, tvd
 

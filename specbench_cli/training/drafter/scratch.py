@@ -12,13 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from specbench_cli.errors import UsageError
-from specbench_cli.training.drafter.finetune import (
-    TrainConfig,
-    batch_indices,
-    next_token_loss,
-    pretrain_chunks,
-    train_loop,
-)
+from specbench_cli.training.common.loop import TrainConfig, train_loop
+from specbench_cli.training.drafter.finetune import batch_indices, next_token_loss, pretrain_chunks
 
 
 def default_intermediate(hidden: int) -> int:
