@@ -158,7 +158,6 @@ def train_loop(model: Any, tokenizer: Any, out: Path, cfg: TrainConfig, step_fn:
     """
     import torch
 
-    from specbench_cli.console import err
 
     cfg.validate()
     out = Path(out)
@@ -176,19 +175,9 @@ def train_loop(model: Any, tokenizer: Any, out: Path, cfg: TrainConfig, step_fn:
     full_meta = {**meta, "train_config": asdict(cfg)}
     model.train()
     t0 = time.time()
-    from rich.progress import (
-        BarColumn,
-        MofNCompleteColumn,
-        Progress,
-        TextColumn,
-        TimeElapsedColumn,
-        TimeRemainingColumn,
-    )
+    from specbench_cli.training.common.progress import progress_bar
 
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  TimeRemainingColumn(), TextColumn("{task.fields[info]}"), console=err,
-                  disable=not progress) as bar:
-        task = bar.add_task(title, total=cfg.steps, completed=start, info="")
+    with progress_bar(title, cfg.steps, start, progress) as advance:
         for step in range(start, cfg.steps):
             loss, logs = step_fn(step)
             if not torch.isfinite(loss):
@@ -200,8 +189,7 @@ def train_loop(model: Any, tokenizer: Any, out: Path, cfg: TrainConfig, step_fn:
             opt.zero_grad(set_to_none=True)
             history.append({"step": step + 1, **logs, "lr": sched.get_last_lr()[0], "grad_norm": float(gnorm),
                             "seconds": round(time.time() - t0, 3)})
-            bar.update(task, advance=1, info=" ".join(f"{k}={v:.4g}" for k, v in logs.items()
-                                                      if isinstance(v, float)))
+            advance(" ".join(f"{k}={v:.4g}" for k, v in logs.items() if isinstance(v, float)))
             if (step + 1) % cfg.save_every == 0 or step + 1 == cfg.steps:
                 _save_checkpoint(out, step + 1, model, tokenizer, opt, sched, history, full_meta, cfg.keep,
                                  save_folder)

@@ -228,7 +228,8 @@ def score_heads(head, cache: FeatureCache, seqs: list[int], weight, batch_size: 
 def train_heads(target: Any, cache: FeatureCache, recipe: HeadsRecipe, out: Path, meta: dict,
                 resume: bool = False, progress: bool = True, vocab_file: Path | None = None) -> dict:
     """Train one head on `cache` (see the module docstring); returns the training.json dict."""
-    from specbench_cli.training.heads.plot import plot_curves, progress_bar
+    from specbench_cli.training.common.progress import progress_bar
+    from specbench_cli.training.heads.plot import plot_curves
 
     recipe.validate()
     out = Path(out).expanduser()
