@@ -36,7 +36,7 @@ def report_command(
         None, "--format", "-f", help="markdown|csv|latex|json: write only table.<ext> and print it instead of the terminal table."
     ),
     output: Optional[Path] = typer.Option(None, "--output", "-o", help="Output folder [default: first RUN_DIR/report]."),
-    columns: str = typer.Option("", "--columns", help="Extra columns, comma-separated: bc, mbsu, params, median (median paired speedup), agree (share of outputs equal to AR), alpha (KOALA's 1-/2-/3-alpha of chain drafters)."),
+    columns: str = typer.Option("", "--columns", help="Extra columns, comma-separated: bc, mbsu, params, alpha (KOALA's 1-/2-/3-alpha of chain drafters). Median (median paired speedup) and =AR (share of outputs equal to AR) are always shown, as in the table at the end of `run`."),
     no_plots: bool = typer.Option(False, "--no-plots", help="Skip the figures."),
     execute_code: bool = typer.Option(False, "--execute-code", help="Run model-written code to score it (HumanEval pass@1): each program in its own sandboxed subprocess (docs/metrics.md). Off by default."),
 ) -> None:
@@ -53,6 +53,8 @@ def check_command(
     baseline: Path = typer.Option(..., "--baseline", "-b", help="Baseline JSON from `specbench baseline`."),
     mat_tol: float = typer.Option(0.02, "--mat-tol", help="Allowed relative #MAT change, either way."),
     speedup_tol: float = typer.Option(0.25, "--speedup-tol", help="Allowed relative speedup drop."),
+    allow_busy: bool = typer.Option(False, "--allow-busy", help="Judge speed even from a run timed while the "
+                                    "machine was busier than the run's own threads (refused otherwise)."),
 ) -> None:
     """CI gate: exit 0 within tolerance, 1 on regression, 2 on bad input (including a baseline
     with no entries or one made from another suite, model or settings)."""
@@ -68,6 +70,13 @@ def check_command(
     differences = mismatches(doc, runs[0], rows)
     if differences:
         raise UsageError(f"{baseline} was not made from a run like {run_dir}: {'; '.join(differences)}")
+    from specbench_cli.report.runs import busy_runs
+
+    for run, why in busy_runs(runs):
+        if not allow_busy:
+            raise UsageError(f"{run_dir} was timed on a busy machine ({why}): its speedups cannot be judged; "
+                             f"run it again on a quiet machine, or pass --allow-busy")
+        out.print(f"[yellow]note:[/] {run_dir} was timed on a busy machine ({why}); judged anyway (--allow-busy)")
     moved = check_entries(summary, entries, mat_tol, speedup_tol)
     regressions = sum(rec["regression"] for rec in moved)
     if moved:

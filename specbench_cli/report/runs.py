@@ -15,6 +15,7 @@ from specbench_cli.console import err
 from specbench_cli.errors import RuntimeFailure, UsageError
 from specbench_cli.report import metrics, render
 from specbench_cli.report import table as report
+from specbench_cli.store.conditions import busy_reason
 from specbench_cli.store.runfolder import Run, all_rows, load_runs
 
 
@@ -28,6 +29,11 @@ def load(paths: List[Path]) -> tuple[list[Run], list[dict]]:
     if not rows:
         raise UsageError(f"no rows in {', '.join(str(p) for p in paths)} (nothing has finished yet?)")
     return runs, rows
+
+
+def busy_runs(runs: list[Run]) -> list[tuple[Run, str]]:
+    """The runs whose manifest records a machine busier than the run's own threads, and why."""
+    return [(run, why) for run in runs if (why := busy_reason(run.manifest))]
 
 
 def summary_of(paths: List[Path]) -> tuple[list[Run], list[dict], pd.DataFrame]:
@@ -46,19 +52,26 @@ def write_report(run_dirs: List[Path], fmt: Optional[str] = None, output: Option
 
     if fmt is not None and fmt not in report.FORMATS:
         raise UsageError(f"unknown format '{fmt}'; choose from {', '.join(report.FORMATS)}")
-    _, rows, summary = summary_of(run_dirs)
+    runs, rows, summary = summary_of(run_dirs)
     from specbench_cli.scoring.quality import quality_summary
 
     try:
-        table = report.spec_bench_table(summary, columns.split(","), quality_summary(rows, execute_code))
+        table = report.spec_bench_table(summary, [*report.DEFAULT_COLUMNS, *columns.split(",")],
+                                        quality_summary(rows, execute_code))
     except ValueError as exc:
         raise UsageError(str(exc)) from exc
+    busy = busy_runs(runs)
+    table.notes += [f"timed on a busy machine: {run.run_id} ({why}); its speedups are not a quiet machine's"
+                    for run, why in busy]
     directory = output or Path(run_dirs[0]) / "report"
     written = write_tables(table, summary, directory, [fmt] if fmt else list(report.FORMATS))
     if fmt:
         typer.echo(render.render(table, fmt, summary), nl=False)
     else:
         report.print_table(table)
+    for run, why in busy:
+        err.print(f"[yellow]warning:[/] {escape(run.run_id)} was timed on a busy machine ({why}): its speedups "
+                  f"are not a quiet machine's", highlight=False)
     if plots:
         from specbench_cli.report import plots as figures  # matplotlib only when figures are wanted
 

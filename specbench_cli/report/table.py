@@ -27,6 +27,7 @@ from specbench_cli.report.metrics import AR_METHOD, OVERALL, order_categories
 from specbench_cli.tasks.categories import display_category
 
 OPTIONAL_COLUMNS = ("bc", "mbsu", "params", "median", "agree", "alpha")
+DEFAULT_COLUMNS = ("median", "agree")  # `report` and the table at the end of `run`: Median and =AR
 FORMATS = ("markdown", "csv", "latex", "json")
 EXTENSIONS = {"markdown": "md", "csv": "csv", "latex": "tex", "json": "json"}
 MISSING = "–"

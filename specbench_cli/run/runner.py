@@ -34,28 +34,38 @@ def sample_seed(seed: int, question_id: str, turn: int, repeat: int) -> int:
 
 @dataclass
 class Live:
-    """Running totals per method for the progress line."""
+    """Running numbers per method for the progress line, on the basis of the tables: tok/s is
+    the mean over questions of each question's tokens / seconds (all its turns), #MAT is pooled
+    over steps. A question whose turn failed is left out, as in the tables."""
 
-    tokens: dict[str, int] = field(default_factory=dict)
-    seconds: dict[str, float] = field(default_factory=dict)
+    questions: dict[str, dict[tuple, list[float]]] = field(default_factory=dict)  # method -> key -> [tok, s]
+    failed: dict[str, set] = field(default_factory=dict)
     accepted: dict[str, int] = field(default_factory=dict)
     steps: dict[str, int] = field(default_factory=dict)
 
     def add(self, row: dict) -> None:
         m = row["method"]
+        key = (row.get("task"), str(row["question_id"]), row.get("repeat", 0))
+        per_question = self.questions.setdefault(m, {})
         if row["status"] != "ok":
+            self.failed.setdefault(m, set()).add(key)
             return
-        self.tokens[m] = self.tokens.get(m, 0) + row["new_tokens"]
-        self.seconds[m] = self.seconds.get(m, 0.0) + row["wall_time"]
+        tokens_seconds = per_question.setdefault(key, [0.0, 0.0])
+        tokens_seconds[0] += row["new_tokens"]
+        tokens_seconds[1] += row["wall_time"]
         self.accepted[m] = self.accepted.get(m, 0) + sum(row["accept_lengths"])
         self.steps[m] = self.steps.get(m, 0) + row["steps"]
 
+    def tokens_per_s(self, method: str) -> float:
+        failed = self.failed.get(method, set())
+        rates = [tok / s for key, (tok, s) in self.questions.get(method, {}).items() if s > 0 and key not in failed]
+        return sum(rates) / len(rates) if rates else 0.0
+
     def line(self) -> str:
         parts = []
-        for m in self.tokens:
-            tps = self.tokens[m] / self.seconds[m] if self.seconds[m] else 0.0
-            mat = self.accepted[m] / self.steps[m] if self.steps[m] else 0.0
-            parts.append(f"{m} {tps:.1f} tok/s #MAT {mat:.2f}")
+        for m in self.questions:
+            mat = self.accepted.get(m, 0) / self.steps[m] if self.steps.get(m) else 0.0
+            parts.append(f"{m} {self.tokens_per_s(m):.1f} tok/s #MAT {mat:.2f}")
         return " | ".join(parts)
 
 

@@ -21,6 +21,7 @@ from specbench_cli.run.auto.calibrate import auto_specs, calibration_questions, 
 from specbench_cli.run.plan import load_questions, plan_methods
 from specbench_cli.run.resume import retry_error_rows
 from specbench_cli.run.runner import Runner
+from specbench_cli.store.conditions import LoadWatch, busy_reason
 from specbench_cli.store.runfolder import RunFolder, check_output_dir, environment, now_iso
 
 
@@ -87,6 +88,8 @@ def _execute(cfg: RunConfig, store: Optional[RunFolder], report: bool, trust_rem
     err.print(f"run folder: [bold]{store.path}[/bold]  ({len(questions)} questions x {len(runner.methods)} methods"
               f", BC={cfg.block_complexity}, max {cfg.max_new_tokens} new tokens)")
 
+    watch, started = LoadWatch(threads), now_iso()
+    runner.on_row = lambda row, live: watch.sample()
     columns = [TextColumn("[progress.description]{task.description}"), BarColumn(), MofNCompleteColumn(),
                TimeElapsedColumn(), TimeRemainingColumn()]
     with RunProgress(*columns, console=err, transient=False) as bar:
@@ -104,8 +107,9 @@ def _execute(cfg: RunConfig, store: Optional[RunFolder], report: bool, trust_rem
             bar.stop()
             err.print(f"[yellow]interrupted[/yellow]: finished rows are kept in {store.samples_path}; "
                       f"continue with: specbench run --resume {store.path}")
+            _record_conditions(store, watch, started)
             raise
-    store.update_manifest(finished=now_iso())
+    _record_conditions(store, watch, started, finished=True)
     if report:
         summarize(store.path)
     if errors:
@@ -113,8 +117,19 @@ def _execute(cfg: RunConfig, store: Optional[RunFolder], report: bool, trust_rem
     return store.path
 
 
+def _record_conditions(store: RunFolder, watch: LoadWatch, started: str, finished: bool = False) -> None:
+    """Append this session's load record to the manifest (and the finish time)."""
+    manifest = store.read_manifest()
+    records = list(manifest.get("timing_conditions") or []) + [watch.record(started, now_iso())]
+    store.update_manifest(timing_conditions=records, **({"finished": now_iso()} if finished else {}))
+    reason = busy_reason({"timing_conditions": records[-1:]})
+    if reason:
+        _note(f"the machine was busy while this run was timed ({reason}): its speedups are not those of a "
+              f"quiet machine")
+
+
 def summarize(run_dir: Path) -> None:
     """Print the summary table and write table files + plots to RUN_DIR/report."""
     from specbench_cli.report.runs import write_report
 
-    write_report([run_dir], columns="median,agree")
+    write_report([run_dir])

@@ -25,9 +25,10 @@ def selector(grid: Grid) -> Callable[[str], list[tuple[str, str, int]]]:
     """task -> [(question id, category, number of turns)] after the grid's categories and limit."""
     from specbench_cli import tasks as registry
     from specbench_cli.errors import UsageError
+    from specbench_cli.tasks.base import select as select_questions
 
     def select(task: str) -> list[tuple[str, str, int]]:
-        questions = registry.select(registry.get(task).load(grid.questions_path), grid.categories, grid.limit)
+        questions = select_questions(registry.get(task).load(grid.questions_path), grid.categories, grid.limit)
         if not questions:
             raise UsageError(f"{grid.path}: task '{task}' has no questions left after categories/limit")
         if grid.shard not in ("category", "none"):
