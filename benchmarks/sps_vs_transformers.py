@@ -1,6 +1,6 @@
 """Our `sps` vs transformers' assisted generation, same prompts, models, dtype and threads.
 
-    python benchmarks/sps_vs_transformers.py --draft /work/drafters/subclone-L4 --gamma 5 \\
+    python benchmarks/sps_vs_transformers.py --draft results/checkpoints/drafters/subclone-L4 --gamma 5 \\
         --per-category 2 --max-new-tokens 128 --threads 2
 
 Pair, checked for identical greedy tokens and then timed back to back per question (order

@@ -118,7 +118,7 @@ def _execute(cfg: RunConfig, store: Optional[RunFolder], report: bool, trust_rem
 
 
 def _record_conditions(store: RunFolder, watch: LoadWatch, started: str, finished: bool = False) -> None:
-    """Append this session's load record to the manifest (and the finish time)."""
+    """Append this decoding session's load record to the manifest (and the finish time)."""
     manifest = store.read_manifest()
     records = list(manifest.get("timing_conditions") or []) + [watch.record(started, now_iso())]
     store.update_manifest(timing_conditions=records, **({"finished": now_iso()} if finished else {}))

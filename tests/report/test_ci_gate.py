@@ -6,8 +6,8 @@ tightly (2 %); speedup depends on the machine and its load, so only a large drop
 Regenerate the baseline after an intended change with:
 
     specbench run --tasks mini --limit 1 --max-new-tokens 32 --threads 1 --block-complexity 10 \\
-        --methods ar,pld,jacobi,lookahead,tr-jacobi,mask-probe --output-dir /tmp/ci-gate --no-report
-    specbench baseline /tmp/ci-gate/<run_id> -o tests/data/ci_baseline.json
+        --methods ar,pld,jacobi,lookahead,tr-jacobi,mask-probe --output-dir results/ci-gate --no-report
+    specbench baseline results/ci-gate/<run_id> -o tests/data/ci_baseline.json
 """
 
 from __future__ import annotations

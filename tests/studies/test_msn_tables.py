@@ -1,4 +1,4 @@
-"""benchmarks/msn_tables.py: the quality table from run folders alone."""
+"""results/reference/msn/msn_tables.py: the quality table from run folders alone."""
 
 from __future__ import annotations
 

@@ -172,7 +172,7 @@ def test_prompts_not_spec_bench(questions_file):
 
 
 def test_varied_prompts_not_spec_bench(questions_file):
-    prompts = varied_prompts(1500, seed=1)  # what benchmarks/heads_data_v2.sh generates
+    prompts = varied_prompts(1500, seed=1)  # what results/reference/heads/heads_data_v2.sh generates
     assert len(prompts) == 1500 and len({p["instruction"] for p in prompts}) == 1500
     assert {p["category"] for p in prompts} == set(GENERATORS)
     assert varied_prompts(20, seed=1) == prompts[:20]  # seeded, any prefix is balanced

@@ -272,7 +272,7 @@ def test_lora_resume_is_identical(tmp_path):
 
 
 def test_msn_agreement_script_counts_common_prefixes(tmp_path):
-    """benchmarks/msn_agreement.py: pairs AR rows by (question, turn, repeat); agreement is the
+    """results/reference/msn/msn_agreement.py: pairs AR rows by (question, turn, repeat); agreement is the
     common-prefix share of the longer output; non-AR / error rows and unpaired rows are not counted."""
     import importlib.util
     from pathlib import Path
