@@ -11,7 +11,7 @@ import pytest
 
 def _module():
     spec = importlib.util.spec_from_file_location(
-        "msn_tables", Path(__file__).resolve().parents[2] / "benchmarks" / "msn_tables.py")
+        "msn_tables", Path(__file__).resolve().parents[2] / "results" / "reference" / "msn" / "msn_tables.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod

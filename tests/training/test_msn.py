@@ -278,7 +278,7 @@ def test_msn_agreement_script_counts_common_prefixes(tmp_path):
     from pathlib import Path
 
     spec = importlib.util.spec_from_file_location(
-        "msn_agreement", Path(__file__).resolve().parents[2] / "benchmarks" / "msn_agreement.py")
+        "msn_agreement", Path(__file__).resolve().parents[2] / "results" / "reference" / "msn" / "msn_agreement.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
 
