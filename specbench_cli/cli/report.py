@@ -61,7 +61,7 @@ def check_command(
     for name, tol in (("--mat-tol", mat_tol), ("--speedup-tol", speedup_tol)):
         if not (math.isfinite(tol) and tol >= 0):
             raise UsageError(f"{name} must be a finite number >= 0, got {tol}")
-    from specbench_cli.report.baseline import check_entries, diff_table, mismatches, read_baseline
+    from specbench_cli.report.baseline import check_entries, diff_table, mismatches, nothing_compared, read_baseline
     from specbench_cli.report.runs import summary_of
 
     doc = read_baseline(baseline)
@@ -77,6 +77,9 @@ def check_command(
             raise UsageError(f"{run_dir} was timed on a busy machine ({why}): its speedups cannot be judged; "
                              f"run it again on a quiet machine, or pass --allow-busy")
         out.print(f"[yellow]note:[/] {run_dir} was timed on a busy machine ({why}); judged anyway (--allow-busy)")
+    why = nothing_compared(summary, entries)
+    if why:
+        raise UsageError(f"check compared nothing: {why} ({baseline} vs {run_dir})")
     moved = check_entries(summary, entries, mat_tol, speedup_tol)
     regressions = sum(rec["regression"] for rec in moved)
     if moved:

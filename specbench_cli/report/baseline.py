@@ -170,6 +170,17 @@ def check_entries(summary: pd.DataFrame, entries: list[dict], mat_tol: float, sp
     return moved
 
 
+def nothing_compared(summary: pd.DataFrame, entries: list[dict]) -> str | None:
+    """Why `check` would compare nothing (None when at least one baseline number meets the run's):
+    no entry has a #MAT or speedup, or no entry's (model, method, BC, category) is in the run."""
+    if not any(_num(e.get("mat")) is not None or _num(e.get("speedup")) is not None for e in entries):
+        return "every baseline entry has #MAT and speedup null (made from a run whose rows all failed?)"
+    current = {tuple(row[k] for k in BASELINE_KEY) for _, row in summary.iterrows()}
+    if not any(tuple(e[k] for k in BASELINE_KEY) in current for e in entries):
+        return "no baseline entry's (model, method, BC, category) is in the run"
+    return None
+
+
 def _pct(change: float) -> str:
     """'+12.3%', or 'missing' for NaN."""
     return f"{change * 100:+.1f}%" if math.isfinite(change) else "missing"

@@ -124,6 +124,10 @@ def paired_throughputs(tp: pd.DataFrame) -> pd.DataFrame:
     ar = ar.rename(columns={"run_id": "ar_run_id"})
     left = tp.assign(ar_run_id=[sources.get(k) for k in zip(tp["run_id"], tp["model"])])
     join_on = ["ar_run_id"] + [k for k in QUESTION_KEY if k != "run_id"]
+    # Join keys as objects on both sides: a run with no usable AR question (all rows failed or took
+    # no time) leaves empty or all-None columns whose dtypes would not match the other side's.
+    left = left.astype({k: object for k in join_on})
+    ar = ar.astype({k: object for k in join_on})
     paired = left.merge(ar[join_on + ["ar_throughput", "ar_turns"]], on=join_on, how="inner")
     paired = paired[paired["turns"] == paired["ar_turns"]].copy()
     paired["ratio"] = paired["throughput"] / paired["ar_throughput"]

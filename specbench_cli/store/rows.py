@@ -153,6 +153,8 @@ FIELD_TYPES: dict[str, tuple[Any, str]] = {
     "ar_match": (_opt(lambda v: isinstance(v, bool)), "true, false or null"),
     "first_mismatch": (_opt(lambda v: _is_int(v) and v >= 0), "an integer >= 0 or null"),
     "timestamp": (_opt(lambda v: isinstance(v, str)), "a string or null"),
+    "scorer": (_opt(lambda v: isinstance(v, str) and v != ""), "a scorer name (string) or null"),
+    "method_stats": (_opt(lambda v: isinstance(v, dict)), "an object or null"),
 }
 
 
