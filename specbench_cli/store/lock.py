@@ -1,9 +1,12 @@
-"""One writer per folder: SWEEP/sweep.lock (and RUN/run.lock, see runfolder.py) holds the
-owner's host and pid.
+"""One writer per folder: SWEEP/sweep.lock (and RUN/run.lock, see runfolder.py).
 
-Created with O_EXCL, so two writers starting at once cannot both win. A lock whose pid is dead on
-this host is stale (a process killed with -9) and is taken over with a note; a live one, or one
-written on another host (whose pid we cannot check), refuses the second writer with exit 2.
+The lock is held by the operating system: an exclusive advisory lock (`flock`; `msvcrt.locking`
+on Windows) on the open lock file, kept for the writer's lifetime and released by the kernel when
+the process ends, however it ends. So a stale lock cannot exist, and of any number of writers
+starting at once exactly one wins. The file's content (the holder's pid and host) only names the
+holder in the message the others get; an empty or unreadable file never blocks anyone. After
+locking, the holder checks that the path still names the file it locked (a releasing holder
+deletes it), and starts again if not.
 """
 
 from __future__ import annotations
@@ -30,6 +33,25 @@ def pid_alive(pid: int) -> bool:
     return True
 
 
+def _try_lock(fd: int) -> bool:
+    """Take the exclusive lock on `fd` without waiting; False when another process holds it."""
+    try:
+        import fcntl
+    except ImportError:  # Windows
+        import msvcrt
+
+        try:
+            msvcrt.locking(fd, msvcrt.LK_NBLCK, 1)
+        except OSError:
+            return False
+        return True
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except (BlockingIOError, PermissionError):
+        return False
+    return True
+
+
 class FolderLock:
     """`with FolderLock(folder, "run.lock", "run"):` holds FOLDER/run.lock, or exits 2 naming the holder."""
 
@@ -38,48 +60,52 @@ class FolderLock:
         self.what = what
         self.note = note
         self.held = False
+        self.fd: Optional[int] = None
 
-    def _create(self) -> bool:
-        try:
-            fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-        except FileExistsError:
-            return False
-        with os.fdopen(fd, "w") as f:
-            json.dump({"pid": os.getpid(), "host": socket.gethostname(), "started": time.time()}, f)
-        return True
-
-    def _holder(self) -> Optional[dict]:
+    def _holder(self) -> dict:
+        """The pid/host the lock file names ({} when it is empty, unreadable or gone)."""
         try:
             doc = json.loads(self.path.read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            return None
         except (OSError, ValueError):
             return {}
         return doc if isinstance(doc, dict) else {}
 
     def acquire(self) -> "FolderLock":
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        for _ in range(3):  # a lost race on a stale lock is retried, then treated as busy
-            if self._create():
-                self.held = True
-                return self
-            holder = self._holder()
-            if holder is None:
+        for _ in range(20):  # a holder that deletes the file between our open and our lock: start again
+            before = self._holder()
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            if not _try_lock(fd):
+                os.close(fd)
+                pid, host = before.get("pid") or self._holder().get("pid"), before.get("host")
+                where = f" on {host}" if host and host != socket.gethostname() else ""
+                raise UsageError(f"{self.path.parent} is in use by another {self.what} "
+                                 f"(pid {pid if pid is not None else 'unknown'}{where}); wait for it to finish")
+            try:
+                same = os.fstat(fd).st_ino == os.stat(self.path).st_ino
+            except FileNotFoundError:
+                same = False
+            if not same:
+                os.close(fd)
                 continue
-            pid, host = holder.get("pid"), holder.get("host")
-            if host == socket.gethostname() and isinstance(pid, int) and not pid_alive(pid):
+            pid = before.get("pid")
+            if isinstance(pid, int) and pid != os.getpid() and before.get("host") == socket.gethostname() \
+                    and not pid_alive(pid):
                 self.note(f"taking over a stale lock {self.path} (pid {pid} is no longer running)")
-                self.path.unlink(missing_ok=True)
-                continue
-            where = f" on {host}" if host and host != socket.gethostname() else ""
-            raise UsageError(f"{self.path.parent} is in use by another {self.what} (pid {pid}{where}); "
-                             f"wait for it, or delete {self.path} if that process is gone")
+            os.ftruncate(fd, 0)
+            os.write(fd, json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "started": time.time()}).encode())
+            os.fsync(fd)
+            self.fd, self.held = fd, True
+            return self
         raise UsageError(f"{self.path.parent} is in use by another {self.what} (could not take {self.path})")
 
     def release(self) -> None:
-        if self.held and (self._holder() or {}).get("pid") == os.getpid():
-            self.path.unlink(missing_ok=True)
-        self.held = False
+        if self.held and self.fd is not None:
+            try:
+                self.path.unlink(missing_ok=True)  # while still holding the lock: see the module docstring
+            finally:
+                os.close(self.fd)  # the kernel releases the lock with the last descriptor
+        self.fd, self.held = None, False
 
     def __enter__(self) -> "FolderLock":
         return self.acquire()

@@ -14,6 +14,7 @@ import sys
 
 import pytest
 from helpers.cli import cli, only_run_dir, run_rows, tiny_run_args
+from helpers.locks import hold_lock
 from helpers.rows import synthetic_rows, write_run
 
 
@@ -39,9 +40,8 @@ def test_a_finished_run_leaves_no_lock(tiny_run):
 def test_second_writer_exits_2_naming_the_holder_before_loading(tiny_run, capsys, monkeypatch):
     import specbench_cli.models.load
 
-    holder = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    holder = hold_lock(tiny_run, "run.lock")  # a process that really holds the folder's lock
     try:
-        _lock_by(tiny_run, holder.pid)
         monkeypatch.setattr(specbench_cli.models.load, "load_model", lambda *a, **k: pytest.fail("model loaded"))
         before = (tiny_run / "samples.jsonl").read_bytes()
         code, _, err = cli(["run", "--resume", str(tiny_run), "--no-report"], capsys)

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from helpers.cli import cli
+from helpers.locks import hold_lock
 from helpers.sweep import comparable_rows, sweep_subprocess, table_numbers, write_grid
 
 from specbench_cli.errors import UsageError
@@ -156,12 +157,9 @@ def test_lock_refuses_a_live_holder_and_takes_over_a_dead_one(tmp_path):
 
 def test_second_sweep_on_a_locked_folder_exits_2(tmp_path, capsys):
     grid = write_grid(tmp_path, 'methods = ["pld"]\ncategories = ["qa"]\nlimit = 1\n')
-    holder = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    (tmp_path / "out").mkdir()
+    holder = hold_lock(tmp_path / "out", "sweep.lock")  # a process that really holds the sweep's lock
     try:
-        import socket
-
-        (tmp_path / "out").mkdir()
-        (tmp_path / "out" / "sweep.lock").write_text(json.dumps({"pid": holder.pid, "host": socket.gethostname()}))
         code, _, err = cli(["sweep", str(grid), "-o", str(tmp_path / "out")], capsys)
     finally:
         holder.kill()
