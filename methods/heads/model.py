@@ -25,6 +25,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from specbench_cli.atomic import atomic_write
 from specbench_cli.errors import UsageError
 
 MEDUSA_FILE = "medusa_lm_head.safetensors"
@@ -272,7 +273,7 @@ def save_heads(head: nn.Module, folder: Path, meta: dict, vocab: torch.Tensor | 
               metadata={"format": "pt"})
     if vocab is not None:
         save_file({"ids": vocab.detach().to(torch.long).contiguous().cpu()}, str(folder / VOCAB_FILE))
-    (folder / CONFIG_FILE).write_text(json.dumps(cfg, indent=2, default=str) + "\n")
+    atomic_write(folder / CONFIG_FILE, json.dumps(cfg, indent=2, default=str) + "\n")
     return folder
 
 

@@ -13,6 +13,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from specbench_cli import __version__
+from specbench_cli.atomic import atomic_write
 from specbench_cli.errors import RuntimeFailure, UsageError
 from specbench_cli.jsonl import read_json_object
 from specbench_cli.report import metrics, render
@@ -215,7 +216,7 @@ def write_baseline(summary: pd.DataFrame, runs: list[Run], output: Path) -> dict
     doc = baseline_document(summary, runs)
     try:
         output.parent.mkdir(parents=True, exist_ok=True)
-        output.write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
+        atomic_write(output, json.dumps(doc, indent=2) + "\n")
     except OSError as exc:
         raise RuntimeFailure(f"cannot write {output}: {exc}") from exc
     return doc

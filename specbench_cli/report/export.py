@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from specbench_cli.atomic import atomic_write
 from specbench_cli.errors import RuntimeFailure
 
 EXPORT_FORMATS = ("spec-bench",)
@@ -83,6 +84,6 @@ def write_answers(files: dict[str, list[dict]], output: Path) -> None:
         output.mkdir(parents=True, exist_ok=True)
         for name, lines in files.items():
             text = "".join(json.dumps(line, ensure_ascii=False) + "\n" for line in lines)
-            (output / name).write_text(text, encoding="utf-8")
+            atomic_write(output / name, text)
     except OSError as exc:
         raise RuntimeFailure(f"cannot write to {output}: {exc}") from exc

@@ -19,6 +19,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 from matplotlib.ticker import MaxNLocator, PercentFormatter  # noqa: E402
 
+from specbench_cli.atomic import atomic_write  # noqa: E402
 from specbench_cli.report import metrics  # noqa: E402
 from specbench_cli.report.metrics import AR_METHOD, OVERALL  # noqa: E402
 from specbench_cli.tasks.categories import display_category  # noqa: E402
@@ -45,7 +46,7 @@ def save_figure(fig: plt.Figure, directory: Path, stem: str) -> list[Path]:
     directory.mkdir(parents=True, exist_ok=True)
     paths = [directory / f"{stem}.png", directory / f"{stem}.pdf"]
     for path in paths:
-        fig.savefig(path, bbox_inches="tight")
+        atomic_write(path, lambda tmp: fig.savefig(tmp, bbox_inches="tight", format=Path(path).suffix[1:]))
     plt.close(fig)
     return paths
 

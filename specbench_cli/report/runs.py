@@ -11,6 +11,7 @@ from typing import List, Optional
 import pandas as pd
 from rich.markup import escape
 
+from specbench_cli.atomic import atomic_write
 from specbench_cli.console import err
 from specbench_cli.errors import RuntimeFailure, UsageError
 from specbench_cli.report import metrics, render
@@ -88,7 +89,7 @@ def write_tables(table: report.TableData, summary: pd.DataFrame, directory: Path
         paths = []
         for fmt in formats:
             path = directory / f"table.{report.EXTENSIONS[fmt]}"
-            path.write_text(render.render(table, fmt, summary), encoding="utf-8")
+            atomic_write(path, render.render(table, fmt, summary))
             paths.append(path)
     except OSError as exc:
         raise RuntimeFailure(f"cannot write to {directory}: {exc}") from exc

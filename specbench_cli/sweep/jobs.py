@@ -23,6 +23,8 @@ import time
 from pathlib import Path
 from typing import Optional
 
+from specbench_cli.atomic import atomic_write
+
 MANIFEST = "manifest.json"
 SAMPLES = "samples.jsonl"
 
@@ -121,7 +123,7 @@ def run_job(job: dict, sweep_dir: str, attempt: int = 0) -> dict:
     job_dir = Path(sweep_dir) / "jobs" / job["id"]
     job_dir.mkdir(parents=True, exist_ok=True)
     if not (job_dir / "job.json").is_file():
-        (job_dir / "job.json").write_text(json.dumps({k: job[k] for k in ("id", "settings", "args")}, indent=2) + "\n")
+        atomic_write(job_dir / "job.json", json.dumps({k: job[k] for k in ("id", "settings", "args")}, indent=2) + "\n")
     state, run = job_state(job_dir)
     if state == "finished":
         return {**result, "status": "finished", "run": str(run), "skipped": True, "errors": _error_rows(run)}

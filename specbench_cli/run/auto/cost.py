@@ -27,6 +27,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional
 
+from specbench_cli.atomic import atomic_write
 from specbench_cli.errors import UsageError
 
 
@@ -198,6 +199,6 @@ def plot_curve(curve: CostCurve, path: Path, title: str = "") -> Path:
                  f"{k.get('threads', '')} threads · context {k.get('context', '')}", fontsize=10)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
+    atomic_write(path, lambda tmp: fig.savefig(tmp, dpi=120, format="png"))
     plt.close(fig)
     return path

@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from specbench_cli.atomic import atomic_write
 from specbench_cli.errors import UsageError
 
 DRAFTER_META = "specbench_drafter.json"
@@ -24,10 +25,7 @@ def save_model_folder(model: Any, tokenizer: Any, out: Path, meta: dict) -> Path
 
 def write_json(path: Path, obj: Any) -> None:
     """Write JSON atomically (tmp file + rename)."""
-    path = Path(path)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(obj, indent=2, default=str) + "\n")
-    tmp.replace(path)
+    atomic_write(path, json.dumps(obj, indent=2, default=str) + "\n")
 
 
 def check_new_output(out: Path, force: bool = False) -> Path:

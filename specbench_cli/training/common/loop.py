@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from specbench_cli.atomic import atomic_write
 from specbench_cli.errors import RuntimeFailure, UsageError
 from specbench_cli.training.common.checkpoint import list_checkpoints, write_checkpoint
 from specbench_cli.training.common.compute import lr_factor
@@ -108,7 +109,7 @@ def plot_history(history: list[dict], path: Path, title: str) -> None:
         ax.legend(fontsize=8)
     fig.suptitle(title)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    atomic_write(path, lambda tmp: fig.savefig(tmp, dpi=110, format="png"))
     plt.close(fig)
 
 
@@ -198,9 +199,7 @@ def train_loop(model: Any, tokenizer: Any, out: Path, cfg: TrainConfig, step_fn:
     summary = {**full_meta, "steps_done": cfg.steps, "resumed_from": start if resume else None,
                "wall_seconds_this_run": round(train_seconds, 2)}
     save_folder(model, tokenizer, out, summary)
-    with (out / "history.jsonl").open("w") as f:
-        for h in history:
-            f.write(json.dumps(h) + "\n")
+    atomic_write(out / "history.jsonl", "".join(json.dumps(h) + "\n" for h in history))
     plot_history(history, out / "loss_curve.png", title)
     write_json(out / "training.json", summary)
     return summary

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from specbench_cli.atomic import atomic_write
+
 
 def _smooth(ys: list[float], window: int) -> list[float]:
     out, acc = [], 0.0
@@ -49,5 +51,5 @@ def plot_curves(history: list[dict], path: Path, title: str) -> None:
         ax.legend(fontsize=7)
     fig.suptitle(title)
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
+    atomic_write(path, lambda tmp: fig.savefig(tmp, dpi=100, format="png"))
     plt.close(fig)
