@@ -52,4 +52,7 @@ def test_small_run_matches_the_committed_baseline(tmp_path):
                  "--block-complexity", "10", "--methods", METHODS, "--output-dir", str(tmp_path), "--no-report"])
     assert code == 0
     (run,) = [p for p in tmp_path.iterdir() if p.is_dir()]
-    assert _cli(["check", str(run), "--baseline", str(BASELINE), "--mat-tol", "0.02", "--speedup-tol", "0.5"]) == 0
+    # --allow-busy: inside the test suite the 1-minute load average still carries the tests before this one,
+    # so the run is often "busy" by the tool's rule; the gate here is #MAT (2 %) and a 50 % speedup floor.
+    assert _cli(["check", str(run), "--baseline", str(BASELINE), "--mat-tol", "0.02", "--speedup-tol", "0.5",
+                 "--allow-busy"]) == 0
