@@ -51,6 +51,7 @@ class Task:
     categories: ClassVar[dict[str, str]] = {}
     fold: ClassVar[dict[str, str]] = {}
     scorers: ClassVar[dict[str, str]] = {}
+    takes_questions_file: ClassVar[bool] = True  # False: `--questions` would be ignored, so it is refused
 
     @classmethod
     def attach_scorers(cls, questions: list[Question]) -> list[Question]:
@@ -77,6 +78,7 @@ def read_jsonl_questions(path: Path, task: str, fold: Optional[dict[str, str]] =
     subcategory). Malformed input is a UsageError naming the file and line.
     """
     questions = []
+    first_line: dict[str, int] = {}
     for lineno, row in read_objects(path, "questions file"):
         turns = row.get("turns")
         if isinstance(turns, str):
@@ -89,6 +91,9 @@ def read_jsonl_questions(path: Path, task: str, fold: Optional[dict[str, str]] =
         qid = row["question_id"]
         if isinstance(qid, bool) or not isinstance(qid, (str, int)) or not str(qid).strip():
             raise UsageError(f"{path}:{lineno}: 'question_id' must be a string or an integer")
+        if str(qid) in first_line:  # rows are keyed by question id: a second one would be dropped
+            raise UsageError(f"{path}:{lineno}: question_id {qid!r} repeats the one on line {first_line[str(qid)]}")
+        first_line[str(qid)] = lineno
         if not isinstance(row.get("category", "default"), str) or not row.get("category", "default").strip():
             raise UsageError(f"{path}:{lineno}: 'category' must be a non-empty string")
         cat = row.get("category", "default")

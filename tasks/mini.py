@@ -13,6 +13,7 @@ class Mini(Task):
     name = "mini"
     summary = "built-in: 18 original prompts, 3 per Spec-Bench category (default)"
     categories = SPEC_BENCH_NAMES
+    takes_questions_file = False  # built in
 
     @classmethod
     def load(cls, questions_path=None) -> list[Question]:

@@ -52,6 +52,9 @@ def run(ctx: typer.Context, **params: Any) -> None:
     if extra["retry_errors"] and extra["resume"] is None:
         raise UsageError("--retry-errors needs --resume RUN_DIR")
     if extra["resume"] is not None:
+        if extra["heads"]:
+            raise UsageError("--heads cannot change a resumed run: its methods' options are in the manifest "
+                             "(drop --heads, or start a new run)")
         from specbench_cli.config import config_from_manifest
         from specbench_cli.run.resume import check_resume_flags
 

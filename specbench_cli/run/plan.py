@@ -21,6 +21,9 @@ def check_config(cfg: RunConfig) -> None:
     cfg.validate()
     for t in cfg.tasks:
         task_registry.get(t)
+    if cfg.questions and not any(task_registry.get(t).takes_questions_file for t in cfg.tasks):
+        raise UsageError(f"--questions {cfg.questions} is not read by --tasks {','.join(cfg.tasks)} "
+                         f"(use --tasks spec_bench, jsonl or humaneval with a file)")
     plan_methods(cfg)
 
 

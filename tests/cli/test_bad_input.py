@@ -72,6 +72,7 @@ def files(tmp_path_factory) -> dict[str, str]:
     write("latin1.jsonl", b'{"question_id": 1, "category": "qa", "turns": ["caf\xe9"]}\n')
     write("array.json", '[{"task_id": "HumanEval/0", "prompt": "def f():\\n"}]\n')
     write("empty.jsonl", "\n\n")
+    write("dup_ids.jsonl", '{"question_id": 7, "turns": ["a"]}\n{"question_id": "7", "turns": ["b"]}\n')
     write("a_file", "not a folder\n")
     write("latin1.json", b'{"format": "caf\xe9"}')
     write("grid_latin1.toml", b'methods = ["pld"]\n# caf\xe9\n')
@@ -157,6 +158,9 @@ CASES = [
     ("run --tasks jsonl --questions {empty.jsonl}", 2, "{empty.jsonl}: no questions in file"),
     ("run --tasks jsonl --questions {folder}", 2, "questions file not found: {folder}"),
     ("run --tasks jsonl", 2, "task 'jsonl' needs --questions PATH"),
+    ("run --tasks jsonl --questions {dup_ids.jsonl}", 2, "{dup_ids.jsonl}:2: question_id '7' repeats the one on line 1"),
+    ("run --tasks mini --questions {dup_ids.jsonl}", 2, "is not read by --tasks mini"),
+    ("run --resume {folder} --heads h", 2, "--heads cannot change a resumed run"),
     # --- run: options
     ("run --device cpu:abc", 2, "--device 'cpu:abc'"),
     ("run --device gpu", 2, "unknown device 'gpu'"),
