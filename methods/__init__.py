@@ -16,6 +16,7 @@ _REGISTRY = Registry("method", "specbench.methods", "specbench_cli.methods.base:
     "lookahead": "specbench_cli.methods.lookahead:Lookahead",
     "tr-jacobi": "specbench_cli.methods.tr_jacobi:TRJacobi",
     "mask-probe": "specbench_cli.methods.mask_probe:MaskProbe",
+    "recycling": "specbench_cli.methods.recycling:TokenRecycling",
     "sps": "specbench_cli.methods.sps:SpeculativeSampling",
     "medusa": "specbench_cli.methods.medusa:Medusa",
     "eagle": "specbench_cli.methods.eagle:Eagle",

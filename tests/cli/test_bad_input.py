@@ -177,6 +177,9 @@ CASES = [
     ("run --output-dir {a_file}", 2, "--output-dir {a_file} is a file, not a folder"),
     ("run --output-dir {a_file}/sub", 2, "--output-dir {a_file}/sub: cannot create it ({a_file} is a file)"),
     ("run --retry-errors", 2, "--retry-errors needs --resume RUN_DIR"),
+    ("run --methods recycling -o recycling.k=0", 2, "recycling.k must be in 1..64 (got 0)"),
+    ("run --methods recycling -o recycling.tree={latin1.jsonl}", 2, "recycling.tree: {latin1.jsonl} is not a JSON file"),
+    ("run --methods recycling -o recycling.order=widest", 2, "recycling.order must be one of prior, bfs"),
     # --- run --resume: the manifest, and flags that contradict it
     ("run --resume {folder}", 2, "is not a run folder (no manifest.json)"),
     ("run --resume {run_config_oops}", 2, "{run_config_oops}/manifest.json: 'config' must be an object"),

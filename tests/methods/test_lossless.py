@@ -48,7 +48,7 @@ def test_registry_has_the_baseline_and_pld():
 HEAD_METHODS = {"medusa", "eagle"}
 
 
-@pytest.mark.parametrize("budget", [1, 4, 10, 30])
+@pytest.mark.parametrize("budget", [1, 4, 10, 30, 60])
 @pytest.mark.parametrize("name", LOSSLESS)
 def test_lossless_method_equals_ar_greedy(name, budget, tiny_model, tiny_tok, draft_dir, request):
     dec = Decoder(tiny_model, {EOS})
