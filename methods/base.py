@@ -145,3 +145,22 @@ def parse_options(method: str, options_cls: type, given: dict[str, Any]):
             raise UsageError(f"method '{method}' has no option '{key}'.{did_you_mean(k, fields)} Options: {known}")
         kwargs[k] = _coerce(value, fields[k].type, method, key)
     return options_cls(**kwargs)
+
+
+class Delegate:
+    """Another registered method run inside `owner` (a fallback drafter, a drafter a method
+    wraps): planned with the owner's context when the owner plans (so its options are checked
+    before any model loads), bound to the same target when the owner binds. The owner forwards
+    `reset` / `propose` / `observe` to `self.method` as its own rule says."""
+
+    def __init__(self, owner: Method, name: str, options: Optional[dict[str, Any]] = None) -> None:
+        from specbench_cli import methods as registry
+
+        if name == owner.name:
+            raise UsageError(f"{owner.name} cannot delegate to itself")
+        self.owner = owner
+        self.method: Method = registry.get(name)(owner.ctx, **(options or {}))
+
+    def bind(self) -> Method:
+        """Bind to the owner's target (call from the owner's `setup`)."""
+        return self.method.bind(self.owner.ctx.model, self.owner.ctx.tokenizer)
