@@ -219,7 +219,7 @@ class RunConfig:
         factory=lambda: ["mini"],
         cli=Cli(("--tasks", "-t"), "Task suites (default: mini).", type=Optional[List[str]], default=None,
                 to_config=lambda v: split_list(v) or ["mini"]),
-        grid=Grid("tasks", "a non-empty list of task names", expands=True))
+        grid=Grid("tasks", "a non-empty list of task names", expands=True, check=_str_list))
     questions: Optional[str] = option(
         None, cli=Cli(("--questions",), "Questions JSONL (Spec-Bench format) for spec_bench or jsonl."),
         grid=Grid("questions", "a path (string)"))
@@ -338,11 +338,7 @@ def _grid_check(f: dataclasses.Field, g: Grid) -> Callable[[Any], bool]:
     check = f.metadata["check"]
 
     def one(v: Any) -> bool:
-        if f.name == "block_complexity":
-            ok_type = v == AUTO or _is_int(v)
-        else:
-            ok_type = fits(v, _strip_optional(hint)) and not (isinstance(v, str) and not v.strip())
-        if not ok_type:
+        if not fits(v, _strip_optional(hint)) or (isinstance(v, str) and not v.strip()):
             return False
         if check is not None:
             try:
@@ -351,9 +347,9 @@ def _grid_check(f: dataclasses.Field, g: Grid) -> Callable[[Any], bool]:
                 return False
         return True
 
-    if g.expands and f.name != "tasks":
+    if g.expands:
         return lambda v: isinstance(v, list) and bool(v) and all(one(x) for x in v)
-    if g.expands or typing.get_origin(_strip_optional(hint)) is list:
+    if typing.get_origin(_strip_optional(hint)) is list:
         return _str_list
     return one
 
