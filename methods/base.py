@@ -4,6 +4,7 @@ and the option parsing shared by all of them."""
 from __future__ import annotations
 
 import dataclasses
+import math
 import typing
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Optional
@@ -35,6 +36,19 @@ class MethodContext:
 @dataclass
 class NoOptions:
     pass
+
+
+def opt(default: Any, *, lo: Optional[float] = None, hi: Optional[float] = None,
+        choices: Optional[tuple] = None) -> Any:
+    """A method option with declared bounds (inclusive) or choices, checked in `parse_options`
+    before any model loads. `hi` is an absolute ceiling that keeps memory and time bounded;
+    budget-dependent limits are the method's `plan`."""
+    return field(default=default, metadata={"lo": lo, "hi": hi, "choices": choices})
+
+
+def option_bounds(f: dataclasses.Field) -> tuple[Optional[float], Optional[float], Optional[tuple]]:
+    """(lo, hi, choices) declared for an option field (None where not declared)."""
+    return f.metadata.get("lo"), f.metadata.get("hi"), f.metadata.get("choices")
 
 
 class Method(Drafter):
@@ -143,8 +157,37 @@ def parse_options(method: str, options_cls: type, given: dict[str, Any]):
         if k not in fields:
             known = ", ".join(fields) or "none"
             raise UsageError(f"method '{method}' has no option '{key}'.{did_you_mean(k, fields)} Options: {known}")
-        kwargs[k] = _coerce(value, fields[k].type, method, key)
+        kwargs[k] = check_option(method, fields[k], _coerce(value, fields[k].type, method, key))
     return options_cls(**kwargs)
+
+
+def check_option(method: str, f: dataclasses.Field, value: Any) -> Any:
+    """`value` against the field's type and declared bounds; UsageError naming the option."""
+    if value is None and f.default is None:
+        return value
+    where, t = f"option {method}.{f.name}", _type_name(f.type)
+    if t == "bool":
+        if not isinstance(value, bool):
+            raise UsageError(f"{where} expects true or false, got '{value}'")
+    elif t == "int":
+        if isinstance(value, float) and value.is_integer():
+            value = int(value)
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise UsageError(f"{where} expects a whole number, got '{value}'")
+    elif t == "float":
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            raise UsageError(f"{where} expects a finite number, got '{value}'")
+        value = float(value)
+    elif t == "str" and not isinstance(value, str):
+        raise UsageError(f"{where} expects text, got '{value}'")
+    lo, hi, choices = option_bounds(f)
+    if choices is not None and value not in choices:
+        raise UsageError(f"{where} must be one of {', '.join(map(str, choices))} (got '{value}')")
+    if lo is not None and value < lo or hi is not None and value > hi:
+        span = f"between {lo} and {hi}" if lo is not None and hi is not None else (
+            f"at least {lo}" if lo is not None else f"at most {hi}")
+        raise UsageError(f"{where} must be {span} (got {value})")
+    return value
 
 
 class Delegate:

@@ -31,15 +31,16 @@ from specbench_cli.engine.drafter import DecodeState
 from specbench_cli.engine.tree import Draft
 from specbench_cli.errors import UsageError
 from specbench_cli.lazy import inference_mode, torch
-from specbench_cli.methods.heads.common import HeadsMethod, pick
+from specbench_cli.methods.base import opt
+from specbench_cli.methods.heads.common import VOCAB_MODES, HeadsMethod, pick
 
 
 @dataclass
 class EagleOptions:
     heads: Optional[str] = None  # heads folder from `specbench train heads --kind eagle`
-    depth: Optional[int] = None  # tree levels; None: min(5, BC-1)
-    top_k: Optional[int] = None  # children per node and frontier width; None: min(10, BC-1)
-    vocab: str = "auto"          # draft vocabulary: auto (the heads' training vocabulary + the prompt's tokens) | full
+    depth: Optional[int] = opt(None, lo=1, hi=64)  # tree levels; None: min(5, BC-1)
+    top_k: Optional[int] = opt(None, lo=1, hi=4096)  # children per node and frontier width; None: min(10, BC-1)
+    vocab: str = opt("auto", choices=VOCAB_MODES)  # draft vocabulary: auto (the heads' training vocabulary + the prompt's tokens) | full
     chain: bool = False          # draft the head's greedy chain (KOALA's n-alpha); always a chain under sampling
 
 

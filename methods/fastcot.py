@@ -24,10 +24,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
+from specbench_cli.config import MAX_BUDGET
 from specbench_cli.engine.drafter import DecodeState, Epilogue, Structure, VerifyResult
 from specbench_cli.engine.tree import Draft
 from specbench_cli.errors import UsageError
-from specbench_cli.methods.base import Method
+from specbench_cli.methods.base import Method, opt
 
 TRIGGER = "\nSo the answer is"
 INITS = ("question", "pad")
@@ -35,18 +36,18 @@ INITS = ("question", "pad")
 
 @dataclass
 class FastCoTOptions:
-    window: Optional[int] = None  # context window c; None: block complexity - 1
-    max_iters: int = 0            # iteration cap (forwards of the reasoning phase, prefill included); 0: none
+    window: Optional[int] = opt(None, lo=0, hi=MAX_BUDGET)  # context window c; None: block complexity - 1
+    max_iters: int = opt(0, lo=0, hi=1_000_000)  # iteration cap (forwards of the reasoning phase, prefill included); 0: none
     trigger: str = TRIGGER        # answer trigger appended after exact + approximate tokens
-    answer_tokens: int = 16       # tokens decoded after the trigger
+    answer_tokens: int = opt(16, lo=1, hi=512)  # tokens decoded after the trigger
     approx: bool = True           # False: FastCoT "w/o by-products" (exact tokens only)
-    init: str = "question"        # question | pad: what fills the buffer before any forward
+    init: str = opt("question", choices=INITS)  # question | pad: what fills the buffer before any forward
 
 
 @dataclass
 class CoTOptions:
     trigger: str = TRIGGER
-    answer_tokens: int = 16
+    answer_tokens: int = opt(16, lo=1, hi=512)
 
 
 def _common_prefix(a: list[int], b: list[int]) -> int:

@@ -25,10 +25,11 @@ import random
 from dataclasses import dataclass
 from typing import Optional
 
+from specbench_cli.config import MAX_BUDGET
 from specbench_cli.engine.drafter import DecodeState, Structure, VerifyResult
 from specbench_cli.engine.tree import Draft
 from specbench_cli.errors import UsageError
-from specbench_cli.methods.base import Method
+from specbench_cli.methods.base import Method, opt
 
 INIT_MODES = ("prompt", "ahead", "pad")
 
@@ -70,8 +71,8 @@ class GuessFiller:
 
 @dataclass
 class JacobiOptions:
-    window: Optional[int] = None  # guesses per step; None: block complexity - 1
-    init: str = "prompt"          # prompt | ahead | pad: initial and tail-fill guesses
+    window: Optional[int] = opt(None, lo=0, hi=MAX_BUDGET)  # guesses per step; None: block complexity - 1
+    init: str = opt("prompt", choices=INIT_MODES)  # prompt | ahead | pad: initial and tail-fill guesses
 
 
 class Jacobi(Method):

@@ -53,10 +53,11 @@ from dataclasses import dataclass
 from itertools import islice
 from typing import Optional
 
+from specbench_cli.config import MAX_BUDGET
 from specbench_cli.engine.drafter import DecodeState, Structure, VerifyResult
 from specbench_cli.engine.tree import Draft
 from specbench_cli.errors import UsageError
-from specbench_cli.methods.base import Method
+from specbench_cli.methods.base import Method, opt
 
 SHIFT_MODES = ("one", "accepted")
 
@@ -155,13 +156,13 @@ def build_trie(candidates: list[tuple[int, ...]], room: int, base: int) -> tuple
 
 @dataclass
 class LookaheadOptions:
-    W: Optional[int] = None          # window columns (root column included); 0: no lookahead branch
-    N: Optional[int] = None          # n-gram size (the window has N-1 levels)
-    G: Optional[int] = None          # verification n-grams per step
-    pool_cap: Optional[int] = None   # n-grams kept per first token; None: max(G, 8)
+    W: Optional[int] = opt(None, lo=0, hi=MAX_BUDGET)  # window columns (root column included); 0: no lookahead branch
+    N: Optional[int] = opt(None, lo=2, hi=64)  # n-gram size (the window has N-1 levels)
+    G: Optional[int] = opt(None, lo=0, hi=MAX_BUDGET)  # verification n-grams per step
+    pool_cap: Optional[int] = opt(None, lo=1, hi=100_000)  # n-grams kept per first token; None: max(G, 8)
     pool_from_prompt: bool = True    # seed the pool with the prompt's n-grams
     pool_from_output: bool = True    # add the accepted text's n-grams as it grows
-    shift: str = "one"               # one | accepted: how the window follows accepted tokens
+    shift: str = opt("one", choices=SHIFT_MODES)  # one | accepted: how the window follows accepted tokens
 
 
 class Lookahead(Method):

@@ -45,18 +45,18 @@ from specbench_cli.engine.drafter import DecodeState, Structure, VerifyResult
 from specbench_cli.engine.tree import Draft
 from specbench_cli.errors import UsageError
 from specbench_cli.lazy import torch
-from specbench_cli.methods.base import Method
+from specbench_cli.methods.base import Method, opt
 
 INITS = ("last", "gaussian", "mean")
 
 
 @dataclass
 class MaskProbeOptions:
-    init: str = "mean"                    # last | gaussian | mean
-    masks_per_step: int = 2               # 1 or 2 masks probe each future position
-    steps: Optional[int] = None           # future positions probed; None: clamp((BC-1)//(m+2), 1, 6)
-    top_k: int = 8                        # candidates per probed position
-    ema: float = 0.05                     # "mean" init: weight of each accepted token
+    init: str = opt("mean", choices=INITS)  # last | gaussian | mean
+    masks_per_step: int = opt(2, choices=(1, 2))  # 1 or 2 masks probe each future position
+    steps: Optional[int] = opt(None, lo=1, hi=64)  # future positions probed; None: clamp((BC-1)//(m+2), 1, 6)
+    top_k: int = opt(8, lo=1, hi=4096)  # candidates per probed position
+    ema: float = opt(0.05, lo=0.0, hi=1.0)  # "mean" init: weight of each accepted token
     seed: int = 0                         # "gaussian" init and the "mean" second chain
     prune: bool = True                    # replace a child repeating its parent with the next best
 

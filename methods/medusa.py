@@ -24,16 +24,16 @@ from typing import Optional
 
 from specbench_cli.engine.drafter import DecodeState
 from specbench_cli.engine.tree import Draft
-from specbench_cli.errors import UsageError
 from specbench_cli.lazy import inference_mode, torch
-from specbench_cli.methods.heads.common import HeadsMethod, pick
+from specbench_cli.methods.base import opt
+from specbench_cli.methods.heads.common import VOCAB_MODES, HeadsMethod, pick
 
 
 @dataclass
 class MedusaOptions:
     heads: Optional[str] = None  # heads folder from `specbench train heads --kind medusa`
-    width: int = 10              # ranks per head considered by the path list
-    vocab: str = "auto"          # draft vocabulary: auto (the heads' training vocabulary + the prompt's tokens) | full
+    width: int = opt(10, lo=1, hi=1024)  # ranks per head considered by the path list
+    vocab: str = opt("auto", choices=VOCAB_MODES)  # draft vocabulary: auto (the heads' training vocabulary + the prompt's tokens) | full
     chain: bool = False          # draft each head's top-1 as a chain (KOALA's n-alpha); always a chain under sampling
 
 
@@ -44,15 +44,13 @@ class Medusa(HeadsMethod):
     Options = MedusaOptions
 
     def plan_tree(self) -> None:
-        if self.opts.width < 1:
-            raise UsageError(f"medusa.width must be >= 1 (got {self.opts.width})")
         self.paths: list[list[int]] = []
 
     def setup(self) -> None:
         from specbench_cli.methods.heads.tree import default_medusa_paths
 
         super().setup()
-        self.paths = default_medusa_paths(self.head.n_heads, self.opts.width)
+        self.paths = default_medusa_paths(self.head.n_heads, self.opts.width, limit=2 * self.ctx.budget + 8)  # slack: paths past the heads or vocabulary are skipped
 
     def tree_params(self) -> dict:
         return {"width": self.opts.width, "paths": len(self.paths)}

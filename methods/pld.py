@@ -14,17 +14,18 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
+from specbench_cli.config import MAX_BUDGET
 from specbench_cli.engine.drafter import DecodeState, Structure
 from specbench_cli.engine.tree import Draft
 from specbench_cli.errors import UsageError
-from specbench_cli.methods.base import Method
+from specbench_cli.methods.base import Method, opt
 
 
 @dataclass
 class PLDOptions:
-    max_ngram: int = 3
-    min_ngram: int = 1
-    num_pred_tokens: Optional[int] = None  # None: min(10, block complexity - 1)
+    max_ngram: int = opt(3, lo=1, hi=64)
+    min_ngram: int = opt(1, lo=1, hi=64)
+    num_pred_tokens: Optional[int] = opt(None, lo=1, hi=MAX_BUDGET)  # None: min(10, block complexity - 1)
 
 
 class NgramIndex:

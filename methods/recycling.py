@@ -29,7 +29,7 @@ from specbench_cli.engine.drafter import DecodeState, Structure, VerifyResult
 from specbench_cli.engine.tree import Draft
 from specbench_cli.errors import UsageError
 from specbench_cli.lazy import torch
-from specbench_cli.methods.base import Method
+from specbench_cli.methods.base import Method, opt
 
 # The paper's template as children per parent rank path: (parent path) -> number of children.
 TEMPLATE_CHILDREN: dict[tuple[int, ...], int] = {
@@ -100,9 +100,9 @@ def read_tree_file(path: str) -> list[tuple[int, ...]]:
 
 @dataclass
 class RecyclingOptions:
-    k: int = 8                    # candidates kept per token (the matrix's width)
+    k: int = opt(8, lo=1, hi=64)  # candidates kept per token (the matrix's width)
     tree: Optional[str] = None    # a JSON file of rank paths instead of the paper's template
-    order: str = "prior"          # how BC - 1 nodes are chosen from the template: prior | bfs
+    order: str = opt("prior", choices=ORDERS)  # how BC - 1 nodes are chosen from the template: prior | bfs
     hot: bool = True              # keep the matrix across prompts (the paper's hot start)
 
 

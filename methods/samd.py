@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from specbench_cli.engine.drafter import DecodeState, Structure, VerifyResult
 from specbench_cli.engine.tree import Draft
 from specbench_cli.errors import UsageError
-from specbench_cli.methods.base import Delegate, Method
+from specbench_cli.methods.base import Delegate, Method, opt
 
 FALLBACKS = ("recycling", "pld", "none")
 
@@ -92,8 +92,8 @@ class SuffixAutomaton:
 
 @dataclass
 class SAMDOptions:
-    threshold: int = 2          # shortest match (tokens) whose continuation is drafted
-    fallback: str = "recycling"  # the drafter for short matches: recycling | pld | none
+    threshold: int = opt(2, lo=1, hi=1024)  # shortest match (tokens) whose continuation is drafted
+    fallback: str = opt("recycling", choices=FALLBACKS)  # the drafter for short matches: recycling | pld | none
 
 
 class SAMDecoding(Method):

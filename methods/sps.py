@@ -25,12 +25,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
+from specbench_cli.config import MAX_BUDGET
 from specbench_cli.engine.drafter import DecodeState, Structure, VerifyResult
 from specbench_cli.engine.tree import Draft
 from specbench_cli.engine.verify import target_probs
 from specbench_cli.errors import UsageError
 from specbench_cli.lazy import inference_mode, torch
-from specbench_cli.methods.base import Method
+from specbench_cli.methods.base import Method, opt
 
 # Strings whose encodings must agree between target and draft tokenizers (besides the vocab).
 PROBE_TEXTS = (
@@ -42,7 +43,7 @@ PROBE_TEXTS = (
 
 @dataclass
 class SpSOptions:
-    gamma: Optional[int] = None  # draft tokens per step; None: block complexity - 1 (capped at it anyway)
+    gamma: Optional[int] = opt(None, lo=0, hi=MAX_BUDGET)  # draft tokens per step; None: block complexity - 1 (capped at it anyway)
     draft_model: Optional[str] = None  # overrides --draft-model (several drafters in one run, under aliases)
 
 
@@ -86,9 +87,10 @@ class SpeculativeSampling(Method):
         if not self.draft_ref:
             raise UsageError("method sps needs a draft model: pass --draft-model (a model folder, .gguf file "
                              "or alias with the target's tokenizer) or --option sps.draft_model=REF")
+        from specbench_cli.models.load import declared_context
+
+        declared_context(str(self.draft_ref))  # a missing or damaged draft model: before the target loads
         g = self.opts.gamma
-        if g is not None and g < 0:
-            raise UsageError(f"sps.gamma must be >= 0 (got {g})")
         self.gamma = max(0, ctx.budget - 1) if g is None else min(g, max(0, ctx.budget - 1))
         self.draft_name = Path(str(self.draft_ref)).name or str(self.draft_ref)
 

@@ -35,10 +35,11 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Optional
 
+from specbench_cli.config import MAX_BUDGET
 from specbench_cli.engine.drafter import DecodeState, Structure, VerifyResult
 from specbench_cli.engine.tree import Draft, children_lists, paths_to_parents
 from specbench_cli.errors import UsageError
-from specbench_cli.methods.base import Method
+from specbench_cli.methods.base import Method, opt
 from specbench_cli.methods.pld import NgramIndex
 
 RETRIEVAL = -1  # the choice index that marks the retrieval path in a template path
@@ -46,10 +47,10 @@ RETRIEVAL = -1  # the choice index that marks the retrieval path in a template p
 
 @dataclass
 class TRJacobiOptions:
-    top_k: int = 10                       # candidates kept per Jacobi row (MSN: 10)
-    max_depth: int = 4                    # deepest Jacobi node (MSN template: 4)
-    retrieval_len: Optional[int] = None   # None: min(5, max(1, (BC-1)//2)); 0 disables retrieval
-    max_ngram: int = 3                    # longest suffix matched for the retrieval path (MSN: 3)
+    top_k: int = opt(10, lo=1, hi=4096)  # candidates kept per Jacobi row (MSN: 10)
+    max_depth: int = opt(4, lo=1, hi=64)  # deepest Jacobi node (MSN template: 4)
+    retrieval_len: Optional[int] = opt(None, lo=0, hi=MAX_BUDGET)  # None: min(5, max(1, (BC-1)//2)); 0 disables retrieval
+    max_ngram: int = opt(3, lo=1, hi=64)  # longest suffix matched for the retrieval path (MSN: 3)
     seed: int = 0                         # ahead-noise sampling
 
 

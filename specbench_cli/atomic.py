@@ -30,3 +30,23 @@ def atomic_write(path: Union[str, Path], data: Data, encoding: str = "utf-8") ->
         tmp.unlink(missing_ok=True)
         raise
     return path
+
+
+def output_problem(path: Union[str, Path], folder: bool) -> Union[str, None]:
+    """Why `path` cannot become an output file (folder=False) or folder (folder=True), or None:
+    checked before any work starts, so a bad output is not found after a long computation."""
+    path = Path(path).expanduser()
+    if path.exists():
+        if folder and not path.is_dir():
+            return f"{path} exists and is not a folder"
+        if not folder and path.is_dir():
+            return f"{path} is a folder, not a file"
+    parent = path if folder and path.exists() else path.parent
+    probe = parent
+    while not probe.exists():
+        probe = probe.parent
+    if not probe.is_dir():
+        return f"{path}: {probe} is a file, so nothing can be written under it"
+    if not os.access(probe, os.W_OK | os.X_OK):
+        return f"{path}: {probe} is not writable"
+    return None

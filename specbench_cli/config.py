@@ -33,6 +33,10 @@ from specbench_cli.models.load import DEFAULT_MODEL, DTYPES, check_device
 AUTO = "auto"
 AR = "ar"
 DEFAULT_BUDGET = 10
+# Ceilings that hold before the model (and its context length) is known: they keep planning and
+# memory bounded whatever is typed; the model's context is checked once it is read (run/limits.py).
+MAX_BUDGET = 4096                   # tokens per forward (Spec-Bench's largest trees use 64)
+MAX_NEW_TOKENS = 1_000_000          # per turn
 DEFAULT_CALIBRATION_QUESTIONS = 6   # one per mini category: acceptance differs by kind of text
 CALIBRATION_TOKENS = 32             # new tokens per calibration question (first turn only)
 
@@ -50,8 +54,8 @@ def parse_bc(value: Any, flag: str = "--block-complexity") -> Budget:
         bc = int(str(value).strip())
     except ValueError:
         raise UsageError(f"{flag} must be a whole number or 'auto' (got '{value}')") from None
-    if bc < 1:
-        raise UsageError(f"{flag} must be at least 1 (got {bc})")
+    if not 1 <= bc <= MAX_BUDGET:
+        raise UsageError(f"{flag} must be between 1 and {MAX_BUDGET} (got {bc})")
     return bc
 
 
@@ -148,10 +152,12 @@ def option(default: Any = MISSING, *, factory: Optional[Callable[[], Any]] = Non
     return field(default=default, metadata=meta)
 
 
-def _at_least(n: int, flag: str) -> Callable[[Any], Any]:
+def _at_least(n: int, flag: str, most: Optional[int] = None) -> Callable[[Any], Any]:
     def check(value: Any) -> Any:
         if value is not None and (not _is_int(value) or value < n):
             raise UsageError(f"{flag} must be at least {n} (got {value})")
+        if value is not None and most is not None and value > most:
+            raise UsageError(f"{flag} must be at most {most} (got {value})")
         return value
     return check
 
@@ -243,7 +249,7 @@ class RunConfig:
         grid=Grid("bcs", "a non-empty list of integers >= 1 or \"auto\" (docs/block-complexity-auto.md)",
                   expands=True))
     max_new_tokens: int = option(128, cli=Cli(("--max-new-tokens",), "Generation cap per turn."),
-                                 check=_at_least(1, "--max-new-tokens"), grid=Grid("max_new_tokens", "an integer >= 1"))
+                                 check=_at_least(1, "--max-new-tokens", MAX_NEW_TOKENS), grid=Grid("max_new_tokens", "an integer >= 1"))
     dtype: str = option("float32", cli=Cli(("--dtype",), "float32 (exact lossless check), bfloat16 or float16."),
                         check=_one_of(DTYPES, "dtype"),
                         grid=Grid("dtypes", f"a list drawn from {', '.join(DTYPES)}", expands=True))
@@ -252,12 +258,12 @@ class RunConfig:
                                    check=lambda v: isinstance(v, str) and bool(v.strip())))
     threads: Optional[int] = option(
         None, cli=Cli(("--threads",), "torch intra-op threads (default: min(cores, 2))."),
-        check=_at_least(1, "--threads"), grid=Grid("threads", "an integer >= 1", default=1))
+        check=_at_least(1, "--threads", 4096), grid=Grid("threads", "an integer >= 1", default=1))
     temperature: float = option(0.0, cli=Cli(("--temperature",), "0 = greedy."), check=_temperature)
     top_p: float = option(1.0, cli=Cli(("--top-p",), "Nucleus sampling mass (with --temperature > 0)."), check=_top_p)
     seed: int = option(0, cli=Cli(("--seed",), "Sampling seed."), grid=Grid("seed", "an integer"))
     repeats: int = option(1, cli=Cli(("--repeats",), "Run everything N times (mean ± std of speedups in reports)."),
-                          check=_at_least(1, "--repeats"), grid=Grid("repeats", "an integer >= 1"))
+                          check=_at_least(1, "--repeats", 10_000), grid=Grid("repeats", "an integer >= 1"))
     warmup: bool = option(True, cli=Cli(("--no-warmup",), "Skip the untimed warm-up generation.", type=bool,
                                         default=False, to_config=lambda v: not v, param="no_warmup"))
     draft_model: Optional[str] = option(
@@ -271,11 +277,11 @@ class RunConfig:
     auto_questions: int = option(
         DEFAULT_CALIBRATION_QUESTIONS,
         cli=Cli(("--auto-questions",), "Calibration questions for 'auto' (from the mini suite, one per "
-                "category, never reported)."), check=_at_least(1, "--auto-questions"))
+                "category, never reported)."), check=_at_least(1, "--auto-questions", 10_000))
     auto_tokens: int = option(
         CALIBRATION_TOKENS,
         cli=Cli(("--auto-tokens",), "New tokens per calibration question for 'auto' (capped by --max-new-tokens)."),
-        check=_at_least(1, "--auto-tokens"))
+        check=_at_least(1, "--auto-tokens", MAX_NEW_TOKENS))
     forward: str = option(
         "auto", cli=Cli(("--forward",), "How the target computes a forward: auto (lean for a Llama-architecture "
                         "target on CPU, else sdpa), sdpa, eager, short (attention for few-token blocks) or lean "

@@ -78,10 +78,10 @@ class HeadsCheckpoint:
         if not ref:  # checked before the heads code (and torch) is imported: this is the common mistake
             raise UsageError(f"method {method} needs trained heads: pass --heads HEADS_DIR (or -o {method}.heads=HEADS_DIR) "
                              f"(train them with: {train_command(kind)})")
-        from specbench_cli.methods.heads.model import load_draft_vocab, read_heads_config
+        from specbench_cli.methods.heads.model import inspect_heads, load_draft_vocab
 
         self.kind, self.folder = kind, Path(ref).expanduser()
-        found, self.config = read_heads_config(self.folder)
+        found, self.config = inspect_heads(self.folder)  # config, file bytes, keys and shapes: before the target loads
         if found != kind:
             raise UsageError(f"{self.folder} holds {found} heads, not {kind} heads: "
                              f"run them with method {found} (-o {found}.heads={ref})")

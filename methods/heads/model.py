@@ -295,51 +295,108 @@ def load_draft_vocab(folder: Path) -> torch.Tensor | None:
     return ids
 
 
+# EAGLE config fields the head is built from: name -> (type, required)
+EAGLE_FIELDS = {"hidden_size": (int, True), "intermediate_size": (int, True), "num_hidden_layers": (int, True),
+                "num_attention_heads": (int, True), "vocab_size": (int, True), "num_key_value_heads": (int, False),
+                "max_position_embeddings": (int, False), "rms_norm_eps": (float, False), "rope_theta": (float, False),
+                "head_dim": (int, False)}
+
+
 def read_heads_config(folder: Path) -> tuple[str, dict]:
-    """(kind, config dict) of a heads folder; UsageError when it is not one."""
+    """(kind, config dict) of a heads folder; UsageError naming the file when it is not one
+    (missing, not UTF-8, not a JSON object, a field of the wrong type)."""
     folder = Path(folder).expanduser()
-    if not (folder / CONFIG_FILE).is_file():
+    path = folder / CONFIG_FILE
+    if not folder.is_dir():
+        raise UsageError(f"heads folder not found: {folder}")
+    if not path.is_file():
         raise UsageError(f"{folder} is not a heads folder (no {CONFIG_FILE})")
     try:
-        cfg = json.loads((folder / CONFIG_FILE).read_text())
+        cfg = json.loads(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError:
+        raise UsageError(f"{path} is not UTF-8 text") from None
     except json.JSONDecodeError as e:
-        raise UsageError(f"{folder / CONFIG_FILE} is not valid JSON: {e}") from None
+        raise UsageError(f"{path} is not valid JSON: {e}") from None
+    except OSError as e:
+        raise UsageError(f"cannot read {path}: {e.strerror or e}") from None
+    if not isinstance(cfg, dict):
+        raise UsageError(f"{path} must hold a JSON object, not {type(cfg).__name__}")
+    if not isinstance(cfg.get("specbench", {}), dict):
+        raise UsageError(f"{path}: 'specbench' must be an object")
     if (folder / MEDUSA_FILE).is_file():
         return "medusa", cfg
     if (folder / EAGLE_FILE).is_file() and "num_hidden_layers" in cfg:
+        for key, (typ, required) in EAGLE_FIELDS.items():
+            value = cfg.get(key)
+            if value is None and not required:
+                continue
+            ok = isinstance(value, typ) or (typ is float and isinstance(value, int))
+            if not ok or isinstance(value, bool) or not value > 0:
+                raise UsageError(f"{path}: '{key}' must be a positive {typ.__name__}, got {json.dumps(value)}")
         return "eagle", cfg
     raise UsageError(f"{folder} holds neither {MEDUSA_FILE} nor an EAGLE {EAGLE_FILE}")
+
+
+def _medusa_layout(path: Path, found: dict) -> tuple[int, int, int]:
+    """(hidden, heads, layers) from v2 Medusa keys `{head}.{layer}.linear.{weight|bias}`."""
+    pairs = []
+    for key in found:
+        parts = key.split(".")
+        if len(parts) != 4 or parts[2] != "linear" or not (parts[0].isdigit() and parts[1].isdigit()):
+            raise UsageError(f"{path}: tensor '{key}' is not a v2 Medusa key ({{head}}.{{layer}}.linear.*); "
+                             f"a Medusa-1 file converts with 'specbench heads import'")
+        pairs.append((int(parts[0]), int(parts[1])))
+    if "0.0.linear.weight" not in found:
+        raise UsageError(f"{path}: missing tensor '0.0.linear.weight'")
+    return found["0.0.linear.weight"][1][0], 1 + max(p[0] for p in pairs), 1 + max(p[1] for p in pairs)
+
+
+def _build(kind: str, cfg: dict, layout: tuple[int, int, int] | None) -> nn.Module:
+    from transformers import LlamaConfig
+
+    if kind == "medusa":
+        hidden, n_heads, n_layers = layout
+        return MedusaHeads(hidden, n_heads, n_layers)
+    return EagleHead(LlamaConfig(**{k: v for k, v in cfg.items() if k != "specbench"}))
+
+
+def inspect_heads(folder: Path) -> tuple[str, dict]:
+    """Check a heads folder without loading tensors: config typed, the weight file's bytes and
+    header, every key and shape against the head its config describes. (kind, config)."""
+    from specbench_cli.models.weights import check_state_shapes, safetensors_header
+
+    folder = Path(folder).expanduser()
+    kind, cfg = read_heads_config(folder)
+    path = folder / (MEDUSA_FILE if kind == "medusa" else EAGLE_FILE)
+    found = safetensors_header(path)
+    layout = _medusa_layout(path, found) if kind == "medusa" else None
+    try:
+        with torch.device("meta"):
+            module = _build(kind, cfg, layout)
+    except (TypeError, ValueError) as e:
+        raise UsageError(f"{folder / CONFIG_FILE}: does not describe a {kind} head ({str(e).splitlines()[0]})") from None
+    expected = {k: v.shape for k, v in module.state_dict().items() if not k.startswith("rotary.")}
+    check_state_shapes(path, found, expected, ignore=("embed_tokens.", "rotary."))
+    return kind, cfg
 
 
 def load_heads(folder: Path, target: Any | None = None, dtype: torch.dtype = torch.float32) -> nn.Module:
     """Load a Medusa or EAGLE heads folder (safetensors + JSON only), bound to `target` if given.
 
     Medusa: the head and layer counts come from the tensor keys (public configs can lie about
-    them); a v1 per-head vocabulary projection (`{i}.{K}.weight`) is refused: v2 heads only.
+    them); a v1 per-head vocabulary projection (`{i}.{K}.weight`) is refused here (v2 heads only;
+    `specbench heads import` converts v1). Every key and shape is checked before any tensor loads.
     """
     from safetensors.torch import load_file
-    from transformers import LlamaConfig
 
     folder = Path(folder).expanduser()
-    kind, cfg = read_heads_config(folder)
-    if kind == "medusa":
-        state = load_file(str(folder / MEDUSA_FILE))
-        keys = [k.split(".") for k in state]
-        if any(len(k) != 4 or k[2] != "linear" for k in keys):
-            raise UsageError(f"{folder}: not a v2 Medusa head (keys must be {{head}}.{{layer}}.linear.*)")
-        n_heads, n_layers = 1 + max(int(k[0]) for k in keys), 1 + max(int(k[1]) for k in keys)
-        hidden = state["0.0.linear.weight"].shape[0]
-        head = MedusaHeads(hidden, n_heads, n_layers)
-    else:
-        state = load_file(str(folder / EAGLE_FILE))
-        state = {k: v for k, v in state.items() if k != "embed_tokens.weight"}  # EAGLE may ship the target's
-        config = LlamaConfig(**{k: v for k, v in cfg.items() if k != "specbench"})
-        head = EagleHead(config)
-    missing, unexpected = head.load_state_dict(state, strict=False)
-    missing = [k for k in missing if not k.startswith("rotary.")]
-    if missing or unexpected:
-        raise UsageError(f"{folder}: weights do not match the config (missing {missing[:3]}, "
-                         f"unexpected {unexpected[:3]})")
+    kind, cfg = inspect_heads(folder)
+    path = folder / (MEDUSA_FILE if kind == "medusa" else EAGLE_FILE)
+    state = {k: v for k, v in load_file(str(path)).items() if not k.startswith("embed_tokens.")}
+    layout = _medusa_layout(path, {k: (str(v.dtype), tuple(v.shape)) for k, v in state.items()}) \
+        if kind == "medusa" else None
+    head = _build(kind, cfg, layout)
+    head.load_state_dict(state, strict=False)  # keys and shapes were checked by inspect_heads
     head.to(dtype).eval()
     head.meta = cfg.get("specbench", {})
     return head.bind(target) if target is not None else head

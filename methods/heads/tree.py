@@ -136,19 +136,29 @@ def medusa_tree(logits: torch.Tensor, paths: list[list[int]], budget: int,
 
 
 def default_medusa_paths(heads: int, width: int = 10, decay: float = 0.5,
-                         accuracy: tuple[float, ...] = (0.56, 0.32, 0.20, 0.15, 0.12)) -> list[list[int]]:
-    """Top-k paths ranked by a prior acceptance estimate: prod over depth d of
+                         accuracy: tuple[float, ...] = (0.56, 0.32, 0.20, 0.15, 0.12),
+                         limit: int = 64) -> list[list[int]]:
+    """The `limit` best top-k paths by a prior acceptance estimate: prod over depth d of
     acc_d(rank r) ~ accuracy[d] * decay ** r (Medusa's Vicuna-7B head-1..5 top-1 accuracies,
-    our choice of geometric decay over ranks). Prefix-closed, best first."""
-    scored: dict[tuple[int, ...], float] = {(): 1.0}
-    frontier = [()]
-    for d in range(heads):
-        acc = accuracy[min(d, len(accuracy) - 1)]
-        nxt = []
-        for p in frontier:
-            for r in range(width):
-                scored[p + (r,)] = scored[p] * acc * decay ** r
-                nxt.append(p + (r,))
-        frontier = sorted(nxt, key=lambda p: -scored[p])[:width * 2]
-    del scored[()]
-    return [list(p) for p in sorted(scored, key=lambda p: (-scored[p], len(p)))]
+    our choice of geometric decay over ranks). Prefix-closed, best first.
+
+    Best-first search: a popped path offers its first child and its next sibling, both scored
+    lower than itself, so the output is exactly the top `limit` and costs O(limit log limit)
+    whatever `width` is (a tree never holds more than BC - 1 paths)."""
+    import heapq
+
+    def acc(d: int) -> float:
+        return accuracy[min(d, len(accuracy) - 1)]
+
+    if heads < 1 or width < 1 or limit < 1:
+        return []
+    heap = [(-acc(0), (0,))]
+    out: list[list[int]] = []
+    while heap and len(out) < limit:
+        neg, path = heapq.heappop(heap)
+        out.append(list(path))
+        if len(path) < heads:
+            heapq.heappush(heap, (neg * acc(len(path)), path + (0,)))
+        if path[-1] + 1 < width:
+            heapq.heappush(heap, (neg * decay, path[:-1] + (path[-1] + 1,)))
+    return out

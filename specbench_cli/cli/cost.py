@@ -8,6 +8,7 @@ from typing import Optional
 import typer
 
 from specbench_cli.console import err, out
+from specbench_cli.atomic import output_problem
 from specbench_cli.errors import UsageError
 from specbench_cli.models.load import DEFAULT_MODEL
 
@@ -37,6 +38,8 @@ def cost(
     check_device(device)
     if threads is not None and threads < 1:
         raise UsageError(f"--threads must be at least 1, got {threads}")
+    if plot is not None and (problem := output_problem(plot, folder=False)):  # before measuring
+        raise UsageError(f"--plot: {problem}")
     from specbench_cli.models.load import load_model
     from specbench_cli.models.prompting import set_threads
 

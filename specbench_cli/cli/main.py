@@ -42,11 +42,41 @@ def _register_commands() -> None:
 _register_commands()
 
 
+def _check_numbers(command) -> None:
+    """Wrap every command so that a number option that is not finite, or is negative, is one line
+    and exit 2 before the command starts (`--lr inf`, `--lambda nan`, `--steps -3`); a command's own
+    checks then handle the finer limits. Seeds may be any integer."""
+    import math
+
+    from specbench_cli.errors import UsageError
+
+    if isinstance(getattr(command, "commands", None), dict):  # a group (typer may vendor click: no isinstance)
+        for sub in command.commands.values():
+            _check_numbers(sub)
+        return
+    if command.callback is None or getattr(command.callback, "_numbers_checked", False):
+        return
+    inner, flags = command.callback, {p.name: p.opts[0] for p in command.params if p.opts}
+
+    def checked(*args, **kwargs):
+        for name, value in kwargs.items():
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or "seed" in name:
+                continue
+            if not math.isfinite(value) or value < 0:
+                raise UsageError(f"{flags.get(name, name)} must be a finite number >= 0 (got {value})")
+        return inner(*args, **kwargs)
+
+    checked._numbers_checked = True
+    command.callback = checked
+
+
 def main() -> None:
     """Entry point: one line and exit 2 for bad input, 1 for failures; tracebacks with --debug."""
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     try:
-        rc = app(standalone_mode=False)
+        command = typer.main.get_command(app)
+        _check_numbers(command)
+        rc = command(standalone_mode=False, prog_name="specbench")
         if isinstance(rc, int) and rc:
             sys.exit(rc)
     except SpecBenchError as e:

@@ -45,6 +45,12 @@ def report_command(
 
     if output is not None:
         check_output_folder(output, "--output")
+    if execute_code:
+        from specbench_cli.scoring.sandbox import missing_layers
+
+        if missing := missing_layers():  # said before any model-written code runs
+            err.print(f"[yellow]warning:[/] the sandbox for model-written code runs without: {', '.join(missing)} "
+                      f"(this kernel does not provide them; docs/reliability.md)", highlight=False)
     write_report(run_dirs, fmt=fmt, output=output, columns=columns, plots=not no_plots, execute_code=execute_code)
 
 

@@ -20,7 +20,7 @@ from specbench_cli.errors import RuntimeFailure, UsageError
 from specbench_cli.store.lock import SweepLock
 from specbench_cli.sweep import backends, merge
 from specbench_cli.sweep import jobs as jobmod
-from specbench_cli.sweep.grid import Job, expand, load_grid
+from specbench_cli.sweep.grid import DEFAULT_MAX_JOBS, Job, expand, load_grid
 
 # Dry-run estimate when no job of the sweep has finished yet: the default 18-question run
 # (21 question-turns x 6 methods x 128 tokens = 16k budgeted tokens) took 11 min on this 2-core
@@ -43,10 +43,13 @@ def sweep_command(
     retries: int = typer.Option(2, "--retries", help="Extra attempts for a job that failed (each resumes its run folder)."),
     dry_run: bool = typer.Option(False, "--dry-run", help="List the jobs and an estimated duration; run nothing."),
     no_report: bool = typer.Option(False, "--no-report", help="Do not merge the report at the end."),
+    max_jobs: int = typer.Option(DEFAULT_MAX_JOBS, "--max-jobs", help="Refuse a grid that expands to more jobs."),
 ) -> None:
     """Run a grid of models x method sets x BCs x dtypes x task shards as jobs; merge one report."""
     if jobs < 1:
         raise UsageError(f"--jobs must be at least 1 (got {jobs})")
+    if max_jobs < 1:
+        raise UsageError(f"--max-jobs must be at least 1 (got {max_jobs})")
     if retries < 0:
         raise UsageError(f"--retries must be >= 0 (got {retries})")
     if gpus_per_job < 0 or (cpus_per_job is not None and cpus_per_job <= 0):
@@ -59,7 +62,7 @@ def sweep_command(
     from specbench_cli.sweep.questions import check_methods, selector
 
     check_methods(grid)
-    job_list = expand(grid, selector(grid))
+    job_list = expand(grid, selector(grid), max_jobs)
     sweep_dir = (output_dir or Path("sweeps") / grid_file.stem).resolve()
     if dry_run:
         show_plan(job_list, sweep_dir, jobs if ray_address is None else None)

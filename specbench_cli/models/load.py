@@ -118,10 +118,28 @@ def resolve(ref: str) -> tuple[str, str]:
     if path.exists():
         if not path.is_dir() or not (path / "config.json").is_file():
             raise UsageError(f"{ref} is not a model folder (no config.json) nor a .gguf file")
+        pickled = sorted(p.name for p in path.glob("*.bin")) + sorted(p.name for p in path.glob("*.pt"))
+        if pickled and not any(path.glob("*.safetensors")):
+            raise UsageError(f"{ref} holds only pickled weights ({pickled[0]}); specbench loads safetensors only "
+                             f"(a pickle can run code): convert it once where you trust it, e.g. with "
+                             f"save_pretrained(..., safe_serialization=True)")
         return "folder", str(path.resolve())
     if ref.startswith((".", "/", "~")) or ref.count("/") > 1:
         raise UsageError(f"model path not found: {ref}")
     return "hub", ref
+
+
+def declared_context(ref: str) -> Optional[int]:
+    """The context length `ref` declares, read from its header without loading weights (None for
+    a hub id, or a config that declares none). A file that is not a GGUF file is a UsageError."""
+    from specbench_cli.models import header
+
+    kind, location = resolve(ref)
+    if kind == "gguf":
+        return header.gguf_context_length(Path(location))
+    if kind == "folder":
+        return header.folder_context_length(Path(location))
+    return None
 
 
 def converted_gguf_dir(gguf_path: str) -> Path:
@@ -133,7 +151,10 @@ def converted_gguf_dir(gguf_path: str) -> Path:
     from specbench_cli.console import err
     from specbench_cli.models.cache import ensure_entry
 
+    from specbench_cli.models.header import gguf_metadata
+
     p = Path(gguf_path)
+    gguf_metadata(p, ("general.architecture",))  # a file that is not GGUF: one line, exit 2
     st = p.stat()
     key = hashlib.sha256(f"{p.resolve()}|{st.st_size}|{int(st.st_mtime)}".encode()).hexdigest()[:12]
     out = cache_root() / "models" / f"{p.stem}-{key}"

@@ -20,7 +20,9 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
 from specbench_cli.config import RunConfig
+from specbench_cli.models.header import model_context_length
 from specbench_cli.models.prompting import ChatPrompter, stop_token_ids, user_turn
+from specbench_cli.run import limits
 from specbench_cli.run.auto import bcauto
 from specbench_cli.run.plan import method_context, plan_methods
 from specbench_cli.store.rows import SampleRow, row_key
@@ -88,6 +90,8 @@ class Runner:
         self.decoder = Decoder(lm.model, stop_token_ids(lm.tokenizer, lm.model), self.sampling)
         self.prompter = ChatPrompter(lm.tokenizer)
         planned = planned if planned is not None else plan_methods(self.cfg)
+        # every method of a question gets the same cap, so answers stay comparable with AR's
+        self.room = limits.Room(model_context_length(lm.model), [m.ctx.budget for m in planned.values()])
         self.methods = {}
         for name, m in planned.items():
             # a draft model loaded for a method inherits how the target was loaded (--trust-remote-code)
@@ -106,7 +110,7 @@ class Runner:
             self._generate(m, ids, 0, min(16, self.cfg.max_new_tokens))
 
     def _row(self, name: str, method, q, turn: int, repeat: int, gen=None, error: str | None = None,
-             prompt_tokens: int = 0) -> dict:
+             prompt_tokens: int = 0, max_new: Optional[int] = None) -> dict:
         """The SampleRow of one turn: measured from `gen`, or an error row."""
         row = SampleRow(
             method=name, method_label=bcauto.instance_label(name, method.label(), self.cfg.block_complexity), method_params=method.params(),
@@ -115,7 +119,7 @@ class Runner:
             subcategory=q.subcategory, question_id=q.id, turn=turn, repeat=repeat,
             scorer=q.scorer, reference=q.reference_for(turn),
             block_complexity=method.ctx.budget, temperature=self.cfg.temperature, top_p=self.cfg.top_p,
-            status="error" if gen is None else "ok", error=error, prompt_tokens=prompt_tokens)
+            status="error" if gen is None else "ok", error=error, prompt_tokens=prompt_tokens, max_new_tokens=max_new)
         if gen is not None:
             row.prompt_tokens, row.new_tokens, row.steps = gen.prompt_tokens, len(gen.output_ids), gen.steps
             row.wall_time, row.prefill_time = gen.wall_time, gen.prefill_time
@@ -146,9 +150,9 @@ class Runner:
             else:
                 try:
                     prompt_ids = self.prompter(messages)
-                    gen = self._generate(method, prompt_ids, sample_seed(self.cfg.seed, q.id, turn, repeat),
-                                         self.cfg.max_new_tokens)
-                    row = self._row(name, method, q, turn, repeat, gen)
+                    cap = self.room.new_tokens(len(prompt_ids), self.cfg.max_new_tokens)
+                    gen = self._generate(method, prompt_ids, sample_seed(self.cfg.seed, q.id, turn, repeat), cap)
+                    row = self._row(name, method, q, turn, repeat, gen, max_new=cap)
                 except Exception as e:  # noqa: BLE001 - a failing sample is recorded, never hidden
                     failed = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
                     row = self._row(name, method, q, turn, repeat, error=failed, prompt_tokens=len(prompt_ids))

@@ -15,10 +15,12 @@ from rich.text import Text
 from specbench_cli.config import RunConfig
 from specbench_cli.console import err
 from specbench_cli.errors import RuntimeFailure
+from specbench_cli.models.load import declared_context
 from specbench_cli.models.prompting import default_threads, set_threads
+from specbench_cli.run import limits
 from specbench_cli.run.auto.bcauto import instance_label
 from specbench_cli.run.auto.calibrate import auto_specs, calibration_questions, prepare
-from specbench_cli.run.plan import load_questions, plan_methods
+from specbench_cli.run.plan import auto_candidates, load_questions, plan_methods
 from specbench_cli.run.resume import retry_error_rows
 from specbench_cli.run.runner import Runner
 from specbench_cli.store.conditions import LoadWatch, busy_reason
@@ -55,6 +57,8 @@ def _execute(cfg: RunConfig, store: Optional[RunFolder], report: bool, trust_rem
 
     questions = load_questions(cfg)           # bad input fails before the model loads
     planned = plan_methods(cfg)               # so do bad method options
+    limits.check_declared(cfg, declared_context(cfg.model),  # and lengths the model's header rules out
+                          limits.largest_budget(cfg, planned, auto_candidates(cfg)))
     if store is None:
         check_output_dir(cfg.output_dir)      # and an --output-dir that is a file or read-only
     else:                                     # and a run folder another process is writing
@@ -73,6 +77,7 @@ def _execute(cfg: RunConfig, store: Optional[RunFolder], report: bool, trust_rem
     planned, costs = prepare(cfg, lm, planned, questions, threads, store.read_manifest() if store else None)
     runner = Runner(cfg, store)  # store set below
     runner.setup(lm, planned)
+    limits.check_prompts(questions, runner.prompter, runner.room)  # a first turn that cannot fit: before decoding
     if store is None:
         manifest = {"config": {**dataclasses.asdict(cfg), "threads": threads,
                                "methods": list(runner.methods)},

@@ -1,19 +1,20 @@
 """Run one untrusted Python program (model-written code) in a contained subprocess.
 
 Callers must have the user's explicit opt-in (`--execute-code`); nothing here asks again.
-Each program gets, in layers (any one failing to apply on this OS leaves the others):
+The program runs through the launcher in jail.py, in layers (any one the kernel refuses is
+skipped, and `Result.missing` names it so reports can say so):
 
-- its own process group in a fresh temporary directory (its cwd, HOME and TMPDIR), removed
-  afterwards; a wall-clock timeout after which the whole group is SIGKILLed;
-- a scrubbed environment (PATH only) and `python -I -S`: no PYTHON* variables, no user or
-  site packages, so neither specbench nor the project's files are importable;
-- resource limits (setrlimit): address space (`memory_mb`), CPU seconds, file size, open
-  files, no core dumps;
-- Linux Landlock (kernel >= 5.13, unprivileged): it may read and execute only the Python
-  installation and system libraries, write only inside its temporary directory, open no
-  TCP connection, and not signal processes outside itself. `Result.landlock` says whether
-  this layer was active (it is not on kernels without Landlock; then files outside the
-  temporary directory are protected only by ordinary permissions).
+- session: its own session and process group, killed as a group at the timeout;
+- pid: PID 1 of its own PID namespace, so every process it starts (double-forked, setsid or
+  not) is killed by the kernel when it ends, at the timeout, or if the caller dies;
+- net: its own network namespace with the loopback down: no TCP or UDP, not even to 127.0.0.1;
+- mount / disk: a private tmpfs of `disk_mb` as its working folder (the total it can write);
+- unprivileged: uid/gid 65534 and no capabilities when the caller is root;
+- nproc: at most `nproc` processes; rlimits on address space (`memory_mb`), CPU seconds, file
+  size, open files, no core dumps; a scrubbed environment and `python -I -S` (no PYTHON*
+  variables, no site packages, so neither specbench nor the project's files are importable);
+- landlock (kernel >= 5.13): it may read and execute only the Python installation and system
+  libraries, write only its working folder, open no TCP connection, signal only itself.
 
 HumanEval's own `execution.py` runs the code inside the calling process (with `exec`), which
 is exactly what must not happen here; it is not used.
@@ -21,7 +22,7 @@ is exactly what must not happen here; it is not used.
 
 from __future__ import annotations
 
-import ctypes
+import json
 import os
 import signal
 import subprocess
@@ -31,12 +32,6 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-# Landlock ABI constants (include/uapi/linux/landlock.h).
-_SYS_CREATE, _SYS_ADD_RULE, _SYS_RESTRICT = 444, 445, 446
-_PR_SET_NO_NEW_PRIVS = 38
-_FS_EXECUTE, _FS_WRITE_FILE, _FS_READ_FILE, _FS_READ_DIR = 1, 2, 4, 8
-_FILE_RIGHTS = _FS_EXECUTE | _FS_WRITE_FILE | _FS_READ_FILE | (1 << 14) | (1 << 15)
-
 
 @dataclass
 class Result:
@@ -44,26 +39,19 @@ class Result:
     status: str           # "passed" | "failed" | "timeout"
     returncode: int | None
     output: str           # the last 2,000 characters of stdout + stderr
-    landlock: bool        # the filesystem/network layer was active
+    landlock: bool        # the Landlock filesystem layer was active
+    missing: tuple = ()   # layers (LAYERS) the kernel refused for this run
+
+
+LAYERS = ("session", "pid", "net", "mount", "disk", "unprivileged", "nproc", "landlock")
 
 
 def _landlock_abi() -> int:
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        return max(0, libc.syscall(_SYS_CREATE, None, ctypes.c_size_t(0), ctypes.c_uint32(1)))
-    except (OSError, AttributeError):
+    if not sys.platform.startswith("linux"):
         return 0
+    from specbench_cli.scoring.jail import landlock_abi
 
-
-def _handled_fs(abi: int) -> int:
-    bits = (1 << 13) - 1                    # ABI 1: execute .. make_sym
-    if abi >= 2:
-        bits |= 1 << 13                     # refer
-    if abi >= 3:
-        bits |= 1 << 14                     # truncate
-    if abi >= 5:
-        bits |= 1 << 15                     # ioctl_dev
-    return bits
+    return landlock_abi()
 
 
 def _read_roots() -> list[str]:
@@ -74,65 +62,71 @@ def _read_roots() -> list[str]:
     return sorted(r for r in roots if r and os.path.exists(r))
 
 
-def _apply_landlock(abi: int, workdir: str) -> None:
-    """Restrict this (child) process before exec; raises OSError if the kernel refuses."""
-    libc = ctypes.CDLL(None, use_errno=True)
-    fs = _handled_fs(abi)
-
-    class RulesetAttr(ctypes.Structure):
-        _fields_ = [("fs", ctypes.c_uint64), ("net", ctypes.c_uint64), ("scoped", ctypes.c_uint64)]
-
-    class PathBeneath(ctypes.Structure):
-        _pack_ = 1
-        _fields_ = [("allowed", ctypes.c_uint64), ("parent_fd", ctypes.c_int32)]
-
-    attr = RulesetAttr(fs, 3 if abi >= 4 else 0, 3 if abi >= 6 else 0)  # no TCP bind/connect; scoped signals
-    size = 24 if abi >= 6 else (16 if abi >= 4 else 8)
-    ruleset = libc.syscall(_SYS_CREATE, ctypes.byref(attr), ctypes.c_size_t(size), ctypes.c_uint32(0))
-    if ruleset < 0:
-        raise OSError(ctypes.get_errno(), "landlock_create_ruleset")
-    read = _FS_EXECUTE | _FS_READ_FILE | _FS_READ_DIR
-    for path, allowed in [(p, read) for p in _read_roots()] + [(workdir, fs)]:
-        fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
+def _pids_cgroup(nproc: int) -> Path | None:
+    """A pids cgroup capped at `nproc` (root only: RLIMIT_NPROC never binds uid 0, which the
+    program still is outside its user namespace); None where cgroups cannot be written."""
+    if os.geteuid() != 0:
+        return None
+    v2 = Path("/sys/fs/cgroup")
+    candidates = [Path("/sys/fs/cgroup/pids")]
+    try:
+        if "pids" in (v2 / "cgroup.subtree_control").read_text().split():
+            candidates.append(v2)
+    except OSError:
+        pass
+    for parent in candidates:
+        group = parent / f"specbench-sandbox-{os.getpid()}-{os.urandom(4).hex()}"
         try:
-            rights = allowed & (_FILE_RIGHTS if not os.path.isdir(path) else fs)
-            rule = PathBeneath(rights & fs, fd)
-            if libc.syscall(_SYS_ADD_RULE, ruleset, 1, ctypes.byref(rule), 0) < 0:
-                raise OSError(ctypes.get_errno(), f"landlock_add_rule {path}")
-        finally:
-            os.close(fd)
-    if libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 or libc.syscall(_SYS_RESTRICT, ruleset, 0) < 0:
-        raise OSError(ctypes.get_errno(), "landlock_restrict_self")
-    os.close(ruleset)
+            group.mkdir()
+        except OSError:
+            continue
+        try:
+            (group / "pids.max").write_text(str(nproc))
+            return group
+        except OSError:
+            group.rmdir()
+    return None
 
 
-def _limits(timeout: float, memory_mb: int) -> None:
-    import resource
+def _remove_cgroup(group: Path) -> None:
+    import time
 
-    mem = memory_mb * 1024 * 1024
-    cpu = int(timeout) + 1
-    for res, value in ((resource.RLIMIT_AS, mem), (resource.RLIMIT_CPU, cpu), (resource.RLIMIT_FSIZE, 16 << 20),
-                       (resource.RLIMIT_NOFILE, 64), (resource.RLIMIT_CORE, 0)):
-        resource.setrlimit(res, (value, value))
+    for _ in range(40):  # the kernel reaps the killed namespace asynchronously
+        try:
+            group.rmdir()
+            return
+        except OSError:
+            time.sleep(0.05)
 
 
-def run_untrusted(program: str, timeout: float = 10.0, memory_mb: int = 1024, landlock: bool = True) -> Result:
+def run_untrusted(program: str, timeout: float = 10.0, memory_mb: int = 1024, landlock: bool = True,
+                  disk_mb: int = 64, nproc: int = 32) -> Result:
     """Run `program` as `python -I -S prog.py` under every layer above; never raises for what
     the program does. `timeout` is wall-clock seconds."""
-    abi = _landlock_abi() if landlock and sys.platform.startswith("linux") else 0
-    with tempfile.TemporaryDirectory(prefix="specbench-sandbox-") as workdir:
-        script = Path(workdir) / "prog.py"
-        script.write_text(program, encoding="utf-8")
+    if not sys.platform.startswith("linux"):
+        raise RuntimeError("running model-written code needs Linux (namespaces, rlimits, Landlock)")
+    abi = _landlock_abi() if landlock else 0
+    with tempfile.TemporaryDirectory(prefix="specbench-sandbox-") as base:
+        os.chmod(base, 0o711)  # the program's uid may pass through to its folder, not list ours
+        workdir = Path(base) / "work"
+        workdir.mkdir()
+        (workdir / "prog.py").write_text(program, encoding="utf-8")
+        spec, layers_out = Path(base) / "spec.json", Path(base) / "layers.json"
+        spec.write_text(json.dumps({
+            "workdir": str(workdir), "python": os.path.realpath(sys.executable), "memory_mb": memory_mb,
+            "cpu_s": int(timeout) + 1, "file_mb": min(16, disk_mb), "disk_mb": disk_mb, "nproc": nproc,
+            "landlock_abi": abi, "read_roots": _read_roots(), "layers_out": str(layers_out)}))
+        jail = Path(__file__).with_name("jail.py")
+        group = _pids_cgroup(nproc + 1)  # + the launcher
 
-        def prepare() -> None:  # runs in the child between fork and exec
-            _limits(timeout, memory_mb)
-            if abi:
-                _apply_landlock(abi, workdir)
+        def join_group() -> None:  # in the launcher's process, before exec: its descendants inherit it
+            if group is not None:
+                (group / "cgroup.procs").write_text(str(os.getpid()))
 
-        env = {"PATH": "/usr/bin:/bin", "HOME": workdir, "TMPDIR": workdir, "LANG": "C.UTF-8"}
-        proc = subprocess.Popen([os.path.realpath(sys.executable), "-I", "-S", str(script)], cwd=workdir, env=env,
-                                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                preexec_fn=prepare, start_new_session=True, close_fds=True)
+        proc = subprocess.Popen([os.path.realpath(sys.executable), "-I", "-S", str(jail), str(spec)], cwd=base,
+                                env={"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"}, stdin=subprocess.DEVNULL,
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
+                                close_fds=True, preexec_fn=join_group if group is not None else None)
         try:
             out, _ = proc.communicate(timeout=timeout)
             status = "passed" if proc.returncode == 0 else "failed"
@@ -140,9 +134,23 @@ def run_untrusted(program: str, timeout: float = 10.0, memory_mb: int = 1024, la
             out, status = b"", "timeout"
         finally:
             try:
-                os.killpg(proc.pid, signal.SIGKILL)  # children it forked, too
+                os.killpg(proc.pid, signal.SIGKILL)  # the launcher's group; its namespace dies with it
             except (ProcessLookupError, PermissionError):
                 pass
             proc.wait()
+        if group is not None:
+            _remove_cgroup(group)
+        try:
+            layers = json.loads(layers_out.read_text())
+        except (OSError, ValueError):
+            layers = {}
+        # RLIMIT_NPROC binds a non-root caller; a root caller needs the cgroup
+        layers["nproc"] = group is not None or os.geteuid() != 0
         text = out.decode("utf-8", "replace")[-2000:]
-    return Result(status == "passed", status, proc.returncode, text, bool(abi))
+    missing = tuple(name for name in LAYERS if not layers.get(name))
+    return Result(status == "passed", status, proc.returncode, text, bool(layers.get("landlock")), missing)
+
+
+def missing_layers() -> tuple[str, ...]:
+    """The layers this machine cannot provide (runs a trivial program once)."""
+    return run_untrusted("pass\n", timeout=10).missing

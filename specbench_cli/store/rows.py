@@ -39,6 +39,7 @@ class SampleRow:
     status: str
     error: Optional[str] = None
     prompt_tokens: int = 0
+    max_new_tokens: Optional[int] = None     # this turn's cap: --max-new-tokens, or less where the context ends
     new_tokens: int = 0
     wall_time: float = 0.0
     prefill_time: float = 0.0
@@ -137,6 +138,7 @@ FIELD_TYPES: dict[str, tuple[Any, str]] = {
     "error": (_opt(lambda v: isinstance(v, str)), "a string or null"),
     "prompt_tokens": (lambda v: _is_int(v) and v >= 0, "an integer >= 0"),
     "new_tokens": (lambda v: _is_int(v) and v >= 0, "an integer >= 0"),
+    "max_new_tokens": (_opt(lambda v: _is_int(v) and v >= 0), "an integer >= 0 or null"),
     "wall_time": (lambda v: _is_num(v) and 0 <= v < float("inf"), "a finite number >= 0"),
     "prefill_time": (lambda v: _is_num(v) and 0 <= v < float("inf"), "a finite number >= 0"),
     "steps": (lambda v: _is_int(v) and v >= 0, "an integer >= 0"),

@@ -136,11 +136,22 @@ def shards(grid: Grid, questions: list[tuple[str, str, int]]) -> list[tuple[list
     return out
 
 
-def expand(grid: Grid, select: Callable[[str], list[tuple[str, str, int]]]) -> list[Job]:
-    """All jobs of the grid, in a stable order. `select(task)` -> selected [(id, category, turns)]."""
+DEFAULT_MAX_JOBS = 1000
+
+
+def expand(grid: Grid, select: Callable[[str], list[tuple[str, str, int]]],
+           max_jobs: int = DEFAULT_MAX_JOBS) -> list[Job]:
+    """All jobs of the grid, in a stable order. `select(task)` -> selected [(id, category, turns)].
+    UsageError, before any job is built, when the grid expands to more than `max_jobs`."""
+    per_task = {task: shards(grid, select(task)) for task in grid.tasks}
+    count = sum(len(s) for s in per_task.values()) * len(grid.models) * len(grid.method_sets) * len(grid.bcs) \
+        * len(grid.dtypes)
+    if count > max_jobs:
+        raise UsageError(f"{grid.path}: the grid expands to {count} jobs, more than --max-jobs {max_jobs} "
+                         f"(raise --max-jobs if you mean it)")
     jobs = []
     for task in grid.tasks:
-        task_shards = shards(grid, select(task))
+        task_shards = per_task[task]
         for model in grid.models:
             for methods in grid.method_sets:
                 for bc in grid.bcs:

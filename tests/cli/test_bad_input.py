@@ -120,7 +120,57 @@ def files(tmp_path_factory) -> dict[str, str]:
     f["run_bf16"] = _run(d / "run_bf16", config_dtype="bfloat16")
     # the same suite decoded on another forward path (speedups differ between paths)
     f["run_lean"] = _run(d / "run_lean", config_forward="lean")
+    _heads_folders(d, f)
+    write("garbage.gguf", b"this is not a GGUF file at all\n" * 4)
+    write("cut.gguf", b"GGUF\x03\x00\x00\x00" + b"\x00" * 5)
+    f["pickled_target"] = d / "pickled_target"
+    f["pickled_target"].mkdir()
+    (f["pickled_target"] / "config.json").write_text('{"model_type": "llama"}')
+    (f["pickled_target"] / "pytorch_model.bin").write_bytes(b"\x80\x02}q\x00.")
+    f["short_ctx"] = d / "short_ctx"  # a model folder whose config declares a 64-token context
+    f["short_ctx"].mkdir()
+    (f["short_ctx"] / "config.json").write_text('{"model_type": "llama", "max_position_embeddings": 64}')
+    (f["short_ctx"] / "model.safetensors").write_bytes(b"")
+    cells = ", ".join(f'"m{i}"' for i in range(40))
+    write("grid_huge.toml", f'methods = ["pld"]\nmodels = [{cells}]\nbcs = [{", ".join(map(str, range(1, 41)))}]\n')
     return {k: str(v) for k, v in f.items()}
+
+
+def _heads_folders(d: Path, f: dict) -> None:
+    """Heads folders for a hidden-32 / vocab-128 target: good ones and every way to damage them."""
+    import torch
+    from safetensors.torch import save_file
+    from transformers import LlamaConfig
+
+    from specbench_cli.methods.heads.model import EagleHead, eagle_config
+
+    target = LlamaConfig(vocab_size=128, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2)
+    head = EagleHead(eagle_config(target, 1))
+    state = {k: v.contiguous() for k, v in head.state_dict().items() if not k.startswith("rotary.")}
+    config = head.config_dict()
+
+    def heads(name: str, cfg_text: str | bytes | None = None, tensors: dict | None = None, raw: bytes | None = None):
+        folder = d / name
+        folder.mkdir()
+        text = json.dumps(config) if cfg_text is None else cfg_text
+        (folder / "config.json").write_bytes(text if isinstance(text, bytes) else text.encode())
+        if raw is not None:
+            (folder / "model.safetensors").write_bytes(raw)
+        else:
+            save_file(tensors if tensors is not None else state, str(folder / "model.safetensors"))
+        f[name] = folder
+
+    heads("heads_list", "[]")
+    heads("heads_string", '"eagle"')
+    heads("heads_latin1", b'{"num_hidden_layers": 1, "x": "caf\xe9"}')
+    heads("heads_typed", json.dumps({**config, "hidden_size": "32"}))
+    buf = __import__("io").BytesIO()
+    torch.save(state, buf)
+    heads("heads_pickle", raw=buf.getvalue())
+    heads("heads_shape", tensors={**state, "fc.weight": torch.zeros(32, 32)})
+    heads("heads_missing", tensors={k: v for k, v in state.items() if k != "fc.weight"})
+    heads("heads_cut", raw=(d / "heads_list" / "model.safetensors").read_bytes()[:-40])
 
 
 @pytest.fixture(scope="module")
@@ -164,9 +214,9 @@ CASES = [
     # --- run: options
     ("run --device cpu:abc", 2, "--device 'cpu:abc'"),
     ("run --device gpu", 2, "unknown device 'gpu'"),
-    ("run --temperature nan", 2, "--temperature must be >= 0 and finite (got nan)"),
-    ("run --temperature inf", 2, "--temperature must be >= 0 and finite"),
-    ("run --top-p nan", 2, "--top-p must be in (0, 1]"),
+    ("run --temperature nan", 2, "--temperature must be a finite number >= 0 (got nan)"),
+    ("run --temperature inf", 2, "--temperature must be a finite number >= 0 (got inf)"),
+    ("run --top-p nan", 2, "--top-p must be a finite number >= 0 (got nan)"),
     ("run --repeats 0", 2, "--repeats must be at least 1"),
     ("run --threads 0", 2, "--threads must be at least 1"),
     ("run --max-new-tokens 0", 2, "--max-new-tokens must be at least 1"),
@@ -177,11 +227,11 @@ CASES = [
     ("run --output-dir {a_file}", 2, "--output-dir {a_file} is a file, not a folder"),
     ("run --output-dir {a_file}/sub", 2, "--output-dir {a_file}/sub: cannot create it ({a_file} is a file)"),
     ("run --retry-errors", 2, "--retry-errors needs --resume RUN_DIR"),
-    ("run --methods recycling -o recycling.k=0", 2, "recycling.k must be in 1..64 (got 0)"),
+    ("run --methods recycling -o recycling.k=0", 2, "recycling.k must be between 1 and 64 (got 0)"),
     ("run --methods recycling -o recycling.tree={latin1.jsonl}", 2, "recycling.tree: {latin1.jsonl} is not a JSON file"),
     ("run --methods recycling -o recycling.order=widest", 2, "recycling.order must be one of prior, bfs"),
     ("run --methods samd -o samd.fallback=eagle2", 2, "samd.fallback must be one of recycling, pld, none"),
-    ("run --methods samd -o samd.threshold=0", 2, "samd.threshold must be in 1..1024 (got 0)"),
+    ("run --methods samd -o samd.threshold=0", 2, "samd.threshold must be between 1 and 1024 (got 0)"),
     # --- run --resume: the manifest, and flags that contradict it
     ("run --resume {folder}", 2, "is not a run folder (no manifest.json)"),
     ("run --resume {run_config_oops}", 2, "{run_config_oops}/manifest.json: 'config' must be an object"),
@@ -240,7 +290,7 @@ CASES = [
      "categories: baseline qa,rag, run math_reasoning,mt_bench,qa,rag,summarization,translation"),
     ("check {run} --baseline {baseline_of_run_bf16}", 2, 'dtype: baseline "bfloat16", run "float32"'),
     ("check {run_lean} --baseline {baseline_of_run}", 2, 'forward: baseline "sdpa", run "lean"'),
-    ("check {run} --baseline {baseline_of_run} --mat-tol nan", 2, "--mat-tol must be a finite number >= 0, got nan"),
+    ("check {run} --baseline {baseline_of_run} --mat-tol nan", 2, "--mat-tol must be a finite number >= 0 (got nan)"),
     ("check {run} --baseline {baseline_of_run} --speedup-tol -1", 2, "--speedup-tol must be a finite number >= 0"),
     ("check {run} --baseline {baseline_of_run} --mat-tol inf", 2, "--mat-tol must be a finite number"),
     ("check {rows_turn_text} --baseline {baseline_of_run}", 2, "'turn' must be an integer"),
@@ -258,15 +308,53 @@ CASES = [
     # --- train
     ("train drafter finetune --drafter d --data {latin1.jsonl} -o {folder}/ft", 2, "{latin1.jsonl}:1: not UTF-8 text"),
     ("train drafter finetune --drafter d --data {array.json} -o {folder}/ft", 2, "expected a JSON object, got list"),
-    ("train drafter finetune --drafter d --data {turns_int.jsonl} -o {folder}/ft --lr nan", 2, "--lr must be > 0"),
+    ("train drafter finetune --drafter d --data {turns_int.jsonl} -o {folder}/ft --lr nan", 2, "--lr must be a finite number >= 0 (got nan)"),
     ("train drafter finetune --drafter d --data {turns_int.jsonl} -o {folder}/ft --grad-clip nan", 2,
-     "--grad-clip > 0"),
+     "--grad-clip must be a finite number >= 0 (got nan)"),
     ("train drafter finetune --drafter d --data {turns_int.jsonl} -o {a_file}", 2, "exists and is not a folder"),
     ("train drafter scratch --text {text_latin1.txt} -o {folder}/sc", 2, "is not UTF-8 text"),
     ("train drafter distill-data -o {folder}", 2, "is a folder"),
     ("train drafter distill-data -o {folder}/d.jsonl --seeds {latin1.jsonl}", 2, "{latin1.jsonl}:1: not UTF-8 text"),
     ("train drafter distill-data -o {folder}/d.jsonl --temperatures x", 2, "--temperatures must be"),
     ("train heads --data {latin1.jsonl} -o {folder}/h --kind nope", 2, "nope"),
+    ("train heads --data {latin1.jsonl} -o {a_file}", 2, "--out: {a_file} exists and is not a folder"),
+    ("train heads --data {latin1.jsonl} -o {a_file}/h", 2, "is a file, so nothing can be written under it"),
+    ("train heads --data {latin1.jsonl} -o {folder}/h --lr inf", 2, "--lr must be a finite number >= 0 (got inf)"),
+    ("train heads --data {latin1.jsonl} -o {folder}/h --lambda inf", 2, "--lambda must be a finite number"),
+    ("train heads --data {latin1.jsonl} -o {folder}/h --lambda nan", 2, "--lambda must be a finite number"),
+    ("train heads --data {latin1.jsonl} -o {folder}/h --steps -3", 2, "--steps must be a finite number >= 0"),
+    ("train sft --data {latin1.jsonl} -o {folder}/s --lr inf", 2, "--lr must be a finite number >= 0 (got inf)"),
+    # --- bounds: every number has a ceiling, checked before any model loads
+    ("run --methods jacobi --bc 1000000000", 2, "--block-complexity must be between 1 and 4096"),
+    ("run --methods lookahead --bc 1000000000", 2, "--block-complexity must be between 1 and 4096"),
+    ("run --max-new-tokens 1000000000000000000000000000000", 2, "--max-new-tokens must be at most 1000000"),
+    ("run --methods pld --max-new-tokens 9000", 2, "exceed smollm2-135m's context of 8192 tokens"),
+    ("run --methods pld --model {short_ctx} --bc 64", 2, "block complexity 64 does not fit"),
+    ("run --methods pld --model {short_ctx} --max-new-tokens 60", 2, "use at most --max-new-tokens 53"),
+    ("run --methods pld -o pld.num_pred_tokens=-5", 2, "option pld.num_pred_tokens must be between 1 and 4096"),
+    ("run --methods mask-probe -o mask-probe.steps=-3", 2, "option mask-probe.steps must be between 1 and 64"),
+    ("run --methods mask-probe -o mask-probe.ema=nan", 2, "option mask-probe.ema expects a finite number"),
+    ("run --methods lookahead -o lookahead.N=100000", 2, "option lookahead.N must be between 2 and 64"),
+    ("run --threads 100000000", 2, "--threads must be at most 4096"),
+    ("sweep {grid_huge.toml} --dry-run", 2, "the grid expands to 9600 jobs, more than --max-jobs 1000"),
+    ("sweep {grid_huge.toml} --dry-run --max-jobs 0", 2, "--max-jobs must be at least 1"),
+    # --- files that are not what they claim: recognised by their bytes, before the target loads
+    ("run --methods eagle --heads {heads_list}", 2, "config.json must hold a JSON object, not list"),
+    ("run --methods eagle --heads {heads_string}", 2, "config.json must hold a JSON object, not str"),
+    ("run --methods eagle --heads {heads_latin1}", 2, "config.json is not UTF-8 text"),
+    ("run --methods eagle --heads {heads_typed}", 2, "'hidden_size' must be a positive int, got \"32\""),
+    ("run --methods eagle --heads {heads_pickle}", 2, "model.safetensors is a PyTorch pickle, not safetensors"),
+    ("run --methods eagle --heads {heads_shape}", 2, "tensor 'fc.weight' has shape [32, 32], expected [32, 64]"),
+    ("run --methods eagle --heads {heads_missing}", 2, "missing tensor 'fc.weight'"),
+    ("run --methods eagle --heads {heads_cut}", 2, "(truncated or damaged)"),
+    ("run --methods eagle --heads {folder}/nothing", 2, "heads folder not found"),
+    ("run --methods sps --draft-model {folder}/nonexistent", 2, "model path not found"),
+    ("run --methods sps --draft-model {garbage.gguf}", 2, "is not a GGUF file"),
+    ("run --model {garbage.gguf}", 2, "garbage.gguf is not a GGUF file"),
+    ("run --model {cut.gguf}", 2, "the GGUF header is cut short"),
+    ("run --model {pickled_target}", 2, "holds only pickled weights (pytorch_model.bin)"),
+    ("cost --plot {a_file}/x.png", 2, "--plot: "),
+    ("cost --plot {folder}", 2, "is a folder, not a file"),
 ]
 
 

@@ -13,13 +13,13 @@ from specbench_cli.methods.base import Method
 
 @pytest.mark.parametrize("args,message", [
     (["run", "--methods", "pldd"], "unknown method 'pldd'. Did you mean 'pld'?"),
-    (["run", "--block-complexity", "0"], "--block-complexity must be at least 1"),
+    (["run", "--block-complexity", "0"], "--block-complexity must be between 1 and 4096"),
     (["run", "--dtype", "float8"], "unknown dtype 'float8'"),
     (["run", "--tasks", "jsonl", "--questions", "/nonexistent/q.jsonl"], "questions file not found"),
     (["run", "--option", "pld.max_ngramm=4"], "has no option 'max_ngramm'"),
     (["run", "--option", "pld.max_ngram=four"], "expects int"),
     (["run", "--option", "nonsense"], "--option expects METHOD.KEY=VALUE"),
-    (["run", "--temperature", "-1"], "--temperature must be >= 0"),
+    (["run", "--temperature", "-1"], "--temperature must be a finite number >= 0"),
     (["run", "--model", "./no/such/folder"], "model path not found"),
     (["report", "/nonexistent/run"], "/nonexistent/run"),
     (["list", "methodz"], "Did you mean 'methods'?"),

@@ -32,7 +32,7 @@ PROMPT = [5, 9, 17, 33, 2, 64, 8]
     ("pld.max_ngrm=4", "has no option 'max_ngrm'. Did you mean 'max_ngram'?"),
     ("pld.max_ngram=abc", "expects int"),
     ("lookahead.W=9", "more than block complexity 4"),
-    ("sps.gamma=-1", "sps.gamma must be >= 0"),
+    ("sps.gamma=-1", "sps.gamma must be between 0 and 4096"),
 ])
 def test_bad_method_option_exits_2_fast_before_any_model_loads(option, message, capsys, monkeypatch, tmp_path):
     def no_model(*args, **kwargs):

@@ -93,10 +93,10 @@ def test_question_tokens_initialise_the_buffer(setup, tiny_tok):
 
 
 @pytest.mark.parametrize("options, message", [
-    ({"window": -1}, "window must be >= 0"),
-    ({"max_iters": -2}, "max_iters must be >= 0"),
-    ({"answer_tokens": 0}, "answer_tokens must be >= 1"),
-    ({"init": "zeros"}, "init must be one of"),
+    ({"window": -1}, "fastcot.window must be between 0 and 4096"),
+    ({"max_iters": -2}, "fastcot.max_iters must be between 0 and 1000000"),
+    ({"answer_tokens": 0}, "answer_tokens must be between 1 and 512"),
+    ({"init": "zeros"}, "fastcot.init must be one of"),
 ])
 def test_bad_options_are_usage_errors(options, message):
     with pytest.raises(UsageError, match=message):

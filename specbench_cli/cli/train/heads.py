@@ -8,6 +8,7 @@ from typing import Optional
 import typer
 
 from specbench_cli.cli.train.common import DEVICE, DTYPE, QUIET, THREADS, print_table
+from specbench_cli.atomic import output_problem
 from specbench_cli.errors import UsageError
 
 
@@ -50,6 +51,8 @@ def heads_cmd(
     data = data.expanduser()
     if not data.exists():
         raise UsageError(f"--data not found: {data}")
+    if problem := output_problem(out, folder=True):  # before the target loads and features are built
+        raise UsageError(f"--out: {problem}")
     from specbench_cli.training.heads.pipeline import run_heads
 
     _, table = run_heads(data, out, recipe, features, target, dtype, device, resume, not quiet)

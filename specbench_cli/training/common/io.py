@@ -30,9 +30,11 @@ def write_json(path: Path, obj: Any) -> None:
 
 def check_new_output(out: Path, force: bool = False) -> Path:
     """A model output folder must not already hold a model unless `force`."""
+    from specbench_cli.atomic import output_problem
+
     out = Path(out).expanduser()
-    if out.exists() and not out.is_dir():
-        raise UsageError(f"output {out} exists and is not a folder")
+    if problem := output_problem(out, folder=True):
+        raise UsageError(f"output {problem}")
     if not force and (out / "config.json").exists():
         raise UsageError(f"output folder {out} already holds a model; pass --force to overwrite it")
     return out

@@ -1,0 +1,88 @@
+"""Weight files recognised by their bytes, and safetensors headers read without loading tensors:
+a pickle renamed `.safetensors`, a truncated download or a wrong shape is one line (naming the
+file and the key) before any model loads."""
+
+from __future__ import annotations
+
+import json
+import struct
+import zipfile
+from pathlib import Path
+from typing import Any
+
+from specbench_cli.errors import UsageError
+
+MAX_HEADER = 100 << 20  # safetensors caps its JSON header at 100 MB
+
+
+def file_kind(path: Path) -> str:
+    """'safetensors', 'torch-zip' (torch.save's zip), 'pickle' (legacy torch.save), 'gguf',
+    'empty' or 'unknown', from the first bytes."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(16)
+    except OSError as e:
+        raise UsageError(f"cannot read {path}: {e.strerror or e}") from None
+    if not head:
+        return "empty"
+    if head[:4] == b"GGUF":
+        return "gguf"
+    if head[:4] == b"PK\x03\x04" and zipfile.is_zipfile(path):
+        return "torch-zip"
+    if len(head) >= 9:  # before the pickle test: a header length can start with 0x80 0x02
+        n = struct.unpack("<Q", head[:8])[0]
+        if 2 <= n <= MAX_HEADER and head[8:9] == b"{":
+            return "safetensors"
+    if head[:1] == b"\x80" and head[1:2] in (b"\x02", b"\x03", b"\x04", b"\x05"):
+        return "pickle"
+    return "unknown"
+
+
+def safetensors_header(path: Path) -> dict[str, tuple[str, tuple[int, ...]]]:
+    """{key: (dtype, shape)} of a safetensors file, checked against the file's length; UsageError
+    naming the file when it is not a whole safetensors file (a pickle says so and how to convert)."""
+    path = Path(path)
+    kind = file_kind(path)
+    if kind in ("torch-zip", "pickle"):
+        raise UsageError(f"{path} is a PyTorch pickle, not safetensors (renamed?); specbench reads pickles only "
+                         f"through 'specbench heads import', which converts them once")
+    if kind != "safetensors":
+        raise UsageError(f"{path} is not a safetensors file ({kind} content)")
+    size = path.stat().st_size
+    try:
+        with open(path, "rb") as f:
+            n = struct.unpack("<Q", f.read(8))[0]
+            header = json.loads(f.read(n).decode("utf-8"))
+    except (OSError, ValueError, UnicodeDecodeError) as e:
+        raise UsageError(f"{path}: unreadable safetensors header ({e})") from None
+    if not isinstance(header, dict):
+        raise UsageError(f"{path}: unreadable safetensors header (not a JSON object)")
+    out, end = {}, 0
+    for key, info in header.items():
+        if key == "__metadata__":
+            continue
+        try:
+            dtype, shape, (start, stop) = info["dtype"], tuple(int(d) for d in info["shape"]), info["data_offsets"]
+        except (TypeError, KeyError, ValueError) as e:
+            raise UsageError(f"{path}: tensor '{key}' has a malformed header entry ({e})") from None
+        out[key] = (str(dtype), shape)
+        end = max(end, int(stop))
+    if 8 + n + end != size:
+        raise UsageError(f"{path} is {size} bytes but its header describes {8 + n + end} (truncated or damaged)")
+    return out
+
+
+def check_state_shapes(path: Path, found: dict[str, tuple[str, tuple[int, ...]]], expected: dict[str, Any],
+                       ignore: tuple[str, ...] = ()) -> None:
+    """Every expected key present with its shape, no unexpected key; `expected` maps key ->
+    shape (tuple or torch.Size). One line naming the first offending key."""
+    for key, shape in expected.items():
+        if key not in found:
+            raise UsageError(f"{path}: missing tensor '{key}' (shape {list(shape)})")
+        if tuple(found[key][1]) != tuple(shape):
+            raise UsageError(f"{path}: tensor '{key}' has shape {list(found[key][1])}, expected {list(shape)}")
+        if found[key][0] not in ("F32", "F16", "BF16", "F64"):
+            raise UsageError(f"{path}: tensor '{key}' has dtype {found[key][0]}, expected a float type")
+    extra = [k for k in found if k not in expected and not k.startswith(ignore)]
+    if extra:
+        raise UsageError(f"{path}: unexpected tensor '{extra[0]}'" + (f" (and {len(extra) - 1} more)" if len(extra) > 1 else ""))
