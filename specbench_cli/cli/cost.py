@@ -7,8 +7,8 @@ from typing import Optional
 
 import typer
 
-from specbench_cli.console import err, out
 from specbench_cli.atomic import output_problem
+from specbench_cli.console import err, out
 from specbench_cli.errors import UsageError
 from specbench_cli.models.load import DEFAULT_MODEL
 

@@ -150,7 +150,6 @@ def converted_gguf_dir(gguf_path: str) -> Path:
     nothing behind for later runs to trip on, a damaged entry is rebuilt with one line saying so."""
     from specbench_cli.console import err
     from specbench_cli.models.cache import ensure_entry
-
     from specbench_cli.models.header import gguf_metadata
 
     p = Path(gguf_path)

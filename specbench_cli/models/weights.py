@@ -62,7 +62,7 @@ def safetensors_header(path: Path) -> dict[str, tuple[str, tuple[int, ...]]]:
         if key == "__metadata__":
             continue
         try:
-            dtype, shape, (start, stop) = info["dtype"], tuple(int(d) for d in info["shape"]), info["data_offsets"]
+            dtype, shape, (_, stop) = info["dtype"], tuple(int(d) for d in info["shape"]), info["data_offsets"]
         except (TypeError, KeyError, ValueError) as e:
             raise UsageError(f"{path}: tensor '{key}' has a malformed header entry ({e})") from None
         out[key] = (str(dtype), shape)

@@ -7,8 +7,8 @@ from typing import Optional
 
 import typer
 
-from specbench_cli.cli.train.common import DEVICE, DTYPE, QUIET, THREADS, print_table
 from specbench_cli.atomic import output_problem
+from specbench_cli.cli.train.common import DEVICE, DTYPE, QUIET, THREADS, print_table
 from specbench_cli.errors import UsageError
 
 
