@@ -100,8 +100,10 @@ class HeadsCheckpoint:
         weight = model.get_output_embeddings().weight
         head = load_heads(self.folder, model, dtype=weight.dtype).to(weight.device)
         hidden, vocab = int(model.config.hidden_size), int(weight.shape[0])
-        if self.kind == "medusa":  # v2 heads project through the target's LM head: no vocabulary of their own
-            h_head, v_head = int(head[0][0].linear.weight.shape[0]), None
+        if self.kind == "medusa":  # v2 heads project through the target's LM head; Medusa-1 heads have their own
+            h_head, v_head = int(head[0][0].linear.weight.shape[0]), head.own_vocab
+            if v_head is not None:
+                self.vocab = None  # their own projections cover the whole vocabulary
         else:
             h_head, v_head = int(head.config.hidden_size), int(head.config.vocab_size)
         if h_head != hidden or (v_head is not None and v_head != vocab):

@@ -88,18 +88,24 @@ class ResBlock(nn.Module):
 class MedusaHeads(DraftVocabMixin, nn.ModuleList):
     """H heads of K distinct ResBlocks each; head i predicts token t+2+i from the feature at t.
 
-    State-dict keys are exactly Medusa's `{i}.{j}.linear.weight|bias`.
-    Inference: `head_logits(hidden [..., h]) -> [..., H, V]` (through the target's LM head;
-    [..., H, V'] after `use_vocab(ids)`, map indices back with `to_target`).
+    State-dict keys are exactly Medusa's `{i}.{j}.linear.weight|bias`. Medusa-2 / TGI heads
+    (`vocab=None`) project through the target's LM head; Medusa-1 heads (`vocab=V`) end in their
+    own trained `Linear(h, V, bias=False)`, key `{i}.{K}.weight`.
+    Inference: `head_logits(hidden [..., h]) -> [..., H, V]` ([..., H, V'] after `use_vocab(ids)`
+    on shared-LM-head heads; map indices back with `to_target`).
     """
 
     kind = "medusa"
 
-    def __init__(self, hidden: int, heads: int, layers: int) -> None:
+    def __init__(self, hidden: int, heads: int, layers: int, vocab: int | None = None) -> None:
         if heads < 1 or layers < 1:
             raise UsageError("Medusa needs --heads-count >= 1 and --layers >= 1")
-        super().__init__([nn.Sequential(*[ResBlock(hidden) for _ in range(layers)]) for _ in range(heads)])
-        self.hidden, self.n_heads, self.n_layers = hidden, heads, layers
+        blocks = [[ResBlock(hidden) for _ in range(layers)] for _ in range(heads)]
+        if vocab is not None:
+            for b in blocks:
+                b.append(nn.Linear(hidden, vocab, bias=False))
+        super().__init__([nn.Sequential(*b) for b in blocks])
+        self.hidden, self.n_heads, self.n_layers, self.own_vocab = hidden, heads, layers, vocab
         self.__dict__["lm_head"] = None  # bound target part, kept out of state_dict/parameters
         self.use_vocab(None)
 
@@ -107,17 +113,26 @@ class MedusaHeads(DraftVocabMixin, nn.ModuleList):
         self.__dict__["lm_head"] = _target_parts(target)[0]
         return self
 
+    def use_vocab(self, ids: torch.Tensor | None) -> None:
+        if self.own_vocab is not None and ids is not None:
+            raise ValueError("Medusa-1 heads project through their own vocabulary; a draft vocabulary does not apply")
+        super().use_vocab(ids)
+
     def head_states(self, hidden: torch.Tensor) -> torch.Tensor:
-        """[..., h] -> [..., H, h] (pre-LM-head states of every head)."""
-        return torch.stack([head(hidden) for head in self], dim=-2)
+        """[..., h] -> [..., H, h] (pre-projection states of every head)."""
+        return torch.stack([head[:self.n_layers](hidden) for head in self], dim=-2)
 
     def head_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """[..., h] target feature(s) -> [..., H, V] logits ([..., H, V'] with a draft vocabulary)."""
-        return self.project(self.head_states(hidden.to(self.lm_head.weight.dtype)))
+        dtype = self[0][0].linear.weight.dtype if self.own_vocab is not None else self.lm_head.weight.dtype
+        states = self.head_states(hidden.to(dtype))
+        if self.own_vocab is not None:
+            return torch.stack([head[self.n_layers](states[..., i, :]) for i, head in enumerate(self)], dim=-2)
+        return self.project(states)
 
     def config_dict(self) -> dict:
         return {"medusa_num_heads": self.n_heads, "medusa_num_layers": self.n_layers, "hidden_size": self.hidden,
-                "version": "2", "architectures": ["MedusaHeads"]}
+                "version": "1" if self.own_vocab is not None else "2", "architectures": ["MedusaHeads"]}
 
 
 class HeadKV:
@@ -323,6 +338,11 @@ def read_heads_config(folder: Path) -> tuple[str, dict]:
         raise UsageError(f"{path} must hold a JSON object, not {type(cfg).__name__}")
     if not isinstance(cfg.get("specbench", {}), dict):
         raise UsageError(f"{path}: 'specbench' must be an object")
+    if not (folder / MEDUSA_FILE).is_file() and not (folder / EAGLE_FILE).is_file():
+        pickled = [n for n in ("medusa_lm_head.pt", "pytorch_model.bin", "medusa_lm_head.bin") if (folder / n).is_file()]
+        if pickled:
+            raise UsageError(f"{folder} holds published pickled weights ({pickled[0]}); convert them once: "
+                             f"specbench heads import {folder} --out DIR")
     if (folder / MEDUSA_FILE).is_file():
         return "medusa", cfg
     if (folder / EAGLE_FILE).is_file() and "num_hidden_layers" in cfg:
@@ -337,26 +357,40 @@ def read_heads_config(folder: Path) -> tuple[str, dict]:
     raise UsageError(f"{folder} holds neither {MEDUSA_FILE} nor an EAGLE {EAGLE_FILE}")
 
 
-def _medusa_layout(path: Path, found: dict) -> tuple[int, int, int]:
-    """(hidden, heads, layers) from v2 Medusa keys `{head}.{layer}.linear.{weight|bias}`."""
-    pairs = []
+def _medusa_layout(path: Path, found: dict) -> tuple[int, int, int, int | None]:
+    """(hidden, heads, layers, own vocabulary or None) from Medusa keys: `{head}.{layer}.linear.*`
+    (v2 / TGI), plus `{head}.{layers}.weight` [V, h] per head (Medusa-1's own projections)."""
+    blocks, projections = [], []
     for key in found:
         parts = key.split(".")
-        if len(parts) != 4 or parts[2] != "linear" or not (parts[0].isdigit() and parts[1].isdigit()):
-            raise UsageError(f"{path}: tensor '{key}' is not a v2 Medusa key ({{head}}.{{layer}}.linear.*); "
-                             f"a Medusa-1 file converts with 'specbench heads import'")
-        pairs.append((int(parts[0]), int(parts[1])))
+        if len(parts) == 4 and parts[2] == "linear" and parts[0].isdigit() and parts[1].isdigit():
+            blocks.append((int(parts[0]), int(parts[1])))
+        elif len(parts) == 3 and parts[2] == "weight" and parts[0].isdigit() and parts[1].isdigit():
+            projections.append((int(parts[0]), int(parts[1])))
+        else:
+            raise UsageError(f"{path}: tensor '{key}' is not a Medusa key ({{head}}.{{layer}}.linear.* or "
+                             f"{{head}}.{{layers}}.weight)")
     if "0.0.linear.weight" not in found:
         raise UsageError(f"{path}: missing tensor '0.0.linear.weight'")
-    return found["0.0.linear.weight"][1][0], 1 + max(p[0] for p in pairs), 1 + max(p[1] for p in pairs)
+    hidden = found["0.0.linear.weight"][1][0]
+    heads, layers = 1 + max(p[0] for p in blocks), 1 + max(p[1] for p in blocks)
+    vocab = None
+    if projections:
+        if any(j != layers for _, j in projections):
+            raise UsageError(f"{path}: tensor '{projections[0][0]}.{projections[0][1]}.weight' is not after the last "
+                             f"block (Medusa-1 projections are {{head}}.{layers}.weight)")
+        vocab = found[f"0.{layers}.weight"][1][0] if f"0.{layers}.weight" in found else None
+        if vocab is None:
+            raise UsageError(f"{path}: missing tensor '0.{layers}.weight'")
+    return hidden, heads, layers, vocab
 
 
 def _build(kind: str, cfg: dict, layout: tuple[int, int, int] | None) -> nn.Module:
     from transformers import LlamaConfig
 
     if kind == "medusa":
-        hidden, n_heads, n_layers = layout
-        return MedusaHeads(hidden, n_heads, n_layers)
+        hidden, n_heads, n_layers, vocab = layout
+        return MedusaHeads(hidden, n_heads, n_layers, vocab)
     return EagleHead(LlamaConfig(**{k: v for k, v in cfg.items() if k != "specbench"}))
 
 
