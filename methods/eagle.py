@@ -29,7 +29,6 @@ from typing import Optional
 
 from specbench_cli.engine.drafter import DecodeState
 from specbench_cli.engine.tree import Draft
-from specbench_cli.errors import UsageError
 from specbench_cli.lazy import inference_mode, torch
 from specbench_cli.methods.base import opt
 from specbench_cli.methods.heads.common import VOCAB_MODES, HeadsMethod, pick
@@ -42,6 +41,7 @@ class EagleOptions:
     top_k: Optional[int] = opt(None, lo=1, hi=4096)  # children per node and frontier width; None: min(10, BC-1)
     vocab: str = opt("auto", choices=VOCAB_MODES)  # draft vocabulary: auto (the heads' training vocabulary + the prompt's tokens) | full
     chain: bool = False          # draft the head's greedy chain (KOALA's n-alpha); always a chain under sampling
+    tree: str = "dynamic"        # dynamic (EAGLE-2) | eagle1_25 (EAGLE-1's static tree) | mc_sim_7b_63 | FILE.json
 
 
 class Eagle(HeadsMethod):
@@ -51,10 +51,9 @@ class Eagle(HeadsMethod):
     Options = EagleOptions
 
     def plan_tree(self) -> None:
-        for key in ("depth", "top_k"):
-            v = getattr(self.opts, key)
-            if v is not None and v < 1:
-                raise UsageError(f"eagle.{key} must be >= 1 (got {v})")
+        from specbench_cli.methods.trees import read_paths
+
+        self.static = None if self.opts.tree == "dynamic" else read_paths(self.opts.tree, "eagle.tree")
         n = max(1, self.ctx.budget - 1)
         # Capped at BC-1: deeper levels or wider frontiers can never make the kept BC-1 nodes.
         self.depth = min(n, 5 if self.opts.depth is None else self.opts.depth)
@@ -65,6 +64,8 @@ class Eagle(HeadsMethod):
         self.device = self.ctx.model.get_output_embeddings().weight.device
 
     def tree_params(self) -> dict:
+        if self.static is not None:
+            return {"tree": self.opts.tree, "paths": len(self.static)}
         return {"depth": self.depth, "top_k": self.top_k}
 
     def reset(self, prompt_ids: list[int]) -> None:
@@ -87,8 +88,11 @@ class Eagle(HeadsMethod):
         features, tokens = self._pending(state)
         if self.chain:
             return self._chain(features, tokens, n)
-        from specbench_cli.methods.heads.tree import eagle2_tree
+        from specbench_cli.methods.heads.tree import eagle2_tree, eagle_static_tree
 
+        if self.static is not None:
+            tree = eagle_static_tree(self.head, self.cache, features, tokens, self.static, budget=n)
+            return Draft(tokens=tree.tokens, parents=tree.parents)
         tree = eagle2_tree(self.head, self.cache, features, tokens, budget=n, depth=self.depth, top_k=self.top_k)
         return Draft(tokens=tree.tokens, parents=tree.parents)
 

@@ -32,6 +32,7 @@ from specbench_cli.methods.heads.common import VOCAB_MODES, HeadsMethod, pick
 @dataclass
 class MedusaOptions:
     heads: Optional[str] = None  # heads folder from `specbench train heads --kind medusa`
+    choices: Optional[str] = None  # a static tree: mc_sim_7b_63 (Spec-Bench's) | eagle1_25 | FILE.json; None: the prior tree
     width: int = opt(10, lo=1, hi=1024)  # ranks per head considered by the path list
     vocab: str = opt("auto", choices=VOCAB_MODES)  # draft vocabulary: auto (the heads' training vocabulary + the prompt's tokens) | full
     chain: bool = False          # draft each head's top-1 as a chain (KOALA's n-alpha); always a chain under sampling
@@ -44,16 +45,19 @@ class Medusa(HeadsMethod):
     Options = MedusaOptions
 
     def plan_tree(self) -> None:
+        from specbench_cli.methods.trees import read_paths
+
+        self.fixed = read_paths(self.opts.choices, "medusa.choices") if self.opts.choices else None
         self.paths: list[list[int]] = []
 
     def setup(self) -> None:
         from specbench_cli.methods.heads.tree import default_medusa_paths
 
         super().setup()
-        self.paths = default_medusa_paths(self.head.n_heads, self.opts.width, limit=2 * self.ctx.budget + 8)  # slack: paths past the heads or vocabulary are skipped
+        self.paths = self.fixed or default_medusa_paths(self.head.n_heads, self.opts.width, limit=2 * self.ctx.budget + 8)  # slack: paths past the heads or vocabulary are skipped
 
     def tree_params(self) -> dict:
-        return {"width": self.opts.width, "paths": len(self.paths)}
+        return {"width": self.opts.width, "paths": len(self.paths), "choices": self.opts.choices}
 
     @inference_mode
     def propose(self, state: DecodeState) -> Draft:

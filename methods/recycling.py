@@ -20,9 +20,7 @@ questions of a run (the paper's "hot start"); `-o recycling.hot=false` clears it
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Optional
 
 from specbench_cli.engine.drafter import DecodeState, Structure, VerifyResult
@@ -78,24 +76,11 @@ def truncate(paths: list[tuple[int, ...]], n: int, order: str) -> list[tuple[int
 
 
 def read_tree_file(path: str) -> list[tuple[int, ...]]:
-    """A JSON list of rank paths (Medusa / Token Recycling style: [[0], [1], [0, 0], ...])."""
-    p = Path(path).expanduser()
-    try:
-        doc = json.loads(p.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise UsageError(f"recycling.tree: file not found: {p}") from None
-    except (OSError, UnicodeDecodeError, ValueError) as exc:
-        raise UsageError(f"recycling.tree: {p} is not a JSON file: {exc}") from None
-    if not isinstance(doc, list) or not doc or not all(
-            isinstance(x, list) and x and all(isinstance(r, int) and not isinstance(r, bool) and r >= 0 for r in x)
-            for x in doc):
-        raise UsageError(f"recycling.tree: {p} must be a non-empty JSON list of non-empty lists of ranks >= 0")
-    paths = sorted({tuple(x) for x in doc}, key=lambda x: (len(x), x))
-    have = set(paths)
-    for x in paths:
-        if len(x) > 1 and x[:-1] not in have:
-            raise UsageError(f"recycling.tree: {p}: path {list(x)} has no parent {list(x[:-1])} in the file")
-    return paths
+    """A JSON list of rank paths (Medusa / Token Recycling style: [[0], [1], [0, 0], ...]), or a
+    named static tree (methods/trees.py), in breadth-first order."""
+    from specbench_cli.methods.trees import read_paths
+
+    return sorted({tuple(x) for x in read_paths(path, "recycling.tree")}, key=lambda x: (len(x), x))
 
 
 @dataclass

@@ -102,6 +102,73 @@ def eagle2_tree(head: EagleHead, cache: HeadKV, features: torch.Tensor, tokens: 
     return _select(pool, budget)
 
 
+@torch.no_grad()
+def eagle_static_tree(head: EagleHead, cache: HeadKV, features: torch.Tensor, tokens: torch.Tensor,
+                      paths: list[list[int]], budget: int) -> HeadTree:
+    """EAGLE-1's static tree: `paths` of per-depth ranks (e.g. `eagle1_25`), the first `budget`
+    whose parents are kept. The pending pairs are fed as in `eagle2_tree`; then depth by depth
+    every kept node that has kept children is fed in one head step (seeing the committed cache
+    and its own ancestors), and its children are its top-ranked tokens at the listed ranks.
+    The cache is cropped back to the committed pairs."""
+    if budget < 1:
+        raise ValueError("budget must be >= 1")
+    kept: list[tuple[int, ...]] = []
+    have: set[tuple[int, ...]] = set()
+    for p in paths:
+        key = tuple(p)
+        if len(kept) >= budget:
+            break
+        if key and key not in have and (len(key) == 1 or key[:-1] in have):
+            kept.append(key)
+            have.add(key)
+    base = cache.length
+    pos0 = base + tokens.shape[0] - 1
+    out, logits = head.step(cache, features, tokens, torch.arange(base, pos0 + 1, device=tokens.device))
+    committed = cache.length
+    max_rank = 1 + max((k[-1] for k in kept), default=0)
+    node: dict[tuple[int, ...], int] = {}
+    tree = HeadTree()
+    parent_logits = {(): logits[-1]}
+    state_of = {(): out[-1]}
+    slot: dict[tuple[int, ...], int] = {}
+    for d in range(1, 1 + max((len(k) for k in kept), default=0)):
+        level = [k for k in kept if len(k) == d]
+        tops = {}
+        for key in level:  # children of this level's parents, from the parents' logits
+            par = key[:-1]
+            if par not in tops:
+                lp = torch.log_softmax(parent_logits[par].float(), -1)
+                top = lp.topk(min(max_rank, lp.shape[-1]))
+                tops[par] = (head.to_target(top.indices).tolist(), top.values.tolist())
+            ids, vals = tops[par]
+            if key[-1] >= len(ids):
+                continue
+            parent = node.get(par, -1)
+            node[key] = len(tree.tokens)
+            tree.tokens.append(ids[key[-1]])
+            tree.parents.append(parent)
+            tree.scores.append(vals[key[-1]] + (tree.scores[parent] if parent >= 0 else 0.0))
+            tree.depths.append(d)
+        feed = [k for k in level if k in node and any(len(c) == d + 1 and c[:-1] == k for c in kept)]
+        if not feed:
+            continue
+        n = len(feed)
+        mask = torch.zeros(n, cache.length + n, dtype=torch.bool, device=tokens.device)
+        mask[:, :committed] = True
+        for r, key in enumerate(feed):
+            mask[r, cache.length + r] = True
+            for j in range(1, len(key)):
+                mask[r, committed + slot[key[:j]]] = True
+        first = cache.length - committed
+        toks = torch.tensor([tree.tokens[node[k]] for k in feed], device=tokens.device)
+        states, lg = head.step(cache, torch.stack([state_of[k[:-1]] for k in feed]), toks,
+                               torch.full((n,), pos0 + d, device=tokens.device), mask)
+        for r, key in enumerate(feed):
+            slot[key], state_of[key], parent_logits[key] = first + r, states[r], lg[r]
+    cache.crop(committed)
+    return tree
+
+
 def medusa_tree(logits: torch.Tensor, paths: list[list[int]], budget: int,
                 ids: torch.Tensor | None = None) -> HeadTree:
     """Static Medusa tree: logits [H, V] of the heads at the last accepted position; `paths` lists

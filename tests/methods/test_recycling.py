@@ -93,7 +93,7 @@ def test_a_tree_file_is_read_and_checked(tmp_path):
 
 
 @pytest.mark.parametrize("options, message", [({"k": 0}, "recycling.k"), ({"order": "best"}, "recycling.order"),
-                                              ({"tree": "/no/such.json"}, "file not found")])
+                                              ({"tree": "/no/such.json"}, "neither a known tree")])
 def test_bad_options_are_usage_errors(options, message):
     with pytest.raises(UsageError, match=message):
         TokenRecycling(MethodContext(budget=10), **options)

@@ -344,9 +344,10 @@ def test_unrecorded_entry_adopted_when_whole_rebuilt_when_truncated(tmp_path):
 def test_gguf_cache_rebuilt_through_load_model(tmp_path, isolated_cache, monkeypatch, capsys):
     """load_model on a .gguf: converted once, a truncated cached model.safetensors is named and
     rebuilt, and the model loads again. The GGUF conversion itself is replaced by saving the tiny
-    model (producing a real tiny GGUF file is out of reach here)."""
-    gguf = tmp_path / "tiny.gguf"
-    gguf.write_bytes(b"GGUF not really")
+    model; the file is a real tiny GGUF, whose header is read before conversion)."""
+    from helpers.tiny_gguf import write_tiny_gguf
+
+    gguf = write_tiny_gguf(tmp_path / "tiny.gguf")
     conversions = []
     monkeypatch.setattr(models, "_convert_gguf", lambda p, dest: (conversions.append(p), save_tiny(dest)))
     first = models.load_model(str(gguf))

@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from specbench_cli.errors import UsageError
-from specbench_cli.methods.heads.importers import Importer, first_file, read_config, read_tensors
+from specbench_cli.methods.heads.importers.common import Importer, first_file, read_config, read_tensors
 
 FILES = ("pytorch_model.bin", "model.safetensors")
 # HASS-style variants with extra norms (vllm speculators' converter lists them); not this head

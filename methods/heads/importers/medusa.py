@@ -11,7 +11,7 @@ import json
 from pathlib import Path
 
 from specbench_cli.errors import UsageError
-from specbench_cli.methods.heads.importers import Importer, first_file, read_config, read_tensors
+from specbench_cli.methods.heads.importers.common import Importer, first_file, read_config, read_tensors
 
 FILES = ("medusa_lm_head.pt", "medusa_lm_head.safetensors", "medusa_lm_head.bin")
 
