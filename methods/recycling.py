@@ -149,6 +149,8 @@ class TokenRecycling(Method):
         return Draft(tokens=tokens, parents=parents)
 
     def observe(self, result: VerifyResult) -> None:
-        verified = [result.state.ids[-1]] + list(result.draft.tokens)
+        # the engine's sequence already holds this step's new tokens: the root sits before them
+        root = result.state.ids[-1 - len(result.new_tokens)]
+        verified = [root] + list(result.draft.tokens)
         top = result.logits.topk(self.opts.k, dim=-1).indices.to("cpu", torch.int32)  # [n+1, k]
         self.matrix[torch.tensor(verified, dtype=torch.long)] = top

@@ -68,6 +68,8 @@ class VerifyResult:
               root and the accepted nodes, in path order; None unless the drafter declares
               `needs_hidden_states`. Its last row is the state whose logits gave the bonus token.
     preds:    greedy argmax per row, when decoding greedily.
+    state:    the DecodeState `propose` was given; its `ids` is the engine's sequence, which by
+              now ends with `new_tokens` (the root is `state.ids[-1 - len(new_tokens)]`).
     """
 
     draft: Draft

@@ -49,9 +49,10 @@ def _method(budget=10, vocab=50, **options):
     return m
 
 
-def _verify(m, ids, draft, logits):
-    state = DecodeState(ids=ids, prompt_len=1, budget=m.ctx.budget, remaining=100)
-    m.observe(VerifyResult(draft=draft, accepted=[], new_tokens=[], logits=logits, hidden=None, preds=None,
+def _verify(m, ids, draft, logits, new_tokens):
+    """As the engine calls it: `ids` is its sequence, already extended by `new_tokens`."""
+    state = DecodeState(ids=ids + new_tokens, prompt_len=1, budget=m.ctx.budget, remaining=100)
+    m.observe(VerifyResult(draft=draft, accepted=[], new_tokens=new_tokens, logits=logits, hidden=None, preds=None,
                            state=state))
 
 
@@ -63,12 +64,27 @@ def test_verified_rows_refresh_their_tokens_and_the_tree_walks_them(tmp_path):
     logits[0, 7], logits[0, 8] = 5.0, 4.0      # after root token 3: 7 then 8
     logits[1, 9], logits[1, 10] = 5.0, 4.0     # after draft token 11: 9 then 10
     logits[2, 12], logits[2, 13] = 5.0, 4.0    # after draft token 12: 12 then 13
-    _verify(m, [1, 2, 3], Draft(tokens=[11, 12], parents=[-1, 0]), logits)
+    _verify(m, [1, 2, 3], Draft(tokens=[11, 12], parents=[-1, 0]), logits, new_tokens=[7])
     assert m.matrix[3].tolist() == [7, 8] and m.matrix[11].tolist() == [9, 10] and m.matrix[12].tolist() == [12, 13]
     draft = m.propose(DecodeState(ids=[5, 3], prompt_len=1, budget=4, remaining=100))
     assert draft.tokens == [7, 8] and draft.parents == [-1, -1]  # row 7 unknown: node [0, 0] left out
     draft = m.propose(DecodeState(ids=[5, 11], prompt_len=1, budget=4, remaining=100))
     assert draft.tokens == [9, 10] and len(draft) <= 3
+
+
+def test_through_the_engine_each_root_row_holds_its_successor(tiny_model, tiny_tok):
+    """At BC 1 nothing is drafted and every step verifies only its root: the row of each output
+    token (the last time it was a root) must rank first the token that followed it."""
+    from helpers.tiny import EOS
+
+    from specbench_cli.engine.loop import Decoder
+
+    m = TokenRecycling.create(MethodContext(tiny_model, tiny_tok, budget=1))
+    prompt = [2, 5, 9, 14, 7, 3, 2, 6, 30, 31]
+    out = Decoder(tiny_model, {EOS}).generate(m, prompt, 30, 1).output_ids
+    seq = prompt + out
+    last_next = {seq[i]: seq[i + 1] for i in range(len(prompt), len(seq) - 1)}  # the prefill is not observed
+    assert last_next and all(int(m.matrix[t][0]) == n for t, n in last_next.items())
 
 
 def test_hot_start_keeps_the_matrix_and_cold_start_clears_it():
