@@ -29,6 +29,7 @@ from typing import Any, Callable, List, Optional, Union
 from specbench_cli.engine.forward.modes import check as check_forward
 from specbench_cli.errors import UsageError, unknown
 from specbench_cli.models.load import DEFAULT_MODEL, DTYPES, check_device
+from specbench_cli.models.templates import check_template
 
 AUTO = "auto"
 AR = "ar"
@@ -205,6 +206,58 @@ def _grid_options(v: Any) -> bool:
         for opts in v.values())
 
 
+# ----------------------------------------------------------------------------- presets
+
+@dataclass(frozen=True)
+class Preset:
+    """Settings of a published benchmark in one flag: run fields, and per method a block
+    complexity (None: the run's) and options. Anything the user gives explicitly wins."""
+
+    summary: str
+    run: dict
+    methods: dict  # name -> (BC or None, {option: value})
+
+
+PRESETS = {
+    # Spec-Bench (hemingkx/Spec-Bench, eval.sh and evaluation/inference_*.py): Vicuna's fastchat
+    # template, greedy, 1024 new tokens, float16; EAGLE-2 total_token 60, depth 5 (EAGLE counts the
+    # levels after the first: our 6), top_k 10; Medusa-1 on mc_sim_7b_63 (64 tokens); EAGLE-1 on its
+    # 25-node tree when asked for with eagle.tree; Lookahead level 5, window 7, guess 7; PLD
+    # max_ngram 3 with 10 tokens. docs/presets.md lists them next to the leaderboard.
+    "spec-bench": Preset(
+        "Spec-Bench's settings: vicuna template, 1024 new tokens, float16, per-method trees",
+        run={"prompt_template": "vicuna", "max_new_tokens": 1024, "dtype": "float16", "temperature": 0.0},
+        methods={"eagle": (60, {"depth": 6, "top_k": 10}), "medusa": (64, {"choices": "mc_sim_7b_63"}),
+                 "lookahead": (None, {"N": 5, "W": 7, "G": 7}), "pld": (11, {"max_ngram": 3, "num_pred_tokens": 10})}),
+}
+
+
+def _preset(value: Any) -> Any:
+    if value is not None and value not in PRESETS:
+        raise unknown("preset", value, tuple(PRESETS))
+    return value
+
+
+def apply_preset(cfg: "RunConfig", given: set[str]) -> None:
+    """Fill `cfg` from its preset where the user gave nothing: run fields not in `given` (field
+    names set explicitly), each listed method's BC (as NAME@BC, unless --bc or NAME@BC was given)
+    and its options (unless given with -o)."""
+    preset = PRESETS[_preset(cfg.preset)]
+    for name, value in preset.run.items():
+        if name not in given:
+            setattr(cfg, name, value)
+    specs = []
+    for spec in cfg.methods:
+        base, bc = parse_spec(spec)
+        budget, options = preset.methods.get(base, (None, {}))
+        if bc is None and budget is not None and "block_complexity" not in given:
+            spec = f"{base}@{budget}"
+        for key, value in options.items():
+            cfg.method_options.setdefault(base, {}).setdefault(key, value)
+        specs.append(spec)
+    cfg.methods = specs
+
+
 @dataclass
 class RunConfig:
     model: str = option(DEFAULT_MODEL, cli=Cli(("--model", "-m"), "Alias, Hugging Face id, local folder or .gguf file."),
@@ -282,6 +335,13 @@ class RunConfig:
         CALIBRATION_TOKENS,
         cli=Cli(("--auto-tokens",), "New tokens per calibration question for 'auto' (capped by --max-new-tokens)."),
         check=_at_least(1, "--auto-tokens", MAX_NEW_TOKENS))
+    preset: Optional[str] = option(
+        None, cli=Cli(("--preset",), "A published benchmark's settings in one flag (spec-bench); explicit flags "
+                      "override it; recorded in the manifest."), check=_preset, grid=None)
+    prompt_template: str = option(
+        "auto", cli=Cli(("--prompt-template",), "How questions become prompts: auto (the tokenizer's chat template, "
+                        "else plain), vicuna (Spec-Bench's), llama-2, llama-3, chatml, none, or a FILE.jinja."),
+        check=check_template, grid=Grid("prompt_template", "a template name or a .jinja path"))
     forward: str = option(
         "auto", cli=Cli(("--forward",), "How the target computes a forward: auto (lean for a Llama-architecture "
                         "target on CPU, else sdpa), sdpa, eager, short (attention for few-token blocks) or lean "

@@ -72,6 +72,12 @@ def run(ctx: typer.Context, **params: Any) -> None:
         store = None
         cfg = RunConfig.from_cli(params)
         cfg.methods = cfg.methods or default_methods()
+        if cfg.preset:
+            from specbench_cli.config import apply_preset
+
+            names = {f.metadata["cli"].name: f.name for f in dataclasses.fields(RunConfig)}
+            apply_preset(cfg, {names[n] for n in ctx.params if n in names
+                               and ctx.get_parameter_source(n).name not in ("DEFAULT", "DEFAULT_MAP")})
         if extra["heads"]:
             from specbench_cli.methods.heads.common import apply_heads_flag
 

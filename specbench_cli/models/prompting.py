@@ -12,19 +12,13 @@ from typing import Any, Optional
 from specbench_cli.errors import UsageError
 
 
-def encode_chat(tokenizer: Any, messages: list[dict]) -> list[int]:
-    """Conversation -> prompt ids (generation prompt included).
+def encode_chat(tokenizer: Any, messages: list[dict], template: str = "auto") -> list[int]:
+    """Conversation -> prompt ids (generation prompt included), formatted by `template`
+    (models/templates.py). `auto`: the tokenizer's chat template; without one, the turns
+    joined by blank lines plus a trailing blank line, tokenized with its special tokens."""
+    from specbench_cli.models.templates import encode
 
-    With a chat template: the template, tokenized by it. Without one: the turns joined by
-    blank lines plus a trailing blank line, tokenized with the tokenizer's special tokens.
-    """
-    if getattr(tokenizer, "chat_template", None):
-        out = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
-        if hasattr(out, "keys"):
-            out = out["input_ids"]
-        return list(out)
-    text = "\n\n".join(m["content"] for m in messages) + "\n\n"
-    return list(tokenizer(text)["input_ids"])
+    return encode(tokenizer, messages, template)
 
 
 def user_turn(text: str) -> list[dict]:
@@ -33,13 +27,13 @@ def user_turn(text: str) -> list[dict]:
 
 
 class ChatPrompter:
-    """`encode_chat` bound to one tokenizer."""
+    """`encode_chat` bound to one tokenizer and template."""
 
-    def __init__(self, tokenizer: Any) -> None:
-        self.tok = tokenizer
+    def __init__(self, tokenizer: Any, template: str = "auto") -> None:
+        self.tok, self.template = tokenizer, template
 
     def __call__(self, messages: list[dict]) -> list[int]:
-        return encode_chat(self.tok, messages)
+        return encode_chat(self.tok, messages, self.template)
 
 
 def stop_token_ids(tokenizer: Any, model: Any) -> list[int]:

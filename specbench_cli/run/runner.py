@@ -88,7 +88,7 @@ class Runner:
         self.lm = lm
         self.sampling = method_context(self.cfg).sampling
         self.decoder = Decoder(lm.model, stop_token_ids(lm.tokenizer, lm.model), self.sampling)
-        self.prompter = ChatPrompter(lm.tokenizer)
+        self.prompter = ChatPrompter(lm.tokenizer, self.cfg.prompt_template)
         planned = planned if planned is not None else plan_methods(self.cfg)
         # every method of a question gets the same cap, so answers stay comparable with AR's
         self.room = limits.Room(model_context_length(lm.model), [m.ctx.budget for m in planned.values()])

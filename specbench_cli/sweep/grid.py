@@ -56,6 +56,7 @@ class Grid:
     questions_path: Optional[str]     # resolved against the grid file's folder
     device: str
     seed: int
+    prompt_template: str = "auto"
     options: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
@@ -169,12 +170,19 @@ def _job(grid: Grid, model: str, methods: list[str], bc: int, dtype: str, task: 
                 "limit": grid.limit if ids is None else None, "max_new_tokens": grid.max_new_tokens,
                 "repeats": grid.repeats, "threads": grid.threads, "device": grid.device, "seed": grid.seed,
                 "options": opts}
+    if grid.prompt_template != "auto":  # only when set, so the ids of older grids' jobs stay the same
+        settings["prompt_template"] = grid.prompt_template
     args = ["run", "--model", model, "--methods", ",".join(methods), "--block-complexity", str(bc),
             "--dtype", dtype, "--tasks", task, "--max-new-tokens", str(grid.max_new_tokens),
             "--repeats", str(grid.repeats), "--threads", str(grid.threads), "--device", grid.device,
             "--seed", str(grid.seed)]
     if grid.questions_path:
         args += ["--questions", grid.questions_path]
+    if grid.prompt_template != "auto":
+        template = grid.prompt_template
+        if template.endswith(".jinja"):
+            template = str((grid.path.parent / template).resolve())
+        args += ["--prompt-template", template]
     if ids is None:
         args += ["--categories", ",".join(cats)] + (["--limit", str(grid.limit)] if grid.limit else [])
     else:

@@ -13,6 +13,20 @@ DTYPE = typer.Option("float32", help="float32 | bfloat16 | float16.")
 DEVICE = typer.Option("cpu", help="cpu | cuda | mps.")
 THREADS = typer.Option(None, help="torch CPU threads (1 is fastest on a busy 2-core machine).")
 QUIET = typer.Option(False, "--quiet", "-q", help="No progress bar.")
+DATA_TEMPLATE = typer.Option(None, "--prompt-template",
+                             help="Prompt template the data must have been generated with (auto | vicuna | "
+                                  "llama-2 | llama-3 | chatml | none | FILE.jinja); default: the data's own.")
+
+
+def check_data_template(value):
+    """--prompt-template of a training command: None, or a template name / readable .jinja."""
+    if value is None:
+        return None
+    from specbench_cli.models.templates import check_template
+
+    return check_template(value)
+
+
 TRUST = typer.Option(False, "--trust-remote-code",
                       help="Let the models run the Python code they ship (auto_map); off: such a model is refused.")
 

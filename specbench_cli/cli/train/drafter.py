@@ -14,12 +14,14 @@ from typing import Optional
 import typer
 
 from specbench_cli.cli.train.common import (
+    DATA_TEMPLATE,
     DEVICE,
     DTYPE,
     QUIET,
     TARGET,
     THREADS,
     TRUST,
+    check_data_template,
     check_output_for_training,
     load,
     print_table,
@@ -135,6 +137,9 @@ def distill_data_cmd(
     max_new_tokens: int = typer.Option(128),
     batch_size: int = typer.Option(8, help="Prompts generated together."),
     seed: int = typer.Option(0),
+    prompt_template: str = typer.Option("auto", "--prompt-template",
+                                        help="How prompts are formatted (as `specbench run --prompt-template`): "
+                                             "train on the prompts you benchmark with; recorded in every row."),
     dtype: str = DTYPE, device: str = DEVICE, threads: Optional[int] = THREADS, quiet: bool = QUIET,
     trust_remote_code: bool = TRUST,
 ):
@@ -143,9 +148,11 @@ def distill_data_cmd(
 
     from specbench_cli.console import err
     from specbench_cli.models.prompting import set_threads
+    from specbench_cli.models.templates import check_template
     from specbench_cli.training.drafter.distill_data import generate_distill_data, load_seeds, parse_temperatures
 
     set_threads(threads)
+    check_template(prompt_template)
     temps = parse_temperatures(temperatures)
     seed_rows = load_seeds(seeds, limit)
     if output.expanduser().is_dir():
@@ -155,7 +162,8 @@ def distill_data_cmd(
     with Progress(console=err, disable=quiet) as bar:
         task = bar.add_task("distill-data", total=len(seed_rows) * len(temps))
         stats = generate_distill_data(lm.model, lm.tokenizer, seed_rows, output, target, temps, top_p,
-                                      max_new_tokens, batch_size, seed, on_batch=lambda n: bar.advance(task, n))
+                                      max_new_tokens, batch_size, seed, on_batch=lambda n: bar.advance(task, n),
+                                      template=prompt_template)
     print_table(f"distill-data -> {output}", {**stats, "seconds": time.time() - t0})
 
 
@@ -179,6 +187,7 @@ def finetune_cmd(
     save_every: int = typer.Option(50), keep: int = typer.Option(2), seed: int = typer.Option(0),
     resume: bool = typer.Option(False, help="Continue from the latest checkpoint in --output."),
     force: bool = typer.Option(False, help="Start over in an --output that already holds a model/checkpoints."),
+    prompt_template: Optional[str] = DATA_TEMPLATE,
     dtype: str = DTYPE, device: str = DEVICE, threads: Optional[int] = THREADS, quiet: bool = QUIET,
     trust_remote_code: bool = TRUST,
 ):
@@ -190,6 +199,7 @@ def finetune_cmd(
     from specbench_cli.training.drafter.losses import LOSSES
 
     set_threads(threads)
+    check_data_template(prompt_template)
     if loss not in LOSSES:
         from specbench_cli.errors import unknown
 
@@ -197,7 +207,7 @@ def finetune_cmd(
     cfg = train_config(steps, batch_size, lr, weight_decay, warmup, grad_clip, save_every, keep, seed)
     out = check_output_for_training(output, resume, force)
     rows = load_jsonl(data, "distillation file")
-    check_distill_rows(rows, data)
+    template = check_distill_rows(rows, data, prompt_template)
     target = target or _data_target(rows, data)
     text = read_text_file(pretrain_text, "--pretrain-text file") if pretrain_text else None
     mix = pretrain_mix if pretrain_mix is not None else (0.2 if text else 0.0)
@@ -205,7 +215,8 @@ def finetune_cmd(
     t = load(target, device, dtype, trust_remote_code)
     summary = finetune(d.model, t.model, d.tokenizer, rows, out, loss, cfg, text, mix, max_len, holdout,
                        meta={"drafter_init": drafter, "target": target, "data": str(data),
-                             "pretrain_text": str(pretrain_text) if pretrain_text else None},
+                             "pretrain_text": str(pretrain_text) if pretrain_text else None,
+                             "prompt_template": template},
                        resume=resume, progress=not quiet, pretrain_seq_len=pretrain_seq_len,
                        cache_target=cache_target)
     table = {"steps": summary["steps_done"], "training seconds": summary["wall_seconds_this_run"],

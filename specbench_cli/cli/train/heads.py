@@ -8,7 +8,15 @@ from typing import Optional
 import typer
 
 from specbench_cli.atomic import output_problem
-from specbench_cli.cli.train.common import DEVICE, DTYPE, QUIET, THREADS, print_table
+from specbench_cli.cli.train.common import (
+    DATA_TEMPLATE,
+    DEVICE,
+    DTYPE,
+    QUIET,
+    THREADS,
+    check_data_template,
+    print_table,
+)
 from specbench_cli.errors import UsageError
 
 
@@ -33,6 +41,7 @@ def heads_cmd(
                                   "(float32 weights; ~2.5x faster on CPUs with AMX / AVX512-BF16)."),
     save_every: int = typer.Option(50), seed: int = typer.Option(0),
     resume: bool = typer.Option(False, help="Continue from the latest checkpoint in --out."),
+    prompt_template: Optional[str] = DATA_TEMPLATE,
     dtype: str = DTYPE, device: str = DEVICE, threads: Optional[int] = THREADS, quiet: bool = QUIET,
 ):
     """Train Medusa / EAGLE / KOALA draft heads on the frozen target's cached features."""
@@ -48,6 +57,7 @@ def heads_cmd(
     torch_dtype(dtype)
     check_device(device)
     set_threads(threads)
+    check_data_template(prompt_template)
     data = data.expanduser()
     if not data.exists():
         raise UsageError(f"--data not found: {data}")
@@ -55,7 +65,8 @@ def heads_cmd(
         raise UsageError(f"--out: {problem}")
     from specbench_cli.training.heads.pipeline import run_heads
 
-    _, table = run_heads(data, out, recipe, features, target, dtype, device, resume, not quiet)
+    _, table = run_heads(data, out, recipe, features, target, dtype, device, resume, not quiet,
+                         template=prompt_template)
     print_table(f"train heads -> {out}", table)
 
 

@@ -12,6 +12,7 @@ from typing import Optional
 
 import typer
 
+from specbench_cli.cli.train.common import DATA_TEMPLATE
 from specbench_cli.models.load import DEFAULT_MODEL
 
 _DATA = typer.Option(..., help="Instruction/response JSONL (`train drafter distill-data` output: the "
@@ -38,6 +39,7 @@ def sft_cmd(
     dtype: str = _DTYPE, device: str = typer.Option("cpu", help="cpu | cuda | mps."),
     threads: Optional[int] = typer.Option(None, help="torch CPU threads."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar."),
+    prompt_template: Optional[str] = DATA_TEMPLATE,
 ):
     """Supervised fine-tuning (all weights) on instruction/response JSONL: the MSN paper's baseline."""
     _run(locals(), None)
@@ -59,6 +61,7 @@ def msn_cmd(
     dtype: str = _DTYPE, device: str = typer.Option("cpu", help="cpu | cuda | mps."),
     threads: Optional[int] = typer.Option(None, help="torch CPU threads."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar."),
+    prompt_template: Optional[str] = DATA_TEMPLATE,
 ):
     """Make Some Noise: the sft recipe with one response segment per sample replaced by noise in the
     input (labels stay gold), so the model learns to decode from noisy drafts (Jacobi)."""
@@ -69,7 +72,13 @@ def msn_cmd(
 
 
 def _run(a: dict, noise) -> None:
-    from specbench_cli.cli.train.common import check_output_for_training, load, print_table, train_config
+    from specbench_cli.cli.train.common import (
+        check_data_template,
+        check_output_for_training,
+        load,
+        print_table,
+        train_config,
+    )
     from specbench_cli.models.load import check_device
     from specbench_cli.models.prompting import set_threads
     from specbench_cli.training.drafter.distill_data import load_jsonl
@@ -78,6 +87,7 @@ def _run(a: dict, noise) -> None:
     from specbench_cli.training.sft.train import check_autocast, train_sft
 
     set_threads(a["threads"])
+    check_data_template(a["prompt_template"])
     check_device(a["device"])
     check_autocast(a["dtype"])
     check_lora(a["lora_rank"], a["lora_alpha"])
@@ -92,11 +102,11 @@ def _run(a: dict, noise) -> None:
                         a["save_every"], a["keep"], a["seed"])
     out = check_output_for_training(a["output"], a["resume"], a["force"])
     rows = load_jsonl(a["data"], "training data file")
-    check_distill_rows(rows, a["data"])
+    template = check_distill_rows(rows, a["data"], a["prompt_template"])
     t0 = time.time()
     lm = load(a["target"], a["device"], "float32")
     summary = train_sft(lm.model, lm.tokenizer, rows, out, cfg, noise, a["max_len"], a["holdout"], a["dtype"],
-                        meta={"init": a["target"], "data": str(a["data"])}, resume=a["resume"],
+                        meta={"init": a["target"], "data": str(a["data"]), "prompt_template": template}, resume=a["resume"],
                         progress=not a["quiet"], lora_rank=a["lora_rank"], lora_alpha=a["lora_alpha"])
     table = {"steps": summary["steps_done"], "training seconds": summary["wall_seconds_this_run"],
              "total seconds": round(time.time() - t0, 1), "train examples": summary["train_examples"]}

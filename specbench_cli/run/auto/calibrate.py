@@ -136,7 +136,7 @@ def calibrate(cfg, lm, specs: list[str], questions: list, curve: costmod.CostCur
     from specbench_cli.run.plan import method_context
 
     cal = calibration_questions(cfg, questions, cfg.auto_questions)
-    prompter = ChatPrompter(lm.tokenizer)
+    prompter = ChatPrompter(lm.tokenizer, cfg.prompt_template)
     prompts = [prompter(user_turn(q.turns[0])) for q in cal]
     decoder = Decoder(lm.model, stop_token_ids(lm.tokenizer, lm.model), method_context(cfg).sampling)
     max_new = min(cfg.auto_tokens, cfg.max_new_tokens)

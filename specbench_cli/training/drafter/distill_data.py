@@ -74,9 +74,29 @@ def load_seeds(path: Path | None = None, limit: int | None = None) -> list[dict]
     return seeds
 
 
-def chat_prompt(tokenizer: Any, instruction: str) -> list[int]:
-    """Token ids of the prompt for one user turn, encoded exactly as `specbench run` does."""
-    return encode_chat(tokenizer, user_turn(instruction))
+def chat_prompt(tokenizer: Any, instruction: str, template: str = "auto") -> list[int]:
+    """Token ids of the prompt for one user turn, encoded exactly as `specbench run` does with
+    `--prompt-template template`."""
+    return encode_chat(tokenizer, user_turn(instruction), template)
+
+
+def row_template(row: dict) -> str:
+    """The prompt template a data row was generated with (rows from before the field: auto)."""
+    return row.get("prompt_template") or "auto"
+
+
+def data_template(rows: list[dict], path: Path, wanted: str | None = None) -> str:
+    """The one prompt template of `rows`; UsageError when they mix templates or differ from
+    `wanted` (a training command's --prompt-template): the answers were generated for the
+    prompts in the data's template, so training on other prompts would teach the wrong thing."""
+    found = sorted({row_template(r) for r in rows})
+    if len(found) > 1:
+        raise UsageError(f"{path} mixes prompt templates ({', '.join(found)}); train on one at a time")
+    have = found[0] if found else (wanted or "auto")
+    if wanted is not None and wanted != have:
+        raise UsageError(f"{path} was generated with --prompt-template {have}, not {wanted}: regenerate it with "
+                         f"`specbench train drafter distill-data --prompt-template {wanted}` (or drop the flag)")
+    return have
 
 
 def generate_batch(model: Any, tokenizer: Any, prompts: list[list[int]], temperature: float, top_p: float,
@@ -109,7 +129,7 @@ def generate_batch(model: Any, tokenizer: Any, prompts: list[list[int]], tempera
 def generate_distill_data(model: Any, tokenizer: Any, seeds: list[dict], out_path: Path, target_ref: str,
                           temperatures=DEFAULT_TEMPERATURES, top_p: float = 0.95, max_new_tokens: int = 128,
                           batch_size: int = 8, seed: int = 0,
-                          on_batch: Callable[[int], None] | None = None) -> dict:
+                          on_batch: Callable[[int], None] | None = None, template: str = "auto") -> dict:
     """Write (or complete) the distillation JSONL at `out_path`.
 
     For every temperature, seeds are answered in batches of `batch_size`; the RNG is reseeded
@@ -127,7 +147,9 @@ def generate_distill_data(model: Any, tokenizer: Any, seeds: list[dict], out_pat
     out_path.parent.mkdir(parents=True, exist_ok=True)
     done = set()
     if out_path.exists() and out_path.stat().st_size:
-        done = {(r.get("id"), float(r.get("temperature", -1))) for r in load_jsonl(out_path, "distillation file")}
+        old = load_jsonl(out_path, "distillation file")
+        data_template(old, out_path, template)  # a resumed file keeps one template
+        done = {(r.get("id"), float(r.get("temperature", -1))) for r in old}
     written = skipped = 0
     with out_path.open("a", encoding="utf-8") as f:
         for ti, temp in enumerate(temperatures):
@@ -137,13 +159,13 @@ def generate_distill_data(model: Any, tokenizer: Any, seeds: list[dict], out_pat
                 skipped += len(batch) - len(todo)
                 if todo:
                     torch.manual_seed((seed * 1_000_003 + ti * 10_007 + bi // batch_size) % (2 ** 31))
-                    prompts = [chat_prompt(tokenizer, s["instruction"]) for s in todo]
+                    prompts = [chat_prompt(tokenizer, s["instruction"], template) for s in todo]
                     answers = generate_batch(model, tokenizer, prompts, temp, top_p, max_new_tokens)
                     for s, (resp, finished) in zip(todo, answers):
                         row = {**s, "response": tokenizer.decode(resp, skip_special_tokens=True),
                                "temperature": float(temp), "top_p": float(top_p), "target": target_ref,
                                "max_new_tokens": max_new_tokens, "response_tokens": len(resp),
-                               "finished": finished, "seed": seed}
+                               "finished": finished, "seed": seed, "prompt_template": template}
                         f.write(json.dumps(row, ensure_ascii=False) + "\n")
                     f.flush()
                     written += len(todo)

@@ -26,7 +26,7 @@ from specbench_cli.errors import UsageError
 from specbench_cli.models.prompting import stop_token_ids
 from specbench_cli.training.common.io import DRAFTER_META, write_json
 from specbench_cli.training.common.loop import TrainConfig, checkpoints, train_loop
-from specbench_cli.training.drafter.distill_data import chat_prompt
+from specbench_cli.training.drafter.distill_data import chat_prompt, data_template, row_template
 from specbench_cli.training.drafter.losses import LOSSES, distill_loss, kld, tvd
 
 # ----------------------------------------------------------------------------- data
@@ -46,7 +46,7 @@ def build_examples(rows: list[dict], tokenizer: Any, model: Any, max_len: int = 
     eos = stop_token_ids(tokenizer, model)[:1]
     examples = []
     for row in rows:
-        prompt = chat_prompt(tokenizer, row["instruction"])
+        prompt = chat_prompt(tokenizer, row["instruction"], row_template(row))
         resp = tokenizer(row["response"], add_special_tokens=False)["input_ids"]
         if row.get("finished"):
             resp = resp + eos
@@ -88,10 +88,15 @@ def split_rows(rows: list[dict], holdout: float) -> tuple[list[dict], list[dict]
     return train, [r for r in rows if held(r)]
 
 
-def check_distill_rows(rows: list[dict], path: Path) -> None:
+def check_distill_rows(rows: list[dict], path: Path, template: str | None = None) -> str:
+    """Row fields, and one prompt template matching `template` (a command's --prompt-template;
+    None = whatever the data has). Returns the data's template."""
     for i, r in enumerate(rows, 1):
         if not isinstance(r.get("instruction"), str) or not isinstance(r.get("response"), str):
             raise UsageError(f"distillation file {path} row {i} lacks 'instruction'/'response' strings")
+        if not isinstance(r.get("prompt_template", "auto"), str):
+            raise UsageError(f"distillation file {path} row {i}: 'prompt_template' must be a string")
+    return data_template(rows, path, template)
 
 
 def pretrain_chunks(text: str, tokenizer: Any, seq_len: int) -> list[list[int]]:

@@ -10,18 +10,19 @@ from specbench_cli.training.heads.data import FEATURES_FILE, build_feature_cache
 from specbench_cli.training.heads.train import HeadsRecipe, train_heads
 
 
-def _rows_target(data: Path) -> tuple[list[dict], str | None]:
+def _rows_target(data: Path, template: str | None) -> tuple[list[dict], str | None, str]:
     from specbench_cli.training.drafter.distill_data import load_jsonl
     from specbench_cli.training.drafter.finetune import check_distill_rows
 
     rows = load_jsonl(data, "distillation file")
-    check_distill_rows(rows, data)
+    template = check_distill_rows(rows, data, template)
     refs = {r.get("target") for r in rows}
-    return rows, (refs.pop() if len(refs) == 1 else None)
+    return rows, (refs.pop() if len(refs) == 1 else None), template
 
 
 def run_heads(data: Path, out: Path, recipe: HeadsRecipe, features: Path | None, target: str | None,
-              dtype: str, device: str, resume: bool, progress: bool) -> tuple[dict, dict]:
+              dtype: str, device: str, resume: bool, progress: bool,
+              template: str | None = None) -> tuple[dict, dict]:
     """Load the target, get (or build once) the feature cache, train; returns the training
     summary and the rows of the table the command prints."""
     from rich.progress import Progress
@@ -32,9 +33,14 @@ def run_heads(data: Path, out: Path, recipe: HeadsRecipe, features: Path | None,
     t0 = time.time()
     if data.is_dir():
         cache_dir, rows = data, None
-        target = target or load_feature_cache(data).meta.get("target")
+        cached = load_feature_cache(data).meta
+        target = target or cached.get("target")
+        have = cached.get("prompt_template") or "auto"
+        if template is not None and template != have:
+            raise UsageError(f"feature cache {data} was built from prompts in template {have}, not {template}")
+        template = have
     else:
-        rows, data_target = _rows_target(data)
+        rows, data_target, template = _rows_target(data, template)
         target = target or data_target
         cache_dir = (features or data.with_name(data.name + ".features")).expanduser()
     if not target:
@@ -44,13 +50,15 @@ def run_heads(data: Path, out: Path, recipe: HeadsRecipe, features: Path | None,
         with Progress(console=err, disable=not progress) as bar:
             task = bar.add_task("target features", total=len(rows))
             build_feature_cache(lm.model, lm.tokenizer, rows, cache_dir, recipe.max_len,
-                                meta={"target": target, "data": str(data), "rows": len(rows), "dtype": dtype},
+                                meta={"target": target, "data": str(data), "rows": len(rows), "dtype": dtype,
+                                      "prompt_template": template},
                                 on_batch=lambda n: bar.advance(task, n))
     cache = load_feature_cache(cache_dir)
     if cache.features.shape[1] != lm.model.config.hidden_size:
         raise UsageError(f"feature cache {cache_dir} has width {cache.features.shape[1]}, the target "
                          f"{lm.model.config.hidden_size}: built for another model")
     meta = {"target": target, "data": str(data), "features": str(cache_dir), "dtype": dtype,
+            "prompt_template": template,
             "data_sequences": len(cache), "data_tokens": int(cache.meta.get("tokens", 0)),
             "data_response_tokens": int(cache.meta.get("response_tokens", 0))}
     summary = train_heads(lm.model, cache, recipe, out, meta, resume=resume, progress=progress,
