@@ -292,6 +292,23 @@ class RunConfig:
     question_ids: Optional[list[str]] = option(
         None, cli=Cli(("--question-ids",), "Only these question ids (comma-separated).", type=Optional[List[str]],
                       to_config=split_list))
+    question_field: Optional[str] = option(
+        None, cli=Cli(("--question-field",), "hf: tasks: the column holding the prompt (a string, a list of "
+                      "turns, or a conversation); default: the first of turns, conversations, messages, question, "
+                      "prompt, instruction, input, problem, text."),
+        grid=Grid("question_field", "a column name"))
+    reference_field: Optional[str] = option(
+        None, cli=Cli(("--reference-field",), "hf: tasks: the column of reference answers (scored with --scorer)."),
+        grid=Grid("reference_field", "a column name"))
+    category_field: Optional[str] = option(
+        None, cli=Cli(("--category-field",), "hf: tasks: the column to group rows by (default: one category "
+                      "named after the dataset)."), grid=Grid("category_field", "a column name"))
+    id_field: Optional[str] = option(
+        None, cli=Cli(("--id-field",), "hf: tasks: the column of unique ids (default: question_id or id, "
+                      "else the row number)."), grid=Grid("id_field", "a column name"))
+    scorer: Optional[str] = option(
+        None, cli=Cli(("--scorer",), "hf: tasks: how answers are scored against --reference-field (gsm8k, "
+                      "humaneval; checked with the tasks)."), grid=Grid("scorer", "gsm8k or humaneval"))
     block_complexity: Budget = option(
         DEFAULT_BUDGET,
         cli=Cli(("--block-complexity", "--bc"), "Max tokens the target processes per forward, root included; "

@@ -18,8 +18,18 @@ REGISTRY = _REGISTRY.entries
 DESCRIBED = {"summary": ""}
 
 names = _REGISTRY.names
-get = _REGISTRY.get
 register = _REGISTRY.register
+
+
+def get(name: str, source=None):
+    """The Task class for `name`. `hf:PATH_OR_ID[:CONFIG][:SPLIT]` names a dataset read through
+    `datasets` (tasks/hf.py); its column mapping comes from `source`'s question_field,
+    reference_field, category_field, id_field and scorer (a RunConfig or a sweep Grid)."""
+    from specbench_cli.tasks import hf
+
+    if hf.is_hf(name):
+        return hf.hf_task(name, hf.fields_of(source))
+    return _REGISTRY.get(name)
 
 
 def describe(name: str) -> dict:

@@ -19,9 +19,22 @@ def check_config(cfg: RunConfig) -> None:
     """The field checks (`RunConfig.validate`), then what needs the registries: the tasks
     exist and every method instance plans with its options. No model is loaded."""
     cfg.validate()
+    from specbench_cli.tasks import hf
+
     for t in cfg.tasks:
-        task_registry.get(t)
-    if cfg.questions and not any(task_registry.get(t).takes_questions_file for t in cfg.tasks):
+        if hf.is_hf(t):
+            hf.check_source(t)
+        else:
+            task_registry.get(t)
+    if cfg.scorer is not None:
+        from specbench_cli.scoring.quality import check_scorer
+
+        check_scorer(cfg.scorer, "--scorer")
+    given = [k for k in hf.FIELD_FLAGS if getattr(cfg, k) is not None]
+    if given and not any(hf.is_hf(t) for t in cfg.tasks):
+        raise UsageError(f"--{given[0].replace('_', '-')} maps the columns of an hf: task; --tasks "
+                         f"{','.join(cfg.tasks)} has none")
+    if cfg.questions and not any(task_registry.get(t, cfg).takes_questions_file for t in cfg.tasks):
         raise UsageError(f"--questions {cfg.questions} is not read by --tasks {','.join(cfg.tasks)} "
                          f"(use --tasks spec_bench, jsonl or humaneval with a file)")
     plan_methods(cfg)
@@ -78,7 +91,7 @@ def default_methods() -> list[str]:
 def load_questions(cfg: RunConfig):
     qs = []
     for t in cfg.tasks:
-        qs += task_registry.get(t).load(cfg.questions)
+        qs += task_registry.get(t, cfg).load(cfg.questions)
     qs = select_questions(qs, cfg.categories, cfg.limit, cfg.question_ids)
     if not qs:
         raise UsageError("no questions left after --categories/--limit/--question-ids")

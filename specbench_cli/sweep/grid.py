@@ -57,6 +57,11 @@ class Grid:
     device: str
     seed: int
     prompt_template: str = "auto"
+    question_field: Optional[str] = None
+    reference_field: Optional[str] = None
+    category_field: Optional[str] = None
+    id_field: Optional[str] = None
+    scorer: Optional[str] = None
     options: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
@@ -170,8 +175,10 @@ def _job(grid: Grid, model: str, methods: list[str], bc: int, dtype: str, task: 
                 "limit": grid.limit if ids is None else None, "max_new_tokens": grid.max_new_tokens,
                 "repeats": grid.repeats, "threads": grid.threads, "device": grid.device, "seed": grid.seed,
                 "options": opts}
-    if grid.prompt_template != "auto":  # only when set, so the ids of older grids' jobs stay the same
-        settings["prompt_template"] = grid.prompt_template
+    # only when set, so the ids of older grids' jobs stay the same
+    for key in ("prompt_template", "question_field", "reference_field", "category_field", "id_field", "scorer"):
+        if getattr(grid, key) not in (None, "auto"):
+            settings[key] = getattr(grid, key)
     args = ["run", "--model", model, "--methods", ",".join(methods), "--block-complexity", str(bc),
             "--dtype", dtype, "--tasks", task, "--max-new-tokens", str(grid.max_new_tokens),
             "--repeats", str(grid.repeats), "--threads", str(grid.threads), "--device", grid.device,
@@ -183,6 +190,9 @@ def _job(grid: Grid, model: str, methods: list[str], bc: int, dtype: str, task: 
         if template.endswith(".jinja"):
             template = str((grid.path.parent / template).resolve())
         args += ["--prompt-template", template]
+    for key in ("question_field", "reference_field", "category_field", "id_field", "scorer"):
+        if getattr(grid, key) is not None:
+            args += ["--" + key.replace("_", "-"), getattr(grid, key)]
     if ids is None:
         args += ["--categories", ",".join(cats)] + (["--limit", str(grid.limit)] if grid.limit else [])
     else:

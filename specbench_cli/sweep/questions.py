@@ -28,7 +28,7 @@ def selector(grid: Grid) -> Callable[[str], list[tuple[str, str, int]]]:
     from specbench_cli.tasks.base import select as select_questions
 
     def select(task: str) -> list[tuple[str, str, int]]:
-        questions = select_questions(registry.get(task).load(grid.questions_path), grid.categories, grid.limit)
+        questions = select_questions(registry.get(task, grid).load(grid.questions_path), grid.categories, grid.limit)
         if not questions:
             raise UsageError(f"{grid.path}: task '{task}' has no questions left after categories/limit")
         if grid.shard not in ("category", "none"):

@@ -130,7 +130,8 @@ def scratch_cmd(
 def distill_data_cmd(
     output: Path = typer.Option(..., "--output", "-o", help="JSONL file (appended to / resumed if it exists)."),
     target: str = TARGET,
-    seeds: Optional[Path] = typer.Option(None, help="Seed instructions JSONL (default: the shipped set)."),
+    seeds: Optional[Path] = typer.Option(None, help="Seed instructions JSONL, or hf:PATH_OR_ID[:CONFIG][:SPLIT] "
+                                         "(a dataset's prompts; default: the shipped set)."),
     limit: Optional[int] = typer.Option(None, help="Use only the first N seed instructions."),
     temperatures: str = typer.Option("0,0.3,0.7,1.0", help="Comma-separated sampling temperatures (0 = greedy)."),
     top_p: float = typer.Option(0.95, help="Nucleus sampling for temperatures > 0."),
@@ -170,7 +171,8 @@ def distill_data_cmd(
 @drafter_app.command("finetune")
 def finetune_cmd(
     drafter: str = typer.Option(..., help="Drafter folder (from subclone / scratch / an earlier finetune)."),
-    data: Path = typer.Option(..., help="Distillation JSONL from distill-data."),
+    data: Path = typer.Option(..., help="Distillation JSONL from distill-data, or hf:PATH_OR_ID[:CONFIG][:SPLIT] "
+                                   "(instruction/response or ShareGPT conversations)."),
     output: Path = typer.Option(..., "--output", "-o", help="Folder for the fine-tuned drafter + checkpoints."),
     target: Optional[str] = typer.Option(None, "--target", "-m", help="Target model (default: the data's 'target')."),
     loss: str = typer.Option("tvd++", help="kld | tvd | tvd++."),
@@ -194,7 +196,7 @@ def finetune_cmd(
     """White-box distillation of the target into the drafter (KLD, TVD or TVD++)."""
     from specbench_cli.models.prompting import set_threads
     from specbench_cli.training.common.io import read_text_file
-    from specbench_cli.training.drafter.distill_data import load_jsonl
+    from specbench_cli.training.drafter.distill_data import load_training_rows
     from specbench_cli.training.drafter.finetune import check_distill_rows, finetune
     from specbench_cli.training.drafter.losses import LOSSES
 
@@ -206,7 +208,7 @@ def finetune_cmd(
         raise unknown("loss", loss, LOSSES)
     cfg = train_config(steps, batch_size, lr, weight_decay, warmup, grad_clip, save_every, keep, seed)
     out = check_output_for_training(output, resume, force)
-    rows = load_jsonl(data, "distillation file")
+    rows = load_training_rows(data, "distillation file", prompt_template)
     template = check_distill_rows(rows, data, prompt_template)
     target = target or _data_target(rows, data)
     text = read_text_file(pretrain_text, "--pretrain-text file") if pretrain_text else None
@@ -249,7 +251,7 @@ def evaluate_cmd(
     """Agreement of drafter and target on the responses: top-1, TVD (1-TVD = expected acceptance), KL."""
     from specbench_cli.models.prompting import set_threads, stop_token_ids
     from specbench_cli.training.common.io import write_json
-    from specbench_cli.training.drafter.distill_data import load_jsonl
+    from specbench_cli.training.drafter.distill_data import load_training_rows
     from specbench_cli.training.drafter.finetune import (
         agreement,
         build_examples,
@@ -264,7 +266,7 @@ def evaluate_cmd(
         from specbench_cli.errors import unknown
 
         raise unknown("split", split, splits)
-    rows = load_jsonl(data, "distillation file")
+    rows = load_training_rows(data, "distillation file")
     check_distill_rows(rows, data)
     train_rows, held = split_rows(rows, holdout)
     chosen = {"heldout": held, "train": train_rows, "all": rows}[split]

@@ -22,7 +22,8 @@ from specbench_cli.errors import UsageError
 
 def heads_cmd(
     data: Path = typer.Option(..., help="Distillation JSONL (from `train drafter distill-data`) or a feature-cache "
-                              "folder (features.safetensors + features.json)."),
+                              "folder (features.safetensors + features.json), or hf:PATH_OR_ID[:CONFIG][:SPLIT] "
+                              "(instruction/response or ShareGPT conversations; needs --target)."),
     out: Path = typer.Option(..., "--out", "-o", help="Folder for the heads (+ checkpoints, history, curves)."),
     kind: str = typer.Option("eagle", help="medusa | eagle."),
     heads_count: int = typer.Option(3, "--heads-count", help="Medusa heads H (head i predicts token t+2+i)."),
@@ -59,7 +60,7 @@ def heads_cmd(
     set_threads(threads)
     check_data_template(prompt_template)
     data = data.expanduser()
-    if not data.exists():
+    if not str(data).startswith("hf:") and not data.exists():
         raise UsageError(f"--data not found: {data}")
     if problem := output_problem(out, folder=True):  # before the target loads and features are built
         raise UsageError(f"--out: {problem}")

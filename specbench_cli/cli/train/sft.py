@@ -16,7 +16,8 @@ from specbench_cli.cli.train.common import DATA_TEMPLATE
 from specbench_cli.models.load import DEFAULT_MODEL
 
 _DATA = typer.Option(..., help="Instruction/response JSONL (`train drafter distill-data` output: the "
-                               "target's own answers).")
+                               "target's own answers), or hf:PATH_OR_ID[:CONFIG][:SPLIT] (instruction/response or "
+                               "ShareGPT conversations).")
 _OUT = typer.Option(..., "--output", "-o", help="Folder for the fine-tuned model (HF format) + checkpoints.")
 _TARGET = typer.Option(DEFAULT_MODEL, "--target", "-m", help="Model to fine-tune: alias, .gguf, HF folder.")
 _LORA_RANK = typer.Option(None, help="Train LoRA adapters of this rank (peft; `pip install 'specbench-cli[lora]'`) "
@@ -81,7 +82,7 @@ def _run(a: dict, noise) -> None:
     )
     from specbench_cli.models.load import check_device
     from specbench_cli.models.prompting import set_threads
-    from specbench_cli.training.drafter.distill_data import load_jsonl
+    from specbench_cli.training.drafter.distill_data import load_training_rows
     from specbench_cli.training.drafter.finetune import check_distill_rows, split_rows
     from specbench_cli.training.sft.lora import check_lora
     from specbench_cli.training.sft.train import check_autocast, train_sft
@@ -101,7 +102,7 @@ def _run(a: dict, noise) -> None:
     cfg = train_config(a["steps"], a["batch_size"], a["lr"], a["weight_decay"], a["warmup"], a["grad_clip"],
                         a["save_every"], a["keep"], a["seed"])
     out = check_output_for_training(a["output"], a["resume"], a["force"])
-    rows = load_jsonl(a["data"], "training data file")
+    rows = load_training_rows(a["data"], "training data file", a["prompt_template"])
     template = check_distill_rows(rows, a["data"], a["prompt_template"])
     t0 = time.time()
     lm = load(a["target"], a["device"], "float32")

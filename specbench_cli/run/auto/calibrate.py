@@ -48,7 +48,7 @@ def calibration_questions(cfg, run_questions: list, n: int) -> list:
     taken = {(q.task, q.id) for q in run_questions}
     suite = []
     for t in cfg.tasks:
-        suite += task_registry.get(t).load(cfg.questions)
+        suite += task_registry.get(t, cfg).load(cfg.questions)
     suite = select_questions(suite, cfg.categories, None, None)
     mini = task_registry.get(bcauto.CALIBRATION_TASK).load(None)
     ordered = []

@@ -51,13 +51,81 @@ def load_jsonl(path: Path, what: str) -> list[dict]:
     return rows
 
 
+ASSISTANT_ROLES = {"gpt", "assistant", "bot", "model"}
+RESPONSE_FIELDS = ("response", "output", "completion", "answer")
+
+
+def is_dataset(path: Any) -> bool:
+    """`hf:PATH_OR_ID[:CONFIG][:SPLIT]`: a dataset read through `datasets` (tasks/hf.py)."""
+    from specbench_cli.tasks.hf import is_hf
+
+    return is_hf(str(path))
+
+
+def dataset_rows(name: str, template: str | None = None) -> list[dict]:
+    """Training rows (instruction, response) from a dataset: a ShareGPT-style conversation column
+    gives its first user turn and the assistant turn after it; otherwise an instruction column
+    (tasks/hf.py's prompt columns) and a response column (RESPONSE_FIELDS). The rows carry
+    `template` (the command's --prompt-template, default auto): these answers were not generated
+    from a prompt, so the prompts are encoded the way the command is told."""
+    from specbench_cli.tasks.hf import QUESTION_FIELDS, load_rows
+
+    rows, _ = load_rows(name)
+    out = []
+    for i, row in enumerate(rows):
+        pair = _conversation_pair(row) or _columns_pair(row, QUESTION_FIELDS)
+        if pair is None:
+            raise UsageError(f"{name} row {i}: no (instruction, response) pair: expected a conversation column "
+                             f"(ShareGPT from/value or role/content) or instruction and response columns "
+                             f"(columns: {', '.join(sorted(row))})")
+        rid = row.get("id", row.get("question_id", i))
+        out.append({"id": str(rid), "instruction": pair[0], "response": pair[1], "finished": True,
+                    "prompt_template": template or "auto", "source": name})
+    if not out:
+        raise UsageError(f"{name}: the dataset has no rows")
+    return out
+
+
+def _conversation_pair(row: dict) -> tuple[str, str] | None:
+    for key in ("conversations", "messages"):
+        conv = row.get(key)
+        if not isinstance(conv, list):
+            continue
+        turns = [(m.get("from", m.get("role")), m.get("value", m.get("content"))) for m in conv if isinstance(m, dict)]
+        for (role, text), (next_role, answer) in zip(turns, turns[1:]):
+            if role in ("human", "user") and next_role in ASSISTANT_ROLES and isinstance(text, str) \
+                    and isinstance(answer, str) and text.strip() and answer.strip():
+                return text, answer
+    return None
+
+
+def _columns_pair(row: dict, prompt_fields) -> tuple[str, str] | None:
+    prompt = next((row[f] for f in prompt_fields if isinstance(row.get(f), str) and row[f].strip()), None)
+    answer = next((row[f] for f in RESPONSE_FIELDS if isinstance(row.get(f), str) and row[f].strip()), None)
+    return (prompt, answer) if prompt and answer else None
+
+
+def load_training_rows(data: Path | str, what: str, template: str | None = None) -> list[dict]:
+    """Rows of a training command's --data: a JSONL file, or an `hf:` dataset (dataset_rows)."""
+    if is_dataset(data):
+        return dataset_rows(str(data), template)
+    return load_jsonl(Path(data), what)
+
+
 def load_seeds(path: Path | None = None, limit: int | None = None) -> list[dict]:
     """Seed instructions: rows with a non-empty "instruction" (and optional "id", "category").
 
     Rows without an id get "seed-<line>". `limit` keeps the first N rows (the shipped file is
     ordered round-robin over categories, so any prefix is balanced).
     """
-    rows = load_jsonl(path or SEEDS_FILE, "seed file")
+    if path is not None and is_dataset(path):  # a dataset's prompts (first user turn of each row)
+        from specbench_cli.tasks.hf import Fields, load_rows, to_questions
+
+        raw, label = load_rows(str(path))
+        rows = [{"id": q.id, "category": q.category, "instruction": q.turns[0]}
+                for q in to_questions(raw, str(path), label, Fields())]
+    else:
+        rows = load_jsonl(path or SEEDS_FILE, "seed file")
     seeds = []
     for i, row in enumerate(rows, 1):
         inst = row.get("instruction")

@@ -11,10 +11,10 @@ from specbench_cli.training.heads.train import HeadsRecipe, train_heads
 
 
 def _rows_target(data: Path, template: str | None) -> tuple[list[dict], str | None, str]:
-    from specbench_cli.training.drafter.distill_data import load_jsonl
+    from specbench_cli.training.drafter.distill_data import load_training_rows
     from specbench_cli.training.drafter.finetune import check_distill_rows
 
-    rows = load_jsonl(data, "distillation file")
+    rows = load_training_rows(data, "distillation file", template)
     template = check_distill_rows(rows, data, template)
     refs = {r.get("target") for r in rows}
     return rows, (refs.pop() if len(refs) == 1 else None), template
@@ -31,7 +31,7 @@ def run_heads(data: Path, out: Path, recipe: HeadsRecipe, features: Path | None,
     from specbench_cli.models.load import load_model
 
     t0 = time.time()
-    if data.is_dir():
+    if data.is_dir() and not str(data).startswith("hf:"):
         cache_dir, rows = data, None
         cached = load_feature_cache(data).meta
         target = target or cached.get("target")
@@ -42,7 +42,8 @@ def run_heads(data: Path, out: Path, recipe: HeadsRecipe, features: Path | None,
     else:
         rows, data_target, template = _rows_target(data, template)
         target = target or data_target
-        cache_dir = (features or data.with_name(data.name + ".features")).expanduser()
+        default = Path(str(data).split(":")[1]).expanduser() if str(data).startswith("hf:") else data
+        cache_dir = (features or default.with_name(default.name + ".features")).expanduser()
     if not target:
         raise UsageError(f"{data} does not name one target model; pass --target")
     lm = load_model(target, device=device, dtype=dtype)
