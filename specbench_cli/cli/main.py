@@ -28,7 +28,7 @@ def _root(debug: bool = typer.Option(False, "--debug", help="Show tracebacks ins
 
 def _register_commands() -> None:
     """One module per command group, in the order `--help` lists them."""
-    from specbench_cli.cli import cost, heads, listing, report, run, sweep
+    from specbench_cli.cli import cost, datastore, heads, listing, report, run, sweep
     from specbench_cli.cli.train import train_app
 
     run.register(app)
@@ -37,6 +37,7 @@ def _register_commands() -> None:
     report.register(app)
     sweep.register(app)
     heads.register(app)
+    datastore.register(app)
     app.add_typer(train_app, name="train", help="Train drafters (subclone, scratch pretraining, distillation).")
 
 

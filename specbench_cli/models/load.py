@@ -142,6 +142,32 @@ def declared_context(ref: str) -> Optional[int]:
     return None
 
 
+def declared_vocab(ref: str) -> Optional[int]:
+    """The vocabulary size `ref` declares in its header (GGUF `<arch>.vocab_size`, a folder's
+    config.json `vocab_size`), without loading anything; None when it declares none."""
+    import json as _json
+
+    from specbench_cli.models import header
+
+    kind, location = resolve(ref)
+    value = None
+    if kind == "gguf":
+        meta = header.gguf_metadata(Path(location))
+        arch = meta.get("general.architecture")
+        value = meta.get(f"{arch}.vocab_size") if arch else None
+        if value is None and arch:
+            value = header.gguf_metadata(Path(location), (f"{arch}.vocab_size",)).get(f"{arch}.vocab_size")
+    elif kind == "folder":
+        try:
+            config = _json.loads((Path(location) / "config.json").read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, ValueError):
+            return None
+        if isinstance(config, dict):
+            value = config.get("vocab_size", (config.get("text_config") or {}).get("vocab_size")
+                               if isinstance(config.get("text_config"), dict) else None)
+    return int(value) if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
+
 def converted_gguf_dir(gguf_path: str) -> Path:
     """Convert a GGUF file to a safetensors folder once; return the folder.
 
@@ -237,6 +263,21 @@ def hub_reachable(timeout: float = 1.5) -> bool:
 def remote_code_refused(where: str) -> UsageError:
     return UsageError(f"model {where} ships its own Python code; specbench does not run it unless you pass "
                       f"--trust-remote-code (only do so if you trust its author)")
+
+
+def load_tokenizer(ref: str = DEFAULT_MODEL, *, trust_remote_code: bool = False):
+    """The tokenizer of model `ref` alone (a .gguf is converted once, as `load_model` does)."""
+    from transformers import AutoTokenizer
+
+    kind, location = resolve(ref)
+    folder = str(converted_gguf_dir(location)) if kind == "gguf" else location
+    if kind == "folder" and not trust_remote_code and (culprit := needs_remote_code(folder)):
+        raise remote_code_refused(f"folder {folder} ({culprit} has an auto_map)")
+    offline = kind == "hub" and not hub_reachable()
+    try:
+        return AutoTokenizer.from_pretrained(folder, trust_remote_code=trust_remote_code, local_files_only=offline)
+    except OSError as e:
+        raise UsageError(f"could not load the tokenizer of '{ref}' ({str(e).splitlines()[0]})") from e
 
 
 def load_model(ref: str = DEFAULT_MODEL, device: str = "cpu", dtype: str = "float32",

@@ -40,6 +40,21 @@ def draft_dir(tmp_path_factory):
     return str(d)
 
 
+@pytest.fixture(scope="module")
+def tiny_datastore(tmp_path_factory, tiny_model, tiny_tok):
+    """A REST datastore for the tiny model: its own greedy answers to the prompts below (the
+    lossless test needs some drafts accepted, not realistic ones)."""
+    pytest.importorskip("draftretriever")
+    from specbench_cli.methods.datastore import write
+
+    dec = Decoder(tiny_model, {EOS})
+    ar = methods.get("ar").create(MethodContext(tiny_model, tiny_tok, budget=1))
+    seqs = [p + dec.generate(ar, p, 48, 1).output_ids for p in PROMPTS]
+    out = tmp_path_factory.mktemp("ds") / "store"
+    write(seqs, tiny_tok, out, ["tiny answers"])
+    return str(out)
+
+
 def test_registry_has_the_baseline_and_pld():
     assert {"ar", "pld"} <= set(LOSSLESS)
 
@@ -55,6 +70,8 @@ def test_lossless_method_equals_ar_greedy(name, budget, tiny_model, tiny_tok, dr
     ctx = MethodContext(tiny_model, tiny_tok, budget=budget, draft_model=draft_dir)
     ar = methods.get("ar").create(ctx)
     options = {"heads": request.getfixturevalue("tiny_heads")[name]} if name in HEAD_METHODS else {}
+    if name == "rest":
+        options = {"datastore": request.getfixturevalue("tiny_datastore")}
     method = methods.get(name).create(ctx, **options)
     accepted_extra = 0
     for prompt in PROMPTS:

@@ -1,0 +1,80 @@
+"""`specbench datastore build`: REST's datastore from a text corpus, with the target's tokenizer."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import List
+
+import typer
+
+from specbench_cli.console import err
+from specbench_cli.errors import UsageError
+from specbench_cli.models.load import DEFAULT_MODEL
+
+datastore_app = typer.Typer(no_args_is_help=True, help="Datastores for retrieval drafting (rest).")
+
+
+def _rows(source: str):
+    """(rows, count) of one --from source: a JSON/JSONL file or an hf: dataset."""
+    from specbench_cli.tasks.hf import is_hf, load_rows
+
+    if is_hf(source):
+        rows, _ = load_rows(source)
+        return rows
+    path = Path(source).expanduser()
+    if not path.is_file():
+        raise UsageError(f"--from {source}: file not found (a .jsonl/.json file or hf:PATH_OR_ID[:CONFIG][:SPLIT])")
+    if path.suffix == ".json":
+        import json
+
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError) as e:
+            raise UsageError(f"--from {source}: not readable JSON ({str(e).splitlines()[0]})") from None
+        if not isinstance(data, list):
+            raise UsageError(f"--from {source}: a .json corpus must be a list of rows (ShareGPT layout)")
+        return data
+    from specbench_cli.jsonl import read_objects
+
+    return [row for _, row in read_objects(path, "corpus file")]
+
+
+@datastore_app.command("build")
+def build_cmd(
+    sources: List[str] = typer.Option(..., "--from", help="Corpus: a .jsonl/.json file (ShareGPT conversations, "
+                                      "instruction/response or text rows) or hf:PATH_OR_ID[:CONFIG][:SPLIT]; "
+                                      "repeatable."),
+    out: Path = typer.Option(..., "--out", "-o", help="The datastore folder to write."),
+    model: str = typer.Option(DEFAULT_MODEL, "--model", "-m", help="The target whose tokenizer indexes the text."),
+    force: bool = typer.Option(False, "--force", help="Replace a datastore already in --out."),
+    trust_remote_code: bool = typer.Option(False, "--trust-remote-code"),
+) -> None:
+    """Tokenise a corpus with the target's tokenizer and index it for `--methods rest -o rest.datastore=OUT`."""
+    import time
+
+    from specbench_cli.atomic import output_problem
+    from specbench_cli.methods import datastore as store
+
+    store.require_library()
+    out = out.expanduser()
+    if (out / store.META).exists() and not force:
+        raise UsageError(f"--out {out} already holds a datastore (pass --force to replace it)")
+    if out.exists() and not out.is_dir():
+        raise UsageError(f"--out {out} is a file, not a folder")
+    if problem := output_problem(out, folder=True):
+        raise UsageError(f"--out: {problem}")
+    rows = []
+    for source in sources:
+        rows += list(_rows(source))  # every source read (and checked) before the tokenizer loads
+    from specbench_cli.models.load import load_tokenizer
+
+    t0 = time.time()
+    tokenizer = load_tokenizer(model, trust_remote_code=trust_remote_code)
+    meta = store.build(rows, tokenizer, out, list(sources))
+    err.print(f"datastore {out}: {meta['entries']} texts, {meta['tokens']} tokens, "
+              f"{meta['index_bytes'] / 1e6:.1f} MB, {time.time() - t0:.1f} s", highlight=False)
+    err.print(f"use it with: specbench run --model {model} --methods rest -o rest.datastore={out}", highlight=False)
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(datastore_app, name="datastore")
