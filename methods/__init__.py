@@ -22,6 +22,7 @@ _REGISTRY = Registry("method", "specbench.methods", "specbench_cli.methods.base:
     "sps": "specbench_cli.methods.sps:SpeculativeSampling",
     "medusa": "specbench_cli.methods.medusa:Medusa",
     "eagle": "specbench_cli.methods.eagle:Eagle",
+    "eagle3": "specbench_cli.methods.eagle3:Eagle3",
     "fastcot": "specbench_cli.methods.fastcot:FastCoT",
     "cot": "specbench_cli.methods.fastcot:CoT",
 })

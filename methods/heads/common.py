@@ -26,7 +26,7 @@ from specbench_cli.errors import UsageError
 from specbench_cli.lazy import torch
 from specbench_cli.methods.base import Method, user_options
 
-HEAD_METHODS = ("medusa", "eagle")
+HEAD_METHODS = ("medusa", "eagle", "eagle3")
 
 
 def apply_heads_flag(methods: list[str], options: dict[str, dict[str, str]], heads: Optional[str]) -> None:
@@ -47,6 +47,8 @@ def apply_heads_flag(methods: list[str], options: dict[str, dict[str, str]], hea
 
 
 def train_command(kind: str) -> str:
+    if kind == "eagle3":  # not trained here yet: published heads are imported
+        return "specbench heads import PUBLISHED_EAGLE3_DIR --out HEADS_DIR"
     extra = " --heads-count 3" if kind == "medusa" else " --layers 1"
     return f"specbench train heads --kind {kind}{extra} --data DATA.jsonl --out HEADS_DIR"
 
@@ -104,6 +106,13 @@ class HeadsCheckpoint:
             h_head, v_head = int(head[0][0].linear.weight.shape[0]), head.own_vocab
             if v_head is not None:
                 self.vocab = None  # their own projections cover the whole vocabulary
+        elif self.kind == "eagle3":  # its features are 3 target states wide; its vocabulary maps through t2d
+            self.vocab = None
+            n_layers = int(model.config.num_hidden_layers)
+            head.feature_layers(n_layers)  # every layer it reads exists
+            h_head, v_head = head.target_hidden, int(head.t2d.shape[0])
+            if int(head.draft_ids.max()) >= vocab:
+                raise UsageError(f"heads {self.folder}: d2t maps draft tokens past the target's vocabulary ({vocab})")
         else:
             h_head, v_head = int(head.config.hidden_size), int(head.config.vocab_size)
         if h_head != hidden or (v_head is not None and v_head != vocab):

@@ -27,6 +27,7 @@ from torch import nn
 
 from specbench_cli.atomic import atomic_write
 from specbench_cli.errors import UsageError
+from specbench_cli.methods.heads.kv import HeadKV  # noqa: F401 - part of this module's API
 
 MEDUSA_FILE = "medusa_lm_head.safetensors"
 EAGLE_FILE = "model.safetensors"
@@ -133,37 +134,6 @@ class MedusaHeads(DraftVocabMixin, nn.ModuleList):
     def config_dict(self) -> dict:
         return {"medusa_num_heads": self.n_heads, "medusa_num_layers": self.n_layers, "hidden_size": self.hidden,
                 "version": "1" if self.own_vocab is not None else "2", "architectures": ["MedusaHeads"]}
-
-
-class HeadKV:
-    """Minimal KV cache of the EAGLE head: per layer [1, kv_heads, S, d] keys and values.
-
-    Implements the one method transformers' attention calls (`update`), plus `crop`/`keep`."""
-
-    def __init__(self) -> None:
-        self.k: dict[int, torch.Tensor] = {}
-        self.v: dict[int, torch.Tensor] = {}
-
-    def update(self, k: torch.Tensor, v: torch.Tensor, layer_idx: int, *args, **kwargs):
-        if layer_idx in self.k:
-            k, v = torch.cat([self.k[layer_idx], k], dim=-2), torch.cat([self.v[layer_idx], v], dim=-2)
-        self.k[layer_idx], self.v[layer_idx] = k, v
-        return k, v
-
-    @property
-    def length(self) -> int:
-        return next(iter(self.k.values())).shape[-2] if self.k else 0
-
-    def crop(self, length: int) -> None:
-        """Keep the first `length` entries (drop drafted nodes / rejected tokens)."""
-        for i in self.k:
-            self.k[i], self.v[i] = self.k[i][..., :length, :], self.v[i][..., :length, :]
-
-    def keep(self, start: int, rows: list[int]) -> None:
-        """Keep entries [:start] plus entries start + r for r in `rows` (an accepted tree path)."""
-        idx = torch.tensor(list(range(start)) + [start + r for r in rows])
-        for i in self.k:
-            self.k[i], self.v[i] = self.k[i].index_select(-2, idx), self.v[i].index_select(-2, idx)
 
 
 def eagle_config(target_config: Any, layers: int):
@@ -346,13 +316,25 @@ def read_heads_config(folder: Path) -> tuple[str, dict]:
     if (folder / MEDUSA_FILE).is_file():
         return "medusa", cfg
     if (folder / EAGLE_FILE).is_file() and "num_hidden_layers" in cfg:
-        for key, (typ, required) in EAGLE_FIELDS.items():
+        eagle3 = "draft_vocab_size" in cfg
+        fields = {**EAGLE_FIELDS, "draft_vocab_size": (int, True), "target_hidden_size": (int, False)} \
+            if eagle3 else EAGLE_FIELDS
+        for key, (typ, required) in fields.items():
             value = cfg.get(key)
             if value is None and not required:
                 continue
             ok = isinstance(value, typ) or (typ is float and isinstance(value, int))
             if not ok or isinstance(value, bool) or not value > 0:
                 raise UsageError(f"{path}: '{key}' must be a positive {typ.__name__}, got {json.dumps(value)}")
+        if eagle3:
+            layers = cfg.get("feature_layers")
+            if layers is not None and not (isinstance(layers, list) and len(layers) == 3 and all(
+                    isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in layers)):
+                raise UsageError(f"{path}: 'feature_layers' must be three layer indices, got {json.dumps(layers)}")
+            if cfg["num_hidden_layers"] != 1:
+                raise UsageError(f"{path}: an EAGLE-3 head has one layer (num_hidden_layers 1), got "
+                                 f"{cfg['num_hidden_layers']}")
+            return "eagle3", cfg
         return "eagle", cfg
     raise UsageError(f"{folder} holds neither {MEDUSA_FILE} nor an EAGLE {EAGLE_FILE}")
 
@@ -391,7 +373,12 @@ def _build(kind: str, cfg: dict, layout: tuple[int, int, int] | None) -> nn.Modu
     if kind == "medusa":
         hidden, n_heads, n_layers, vocab = layout
         return MedusaHeads(hidden, n_heads, n_layers, vocab)
-    return EagleHead(LlamaConfig(**{k: v for k, v in cfg.items() if k != "specbench"}))
+    config = LlamaConfig(**{k: v for k, v in cfg.items() if k != "specbench"})
+    if kind == "eagle3":
+        from specbench_cli.methods.heads.eagle3 import Eagle3Head
+
+        return Eagle3Head(config)
+    return EagleHead(config)
 
 
 def inspect_heads(folder: Path) -> tuple[str, dict]:
@@ -409,8 +396,11 @@ def inspect_heads(folder: Path) -> tuple[str, dict]:
             module = _build(kind, cfg, layout)
     except (TypeError, ValueError) as e:
         raise UsageError(f"{folder / CONFIG_FILE}: does not describe a {kind} head ({str(e).splitlines()[0]})") from None
-    expected = {k: v.shape for k, v in module.state_dict().items() if not k.startswith("rotary.")}
-    check_state_shapes(path, found, expected, ignore=("embed_tokens.", "rotary."))
+    state = {k: v for k, v in module.state_dict().items() if not k.startswith("rotary.")}
+    expected = {k: v.shape for k, v in state.items()}
+    dtypes = {k: ("BOOL", "U8") if v.dtype == torch.bool else ("I64", "I32")
+              for k, v in state.items() if not v.dtype.is_floating_point}
+    check_state_shapes(path, found, expected, ignore=("embed_tokens.", "rotary."), dtypes=dtypes)
     return kind, cfg
 
 

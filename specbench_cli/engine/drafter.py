@@ -87,6 +87,10 @@ class Drafter:
     name: ClassVar[str] = ""
     structure: ClassVar[Structure] = Structure.NONE
     needs_hidden_states: ClassVar[bool] = False
+    # With `needs_hidden_states`: None = the last hidden state (after the final norm); a tuple of
+    # layer indices = the hidden states at the *inputs* of those layers, concatenated in that
+    # order ([k, len(layers) * H]), from the same forward (EAGLE-3's features). Set in `setup`.
+    hidden_layers: Optional[tuple[int, ...]] = None
 
     def reset(self, prompt_ids: list[int]) -> None:
         """Start a new generation for this prompt."""

@@ -75,7 +75,7 @@ class Decoder:
         self.embed = model.get_input_embeddings()
 
     # -- one target forward ---------------------------------------------------------------
-    def _run(self, kwargs: dict, want_hidden: bool,
+    def _run(self, kwargs: dict, want_hidden: bool | tuple[int, ...],
              last_only: bool = False) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
         """One target forward: `[T, V]` logits and, if wanted, `[T, H]` last hidden states.
 
@@ -91,10 +91,15 @@ class Decoder:
         """
         if not want_hidden:
             return self.model(**kwargs, **({"logits_to_keep": 1} if last_only else {})).logits[0], None
+        if isinstance(want_hidden, tuple):  # the inputs of chosen layers (hidden_states[i] = input of layer i)
+            out = self.model.get_decoder()(**kwargs, output_hidden_states=True)
+            hidden = out.last_hidden_state
+            feats = torch.cat([out.hidden_states[i] for i in want_hidden], dim=-1)
+            return self.model.get_output_embeddings()(hidden[:, -1:] if last_only else hidden)[0], feats[0]
         hidden = self.model.get_decoder()(**kwargs).last_hidden_state
         return self.model.get_output_embeddings()(hidden[:, -1:] if last_only else hidden)[0], hidden[0]
 
-    def _forward(self, cache: KVCache, root: int, draft: Draft, want_hidden: bool):
+    def _forward(self, cache: KVCache, root: int, draft: Draft, want_hidden: bool | tuple[int, ...]):
         past = cache.length
         ids = torch.tensor([[root] + draft.tokens], dtype=torch.long, device=self.device)
         kwargs: dict[str, Any] = {"past_key_values": cache.hf, "use_cache": True}
@@ -151,6 +156,8 @@ class Decoder:
             raise ValueError("block complexity must be at least 1")
         g = Generation(prompt_tokens=len(prompt_ids))
         want_hidden = drafter.needs_hidden_states
+        if want_hidden and getattr(drafter, "hidden_layers", None):
+            want_hidden = tuple(drafter.hidden_layers)  # inner layers' inputs instead of the last state
         # the optional hooks of lossy drafters; duck-typed drafters (no Drafter base) lack them
         finished = getattr(drafter, "finished", None) or (lambda: False)
         cache = KVCache()

@@ -72,17 +72,23 @@ def safetensors_header(path: Path) -> dict[str, tuple[str, tuple[int, ...]]]:
     return out
 
 
+FLOAT_DTYPES = ("F32", "F16", "BF16", "F64")
+
+
 def check_state_shapes(path: Path, found: dict[str, tuple[str, tuple[int, ...]]], expected: dict[str, Any],
-                       ignore: tuple[str, ...] = ()) -> None:
+                       ignore: tuple[str, ...] = (), dtypes: dict[str, tuple[str, ...]] | None = None) -> None:
     """Every expected key present with its shape, no unexpected key; `expected` maps key ->
-    shape (tuple or torch.Size). One line naming the first offending key."""
+    shape (tuple or torch.Size); `dtypes` the accepted safetensors dtypes of keys that are not
+    float (index buffers). One line naming the first offending key."""
     for key, shape in expected.items():
         if key not in found:
             raise UsageError(f"{path}: missing tensor '{key}' (shape {list(shape)})")
         if tuple(found[key][1]) != tuple(shape):
             raise UsageError(f"{path}: tensor '{key}' has shape {list(found[key][1])}, expected {list(shape)}")
-        if found[key][0] not in ("F32", "F16", "BF16", "F64"):
-            raise UsageError(f"{path}: tensor '{key}' has dtype {found[key][0]}, expected a float type")
+        wanted = (dtypes or {}).get(key, FLOAT_DTYPES)
+        if found[key][0] not in wanted:
+            kind = "a float type" if wanted is FLOAT_DTYPES else " or ".join(wanted)
+            raise UsageError(f"{path}: tensor '{key}' has dtype {found[key][0]}, expected {kind}")
     extra = [k for k in found if k not in expected and not k.startswith(ignore)]
     if extra:
         raise UsageError(f"{path}: unexpected tensor '{extra[0]}'" + (f" (and {len(extra) - 1} more)" if len(extra) > 1 else ""))

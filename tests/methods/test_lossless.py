@@ -55,6 +55,13 @@ def tiny_datastore(tmp_path_factory, tiny_model, tiny_tok):
     return str(out)
 
 
+@pytest.fixture(scope="module")
+def tiny_eagle3(tmp_path_factory, tiny_model):
+    from helpers.tiny_eagle3 import train_tiny_eagle3
+
+    return train_tiny_eagle3(tiny_model, tmp_path_factory.mktemp("eagle3") / "heads")
+
+
 def test_registry_has_the_baseline_and_pld():
     assert {"ar", "pld"} <= set(LOSSLESS)
 
@@ -70,6 +77,8 @@ def test_lossless_method_equals_ar_greedy(name, budget, tiny_model, tiny_tok, dr
     ctx = MethodContext(tiny_model, tiny_tok, budget=budget, draft_model=draft_dir)
     ar = methods.get("ar").create(ctx)
     options = {"heads": request.getfixturevalue("tiny_heads")[name]} if name in HEAD_METHODS else {}
+    if name == "eagle3":
+        options = {"heads": request.getfixturevalue("tiny_eagle3")}
     if name == "rest":
         options = {"datastore": request.getfixturevalue("tiny_datastore")}
     method = methods.get(name).create(ctx, **options)

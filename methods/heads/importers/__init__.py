@@ -17,9 +17,9 @@ from specbench_cli.methods.heads.importers.common import Importer
 
 
 def importers() -> list[Importer]:
-    from specbench_cli.methods.heads.importers import eagle, medusa
+    from specbench_cli.methods.heads.importers import eagle, eagle3, medusa
 
-    return [eagle.IMPORTER, medusa.IMPORTER]
+    return [eagle.IMPORTER, eagle3.IMPORTER, medusa.IMPORTER]
 
 
 def import_heads(src: Path, out: Path, force: bool = False) -> dict:
@@ -37,8 +37,8 @@ def import_heads(src: Path, out: Path, force: bool = False) -> dict:
     found = [imp for imp in importers() if imp.detect(src)]
     if not found:
         names = ", ".join(imp.name for imp in importers())
-        raise UsageError(f"{src} is not a published heads folder this tool reads ({names}; EAGLE-3 heads and "
-                         f"Medusa-2 full models are not read yet)")
+        raise UsageError(f"{src} is not a published heads folder this tool reads ({names}; Medusa-2 full "
+                         f"models are not read yet)")
     import shutil
     import tempfile
 

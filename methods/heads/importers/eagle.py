@@ -37,7 +37,8 @@ def convert(src: Path, out: Path) -> dict:
     weights = first_file(src, FILES)
     state = read_tensors(weights)
     if any(k.startswith("midlayer.") for k in state):
-        raise UsageError(f"{weights}: 'midlayer.*' tensors are EAGLE-3's layout, which this importer does not read")
+        raise UsageError(f"{weights}: 'midlayer.*' tensors are EAGLE-3's layout, but config.json has no "
+                         f"'draft_vocab_size' (an EAGLE-3 config names its draft vocabulary)")
     extra = [k for k in state if k.split(".")[0] in EXTRA_NORMS]
     if extra:
         raise UsageError(f"{weights}: tensor '{extra[0]}' belongs to a HASS variant with extra norms, "

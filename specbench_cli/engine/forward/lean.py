@@ -162,8 +162,9 @@ def lean_decoder_forward(self: Any, input_ids: Optional[torch.Tensor] = None,
     """
     from transformers.modeling_outputs import BaseModelOutputWithPast
 
-    if kwargs.get("output_hidden_states") or kwargs.get("output_attentions"):
-        raise ValueError("the lean forward returns the last hidden state only (use --forward sdpa)")
+    if kwargs.get("output_attentions"):
+        raise ValueError("the lean forward returns no attention weights (use --forward sdpa)")
+    keep_all = bool(kwargs.get("output_hidden_states"))  # as transformers: the input of every layer, then the last
     if (input_ids is None) == (inputs_embeds is None):
         raise ValueError("give exactly one of input_ids or inputs_embeds")
     h = self.embed_tokens(input_ids) if inputs_embeds is None else inputs_embeds
@@ -184,7 +185,11 @@ def lean_decoder_forward(self: Any, input_ids: Optional[torch.Tensor] = None,
     heads, kv_heads = cfg.num_attention_heads, cfg.num_key_value_heads
     head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // heads
     eps = cfg.rms_norm_eps
+    states = []
     for layer in self.layers[: cfg.num_hidden_layers]:
+        if keep_all:
+            states.append(h)
         h = _layer(layer, h, cos, sin, attention_mask, cache, heads, kv_heads, head_dim, eps)
     h = F.rms_norm(h, (h.shape[-1],), self.norm.weight, eps)
-    return BaseModelOutputWithPast(last_hidden_state=h, past_key_values=cache)
+    return BaseModelOutputWithPast(last_hidden_state=h, past_key_values=cache,
+                                   hidden_states=tuple(states) + (h,) if keep_all else None)
