@@ -81,6 +81,16 @@ class Eagle(HeadsMethod):
         return state.hidden, tokens
 
     @inference_mode
+    def absorb(self, state: DecodeState) -> None:
+        """Feed the pending pairs into the head's cache without drafting (for a method that wraps
+        this one and drafts by other means this step, e.g. samd)."""
+        if state.budget - 1 <= 0 or state.remaining <= 1:
+            return
+        features, tokens = self._pending(state)
+        base = self.cache.length
+        self.head.step(self.cache, features, tokens, torch.arange(base, base + tokens.shape[0], device=self.device))
+
+    @inference_mode
     def propose(self, state: DecodeState) -> Draft:
         n = state.budget - 1
         if n <= 0 or state.remaining <= 1:

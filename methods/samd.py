@@ -15,13 +15,15 @@ stays current. The target verifies every draft: lossless.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Optional
 
 from specbench_cli.engine.drafter import DecodeState, Structure, VerifyResult
 from specbench_cli.engine.tree import Draft
 from specbench_cli.errors import UsageError
 from specbench_cli.methods.base import Delegate, Method, opt
 
-FALLBACKS = ("recycling", "pld", "none")
+FALLBACKS = ("recycling", "pld", "eagle", "eagle3", "medusa", "none")
+HEAD_FALLBACKS = ("eagle", "eagle3", "medusa")  # need trained heads: -o samd.heads=DIR
 
 
 class SuffixAutomaton:
@@ -93,7 +95,8 @@ class SuffixAutomaton:
 @dataclass
 class SAMDOptions:
     threshold: int = opt(2, lo=1, hi=1024)  # shortest match (tokens) whose continuation is drafted
-    fallback: str = opt("recycling", choices=FALLBACKS)  # the drafter for short matches: recycling | pld | none
+    fallback: str = opt("recycling", choices=FALLBACKS)  # the drafter for short matches (eagle = SAMD[EAGLE2])
+    heads: Optional[str] = None  # heads folder of an eagle / eagle3 / medusa fallback
 
 
 class SAMDecoding(Method):
@@ -108,14 +111,22 @@ class SAMDecoding(Method):
             raise UsageError(f"samd.threshold must be in 1..1024 (got {o.threshold})")
         if o.fallback not in FALLBACKS:
             raise UsageError(f"samd.fallback must be one of {', '.join(FALLBACKS)} (got '{o.fallback}')")
-        self.fallback = Delegate(self, o.fallback) if o.fallback != "none" else None
+        if o.fallback in HEAD_FALLBACKS and not o.heads:
+            raise UsageError(f"samd.fallback={o.fallback} drafts from trained heads: pass -o samd.heads=DIR")
+        if o.heads and o.fallback not in HEAD_FALLBACKS:
+            raise UsageError(f"samd.heads is for a head fallback ({', '.join(HEAD_FALLBACKS)}), not '{o.fallback}'")
+        options = {"heads": o.heads} if o.heads else None
+        self.fallback = Delegate(self, o.fallback, options) if o.fallback != "none" else None
         if self.fallback is None:
             self.structure = Structure.CHAIN
+        else:  # a head fallback reads the target's hidden states every step (instance attributes)
+            self.needs_hidden_states = self.fallback.method.needs_hidden_states
         self.counts = {"sam": 0, "fallback": 0}
 
     def setup(self) -> None:
         if self.fallback is not None:
             self.fallback.bind()
+            self.hidden_layers = getattr(self.fallback.method, "hidden_layers", None)
 
     def params(self) -> dict:
         return {"threshold": self.opts.threshold, "fallback": self.opts.fallback,
@@ -137,6 +148,9 @@ class SAMDecoding(Method):
             chain = self.sam.continuation(n)
             if chain:
                 self.counts["sam"] += 1
+                absorb = getattr(self.fallback.method, "absorb", None) if self.fallback else None
+                if absorb is not None:  # a head fallback keeps its cache current on steps it does not draft
+                    absorb(state)
                 return Draft.chain(chain)
         if self.fallback is None:
             return Draft()

@@ -71,7 +71,34 @@ def test_without_a_fallback_short_matches_draft_nothing():
 
 @pytest.mark.parametrize("options, message", [({"threshold": 0}, "samd.threshold"),
                                               ({"fallback": "eagle2"}, "samd.fallback must be one of"),
-                                              ({"fallback": "recycling", "threshold": "x"}, "expects int")])
+                                              ({"fallback": "recycling", "threshold": "x"}, "expects int"),
+                                              ({"fallback": "eagle"}, "pass -o samd.heads=DIR"),
+                                              ({"fallback": "pld", "heads": "x"}, "samd.heads is for a head fallback")])
 def test_bad_options_are_usage_errors(options, message):
     with pytest.raises(UsageError, match=message):
         _samd(**options)
+
+
+@pytest.mark.parametrize("fallback", ["eagle", "eagle3", "medusa"])
+@pytest.mark.parametrize("budget", [4, 10, 30])
+def test_samd_with_a_head_fallback_equals_ar_and_uses_both_drafters(fallback, budget, tiny_model, tiny_tok,
+                                                                      tiny_heads, tmp_path_factory):
+    """Spec-Bench's SAMD[EAGLE2] row: the automaton drafts long matches, the heads the rest; the
+    heads' cache is fed on the automaton's steps too (absorb), so every step stays exact."""
+    from helpers.tiny import EOS
+    from helpers.tiny_eagle3 import train_tiny_eagle3
+
+    from specbench_cli import methods
+    from specbench_cli.engine.loop import Decoder
+
+    heads = tiny_heads.get(fallback) or train_tiny_eagle3(tiny_model, tmp_path_factory.mktemp("e3") / "h")
+    ctx = MethodContext(tiny_model, tiny_tok, budget=budget)
+    dec = Decoder(tiny_model, {EOS})
+    samd = SAMDecoding.create(ctx, fallback=fallback, heads=heads)
+    ar = methods.get("ar").create(ctx)
+    used = {"sam": 0, "fallback": 0}
+    for prompt in ([2, 40, 41, 42, 40, 41, 42, 40, 41], [2, 5, 9, 14, 7, 3, 2, 6, 30, 31, 32, 33, 9, 14]):
+        got = dec.generate(samd, prompt, 48, budget)
+        assert got.output_ids == dec.generate(ar, prompt, 48, budget).output_ids
+        used = {k: used[k] + got.stats[f"steps_{k}"] for k in used}
+    assert used["sam"] > 0 and used["fallback"] > 0, used
