@@ -30,7 +30,8 @@ PAD = -2  # draftretriever pads retrieved paths with -2
 class RESTOptions:
     datastore: Optional[str] = None       # folder from `specbench datastore build`
     max_span: int = opt(16, lo=1, hi=64)  # longest context suffix tried (REST: 16)
-    min_span: int = opt(2, lo=1, hi=64)   # shortest one (REST tries 16 down to 2)
+    # shortest one (REST tries 16 down to 2); draftretriever 0.1.1 aborts the process on a 1-token query
+    min_span: int = opt(2, lo=2, hi=64)
     k: int = opt(5000, lo=1, hi=100_000)  # continuations retrieved at most (REST: 5000)
     long: int = opt(10, lo=1, hi=64)      # tokens per continuation (REST: 10)
 
@@ -86,8 +87,12 @@ class REST(Method):
         return f"rest({self.folder.name})"
 
     def _search(self, context: list[int], long: int) -> list[list[int]]:
-        choices = self.nodes
-        while choices >= 1:
+        # draftretriever 0.1.1 aborts the whole process (a Rust panic) when its cut leaves no path,
+        # which happens when every kept prefix is longer than `choices`: so never `long > choices`
+        # it also aborts on some queries at choices=1, so ask for at least 2 (the trie is cut to BC - 1)
+        choices = max(2, self.nodes)
+        while choices >= 2:
+            long = min(long, choices)
             try:
                 paths = self.reader.search(context, k=self.opts.k, choices=choices, long=long)[0]
             except ValueError:  # the library could not cut its trie to `choices`: ask for fewer

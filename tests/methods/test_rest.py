@@ -129,3 +129,33 @@ def test_datastore_build_command(tiny_model_dir, tmp_path, capsys):
     code, _, err = cli(["datastore", "build", "--from", str(empty), "--out", str(tmp_path / "y"), "--model",
                         str(tiny_model_dir)], capsys)
     assert code == 2 and "no text to index" in err and not (tmp_path / "y").exists()
+
+
+FUZZ = """
+import random, sys
+from specbench_cli.methods.base import MethodContext
+from specbench_cli.methods.rest import REST
+random.seed(0)
+for budget in (2, 3, 4, 6, 10, 30, 60):
+    m = REST(MethodContext(budget=budget), datastore=sys.argv[1])
+    m.setup()
+    for _ in range(300):
+        q = [random.randrange(12) for _ in range(random.randint(2, 16))]
+        m._search(q, random.randint(1, 64))
+print("ok")
+"""
+
+
+def test_retrieval_never_aborts_the_process(tiny_tok, tmp_path):
+    """draftretriever 0.1.1 panics (aborting Python) on 1-token queries, on some queries at
+    choices=1, and when its cut leaves no path; `rest` keeps every search out of those cases."""
+    import random
+    import subprocess
+    import sys
+
+    rng = random.Random(1)
+    seqs = [[rng.randrange(12) for _ in range(rng.randint(2, 40))] for _ in range(60)]
+    store.write(seqs, tiny_tok, tmp_path / "ds", ["random"])
+    res = subprocess.run([sys.executable, "-c", FUZZ, str(tmp_path / "ds")], capture_output=True, text=True,
+                         timeout=300)
+    assert res.returncode == 0 and "ok" in res.stdout, res.stderr[-2000:]
