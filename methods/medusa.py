@@ -32,7 +32,7 @@ from specbench_cli.methods.heads.common import VOCAB_MODES, HeadsMethod, pick
 @dataclass
 class MedusaOptions:
     heads: Optional[str] = None  # heads folder from `specbench train heads --kind medusa`
-    choices: Optional[str] = None  # a static tree: mc_sim_7b_63 (Spec-Bench's) | eagle1_25 | FILE.json; None: the prior tree
+    choices: Optional[str] = None  # a static tree: mc_sim_7b_63 (Spec-Bench's) | vicuna_7b_stage2 | eagle1_25 | FILE.json; None: the prior tree
     width: int = opt(10, lo=1, hi=1024)  # ranks per head considered by the path list
     vocab: str = opt("auto", choices=VOCAB_MODES)  # draft vocabulary: auto (the heads' training vocabulary + the prompt's tokens) | full
     chain: bool = False          # draft each head's top-1 as a chain (KOALA's n-alpha); always a chain under sampling

@@ -3,6 +3,8 @@ token at each depth below its parent), the published ones by name, and files of 
 
 - `mc_sim_7b_63` (Medusa's `medusa_choices.py`, what Spec-Bench runs for Medusa): 63 paths, 64
   tokens per forward with the root, depth <= 4.
+- `vicuna_7b_stage2` (Medusa's `medusa_choices.py`, the tree tuned for Medusa-2 Vicuna-7B heads):
+  63 paths, 64 tokens per forward, depth <= 4.
 - `eagle1_25` (EAGLE-1's `choices.py`, there also called `mc_sim_7b_63`): 25 paths, depth <= 5.
 
 These lists are the published trees' data, reproduced so Spec-Bench's settings can be run.
@@ -28,7 +30,15 @@ EAGLE1_25 = [
     [0, 0, 2], [0, 1, 0], [0, 1, 1], [0, 2, 0], [0, 2, 1], [1, 0, 0], [0, 0, 0, 0], [0, 0, 0, 1], [0, 0, 0, 2],
     [0, 0, 0, 0, 0], [0, 0, 0, 0, 1]]
 
-NAMED = {"mc_sim_7b_63": MC_SIM_7B_63, "eagle1_25": EAGLE1_25}
+VICUNA_7B_STAGE2 = [
+    [0], [0, 0], [1], [0, 1], [0, 0, 0], [1, 0], [2], [0, 2], [0, 0, 1], [0, 3], [3], [0, 1, 0], [2, 0], [4],
+    [0, 0, 2], [0, 4], [1, 1], [1, 0, 0], [0, 0, 0, 0], [5], [0, 0, 3], [0, 5], [0, 2, 0], [3, 0], [0, 1, 1],
+    [0, 6], [6], [0, 7], [0, 0, 4], [4, 0], [1, 2], [0, 8], [7], [0, 3, 0], [0, 0, 0, 1], [0, 0, 5], [2, 1],
+    [0, 0, 6], [1, 0, 1], [0, 0, 1, 0], [2, 0, 0], [5, 0], [0, 9], [0, 1, 2], [8], [0, 4, 0], [0, 2, 1], [1, 3],
+    [0, 0, 7], [0, 0, 0, 2], [0, 0, 8], [1, 1, 0], [0, 1, 0, 0], [6, 0], [9], [0, 1, 3], [0, 0, 0, 3], [1, 0, 2],
+    [0, 5, 0], [3, 1], [0, 0, 2, 0], [7, 0], [1, 4]]
+
+NAMED = {"mc_sim_7b_63": MC_SIM_7B_63, "vicuna_7b_stage2": VICUNA_7B_STAGE2, "eagle1_25": EAGLE1_25}
 
 
 def read_paths(value: str, option: str) -> list[list[int]]:

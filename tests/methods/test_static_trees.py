@@ -42,20 +42,30 @@ def our_sequences(tree) -> set[tuple[int, ...]]:
 def test_the_published_trees_have_their_published_sizes():
     assert len(MC_SIM_7B_63) == 63 and max(map(len, MC_SIM_7B_63)) == 4
     assert len(EAGLE1_25) == 25 and max(map(len, EAGLE1_25)) == 5
+    from specbench_cli.methods.trees import VICUNA_7B_STAGE2
+
+    assert len(VICUNA_7B_STAGE2) == 63 and max(map(len, VICUNA_7B_STAGE2)) == 4
+    assert len({tuple(p) for p in VICUNA_7B_STAGE2}) == 63  # no repeated path
+    assert all(tuple(p[:-1]) in {tuple(q) for q in VICUNA_7B_STAGE2} for p in VICUNA_7B_STAGE2 if len(p) > 1)
 
 
 @pytest.mark.parametrize("seed", range(5))
-def test_mc_sim_7b_63_gives_medusa_s_tree_at_64_tokens(seed):
+@pytest.mark.parametrize("tree_name", ["mc_sim_7b_63", "vicuna_7b_stage2"])
+def test_published_medusa_trees_give_medusa_s_tree_at_64_tokens(seed, tree_name):
+    from specbench_cli.methods.trees import NAMED
+
+    paths = NAMED[tree_name]
     g = torch.Generator().manual_seed(seed)
     logits = torch.randn(5, 300, generator=g)
-    tree = medusa_tree(logits, MC_SIM_7B_63, budget=63)
+    tree = medusa_tree(logits, paths, budget=63)
     assert len(tree.tokens) == 63
-    assert our_sequences(tree) == medusa_reference_buffers(logits, MC_SIM_7B_63)
+    assert our_sequences(tree) == medusa_reference_buffers(logits, paths)
     assert all(p < i for i, p in enumerate(tree.parents))
 
 
 @pytest.mark.parametrize("budget", [1, 4, 10, 30, 60])
-@pytest.mark.parametrize("name, options", [("medusa", {"choices": "mc_sim_7b_63"}), ("eagle", {"tree": "eagle1_25"}),
+@pytest.mark.parametrize("name, options", [("medusa", {"choices": "mc_sim_7b_63"}),
+                                           ("medusa", {"choices": "vicuna_7b_stage2"}), ("eagle", {"tree": "eagle1_25"}),
                                            ("eagle", {"tree": "mc_sim_7b_63"})])
 def test_static_trees_decode_exactly_like_ar(name, options, budget, tiny_model, tiny_tok, tiny_heads):
     dec = Decoder(tiny_model, {EOS})
