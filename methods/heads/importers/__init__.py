@@ -17,9 +17,10 @@ from specbench_cli.methods.heads.importers.common import Importer
 
 
 def importers() -> list[Importer]:
-    from specbench_cli.methods.heads.importers import eagle, eagle3, medusa
+    from specbench_cli.methods.heads.importers import eagle, eagle3, medusa, medusa2
 
-    return [eagle.IMPORTER, eagle3.IMPORTER, medusa.IMPORTER]
+    # medusa2 (a full model with heads inside) before eagle: both have config.json + model weights
+    return [medusa2.IMPORTER, eagle.IMPORTER, eagle3.IMPORTER, medusa.IMPORTER]
 
 
 def import_heads(src: Path, out: Path, force: bool = False) -> dict:
@@ -37,8 +38,7 @@ def import_heads(src: Path, out: Path, force: bool = False) -> dict:
     found = [imp for imp in importers() if imp.detect(src)]
     if not found:
         names = ", ".join(imp.name for imp in importers())
-        raise UsageError(f"{src} is not a published heads folder this tool reads ({names}; Medusa-2 full "
-                         f"models are not read yet)")
+        raise UsageError(f"{src} is not a published heads folder this tool reads ({names})")
     import shutil
     import tempfile
 

@@ -1,0 +1,83 @@
+"""Medusa-2 full models (`FasterDecoding/medusa-1.0-vicuna-7b-v1.5`, `...-zephyr-7b-beta`): a whole
+fine-tuned target whose weights also hold the heads, `medusa_head.{i}.{j}.linear.weight|bias` and
+each head's vocabulary projection `medusa_head.{i}.{layers}.weight`, next to `config.json` with
+`medusa_num_heads` / `medusa_num_layers`. The import takes the heads out into a heads folder; the
+target is then that model folder itself (transformers loads it and leaves the `medusa_head.*`
+tensors aside), which the heads folder records, so `--heads` checks `--model` against it."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from specbench_cli.errors import UsageError
+from specbench_cli.methods.heads.importers.common import Importer, read_config, read_tensors
+
+PREFIX = "medusa_head."
+SINGLE = ("model.safetensors", "pytorch_model.bin")
+INDEXES = ("model.safetensors.index.json", "pytorch_model.bin.index.json")
+
+
+def _weight_files(src: Path) -> list[Path]:
+    """The files holding `medusa_head.*` tensors: from a shard index when there is one."""
+    for name in INDEXES:
+        index = src / name
+        if index.is_file():
+            try:
+                weight_map = json.loads(index.read_text(encoding="utf-8"))["weight_map"]
+            except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError) as e:
+                raise UsageError(f"{index}: not a shard index ({e})") from None
+            files = sorted({f for k, f in weight_map.items() if isinstance(k, str) and k.startswith(PREFIX)})
+            return [src / f for f in files]
+    return [src / n for n in SINGLE if (src / n).is_file()][:1]
+
+
+def detect(src: Path) -> bool:
+    if not (src / "config.json").is_file():
+        return False
+    try:
+        cfg = read_config(src)
+    except UsageError:
+        return False
+    return "medusa_num_heads" in cfg and any((src / n).is_file() for n in SINGLE + INDEXES)
+
+
+def convert(src: Path, out: Path) -> dict:
+    from safetensors.torch import save_file
+
+    from specbench_cli.atomic import atomic_write
+    from specbench_cli.methods.heads.model import CONFIG_FILE, MEDUSA_FILE, _medusa_layout
+
+    cfg = read_config(src)
+    files = _weight_files(src)
+    if not files:
+        raise UsageError(f"{src}: config.json names Medusa heads but no weight file holds '{PREFIX}*' tensors")
+    state = {}
+    for path in files:
+        if not path.is_file():
+            raise UsageError(f"{path}: listed in the shard index but missing")
+        state.update({k[len(PREFIX):]: v.contiguous() for k, v in read_tensors(path).items() if k.startswith(PREFIX)})
+    if not state:
+        raise UsageError(f"{files[0]}: no '{PREFIX}*' tensors (a Medusa-2 full model keeps its heads there)")
+    hidden, heads, layers, vocab = _medusa_layout(files[0], {k: (str(v.dtype), tuple(v.shape)) for k, v in state.items()})
+    if hidden != cfg.get("hidden_size"):
+        raise UsageError(f"{files[0]}: the heads are {hidden} wide, config.json's hidden_size is {cfg.get('hidden_size')}")
+    said = cfg.get("medusa_num_heads")
+    notes = [] if said == heads else [f"config.json said medusa_num_heads {said}; the weights hold {heads}"]
+    dtypes = sorted({str(v.dtype).replace("torch.", "") for v in state.values()})
+    out.mkdir(parents=True, exist_ok=True)
+    atomic_write(out / MEDUSA_FILE, lambda tmp: save_file(state, str(tmp), metadata={"format": "pt"}))
+    target = str(src.resolve())
+    new = {"medusa_num_heads": heads, "medusa_num_layers": layers, "hidden_size": hidden,
+           "version": "1" if vocab is not None else "2", "architectures": ["MedusaHeads"],
+           "specbench": {"kind": "medusa", "heads": heads, "layers": layers, "target": target,
+                         "params": int(sum(v.numel() for v in state.values())),
+                         "imported": {"from": src.name, "format": "Medusa-2 full model", "files": [f.name for f in files],
+                                      "notes": notes + [f"run with --model {target} (the fine-tuned target)"],
+                                      "dtypes": dtypes}}}
+    atomic_write(out / CONFIG_FILE, json.dumps(new, indent=2) + "\n")
+    return {"kind": "medusa", "heads": heads, "layers": layers, "own_vocab": vocab, "target": target,
+            "notes": new["specbench"]["imported"]["notes"], "dtypes": dtypes}
+
+
+IMPORTER = Importer("medusa2-full", detect, convert)
