@@ -230,7 +230,7 @@ CASES = [
     ("run --methods recycling -o recycling.k=0", 2, "recycling.k must be between 1 and 64 (got 0)"),
     ("run --methods recycling -o recycling.tree={latin1.jsonl}", 2, "recycling.tree: {latin1.jsonl} is not a JSON file"),
     ("run --methods recycling -o recycling.order=widest", 2, "recycling.order must be one of prior, bfs"),
-    ("run --methods samd -o samd.fallback=eagle2", 2, "samd.fallback must be one of recycling, pld, none"),
+    ("run --methods samd -o samd.fallback=eagle2", 2, "samd.fallback must be one of recycling, pld, eagle, eagle3, medusa, none"),
     ("run --methods samd -o samd.threshold=0", 2, "samd.threshold must be between 1 and 1024 (got 0)"),
     # --- run --resume: the manifest, and flags that contradict it
     ("run --resume {folder}", 2, "is not a run folder (no manifest.json)"),

@@ -18,7 +18,7 @@ def full_model(folder, sharded: bool, heads: int = 3, layers: int = 1):
     model = make_model(0)
     model.save_pretrained(folder)
     make_tokenizer().save_pretrained(folder)
-    h, v = model.config.hidden_size, model.config.vocab_size
+    h = model.config.hidden_size
     g = torch.Generator().manual_seed(5)
     extra = {}
     for i in range(heads):
