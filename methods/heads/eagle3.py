@@ -26,7 +26,7 @@ import torch
 from torch import nn
 
 from specbench_cli.errors import UsageError
-from specbench_cli.methods.heads.kv import HeadKV
+from specbench_cli.methods.heads.kv import CachedHeadMixin
 
 
 def default_feature_layers(n_layers: int) -> tuple[int, int, int]:
@@ -79,7 +79,7 @@ class _MidLayer(nn.Module):
         return x + self.mlp(self.post_attention_layernorm(x))
 
 
-class Eagle3Head(nn.Module):
+class Eagle3Head(CachedHeadMixin, nn.Module):
     """Same inference API as `EagleHead` (`new_cache`, `step`, `to_target`, `draft_ids`), so the
     EAGLE-2 tree builders draft with it unchanged; `step` takes [n, 3 h_t] target features or
     [n, h] head outputs."""
@@ -147,20 +147,3 @@ class Eagle3Head(nn.Module):
         """[..., h] -> [..., draft_vocab_size] (map indices with `to_target`)."""
         return self.lm_head(self.norm(states.to(self.fc.weight.dtype)))
 
-    @staticmethod
-    def new_cache() -> HeadKV:
-        return HeadKV()
-
-    @torch.no_grad()
-    def step(self, cache: HeadKV, features: torch.Tensor, tokens: torch.Tensor, positions: torch.Tensor,
-             mask: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-        """Feed n pairs; returns (head outputs [n, h] to feed back, logits [n, draft vocab])."""
-        n, past = tokens.shape[0], cache.length
-        if mask is None:
-            mask = torch.ones(n, past + n, dtype=torch.bool, device=tokens.device)
-            mask[:, past:] = torch.ones(n, n, dtype=torch.bool, device=tokens.device).tril()
-        out = self._run(features[None], tokens[None], positions[None], mask[None, None], cache)[0]
-        return out, self.logits(out)
-
-    def config_dict(self) -> dict:
-        return self.config.to_dict()

@@ -34,3 +34,29 @@ class HeadKV:
         idx = torch.tensor(list(range(start)) + [start + r for r in rows])
         for i in self.k:
             self.k[i], self.v[i] = self.k[i].index_select(-2, idx), self.v[i].index_select(-2, idx)
+
+
+
+class CachedHeadMixin:
+    """The inference API the EAGLE tree builders call, for a head with `_run(features, tokens,
+    positions, mask, cache) -> [B,T,h]`, `logits(states)` and `config`: `new_cache()`, and
+    `step(cache, features [n,.], tokens [n], positions [n], mask [n, cache.length + n] | None)
+    -> (outputs [n, h] to feed back, logits [n, V or V'])`, which appends the n pairs to the cache
+    (mask None = causal over the n new pairs)."""
+
+    @staticmethod
+    def new_cache() -> HeadKV:
+        return HeadKV()
+
+    @torch.no_grad()
+    def step(self, cache: HeadKV, features: torch.Tensor, tokens: torch.Tensor, positions: torch.Tensor,
+             mask: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        n, past = tokens.shape[0], cache.length
+        if mask is None:
+            mask = torch.ones(n, past + n, dtype=torch.bool, device=tokens.device)
+            mask[:, past:] = torch.ones(n, n, dtype=torch.bool, device=tokens.device).tril()
+        out = self._run(features[None], tokens[None], positions[None], mask[None, None], cache)[0]
+        return out, self.logits(out)
+
+    def config_dict(self) -> dict:
+        return self.config.to_dict()

@@ -27,7 +27,7 @@ from torch import nn
 
 from specbench_cli.atomic import atomic_write
 from specbench_cli.errors import UsageError
-from specbench_cli.methods.heads.kv import HeadKV  # noqa: F401 - part of this module's API
+from specbench_cli.methods.heads.kv import CachedHeadMixin, HeadKV  # noqa: F401 - HeadKV is part of this module's API
 
 MEDUSA_FILE = "medusa_lm_head.safetensors"
 EAGLE_FILE = "model.safetensors"
@@ -154,7 +154,7 @@ def eagle_config(target_config: Any, layers: int):
     return cfg
 
 
-class EagleHead(DraftVocabMixin, nn.Module):
+class EagleHead(CachedHeadMixin, DraftVocabMixin, nn.Module):
     """EAGLE-1/2 draft head with K decoder layers (KOALA K > 1).
 
     Input pair at position t: (feature_t [h], token_{t+1}); output: predicted feature_{t+1} [h]
@@ -207,23 +207,6 @@ class EagleHead(DraftVocabMixin, nn.Module):
         """[..., h] -> [..., V] through the target's LM head ([..., V'] with a draft vocabulary)."""
         return self.project(states)
 
-    @staticmethod
-    def new_cache() -> HeadKV:
-        return HeadKV()
-
-    @torch.no_grad()
-    def step(self, cache: HeadKV, features: torch.Tensor, tokens: torch.Tensor, positions: torch.Tensor,
-             mask: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-        """Feed n pairs (see class doc); returns (next features [n,h], logits [n,V])."""
-        n, past = tokens.shape[0], cache.length
-        if mask is None:
-            mask = torch.ones(n, past + n, dtype=torch.bool, device=tokens.device)
-            mask[:, past:] = torch.ones(n, n, dtype=torch.bool, device=tokens.device).tril()
-        out = self._run(features[None], tokens[None], positions[None], mask[None, None], cache)[0]
-        return out, self.logits(out)
-
-    def config_dict(self) -> dict:
-        return self.config.to_dict()
 
 
 def causal_mask(valid: torch.Tensor) -> torch.Tensor:
