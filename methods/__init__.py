@@ -23,6 +23,7 @@ _REGISTRY = Registry("method", "specbench.methods", "specbench_cli.methods.base:
     "medusa": "specbench_cli.methods.medusa:Medusa",
     "eagle": "specbench_cli.methods.eagle:Eagle",
     "eagle3": "specbench_cli.methods.eagle3:Eagle3",
+    "hydra": "specbench_cli.methods.hydra:Hydra",
     "fastcot": "specbench_cli.methods.fastcot:FastCoT",
     "cot": "specbench_cli.methods.fastcot:CoT",
 })

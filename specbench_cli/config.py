@@ -221,13 +221,14 @@ class Preset:
 PRESETS = {
     # Spec-Bench (hemingkx/Spec-Bench, eval.sh and evaluation/inference_*.py): Vicuna's fastchat
     # template, greedy, 1024 new tokens, float16; EAGLE-2 total_token 60, depth 5 (EAGLE counts the
-    # levels after the first: our 6), top_k 10; Medusa-1 on mc_sim_7b_63 (64 tokens); EAGLE-1 on its
+    # levels after the first: our 6), top_k 10; Medusa-1 and Hydra on mc_sim_7b_63 (64 tokens); EAGLE-1 on its
     # 25-node tree when asked for with eagle.tree; Lookahead level 5, window 7, guess 7; PLD
     # max_ngram 3 with 10 tokens. docs/presets.md lists them next to the leaderboard.
     "spec-bench": Preset(
         "Spec-Bench's settings: vicuna template, 1024 new tokens, float16, per-method trees",
         run={"prompt_template": "vicuna", "max_new_tokens": 1024, "dtype": "float16", "temperature": 0.0},
         methods={"eagle": (60, {"depth": 6, "top_k": 10}), "medusa": (64, {"choices": "mc_sim_7b_63"}),
+                 "hydra": (64, {"choices": "mc_sim_7b_63"}),
                  "lookahead": (None, {"N": 5, "W": 7, "G": 7}), "pld": (11, {"max_ngram": 3, "num_pred_tokens": 10})}),
 }
 

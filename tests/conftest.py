@@ -51,7 +51,7 @@ def spec_bench_questions():
 
 @pytest.fixture(scope="session")
 def tiny_heads(tmp_path_factory, tiny_model, tiny_tok):
-    """{"medusa": folder, "eagle": folder}: heads trained a few seconds on the tiny model (tiny_heads.py)."""
+    """{"medusa": folder, "eagle": folder, "hydra": folder}: heads trained a few seconds on the tiny model (tiny_heads.py)."""
     from helpers.tiny_heads import train_tiny_heads
 
     return train_tiny_heads(tiny_model, tiny_tok, tmp_path_factory.mktemp("tiny-heads"))

@@ -26,7 +26,7 @@ from specbench_cli.errors import UsageError
 from specbench_cli.lazy import torch
 from specbench_cli.methods.base import Method, user_options
 
-HEAD_METHODS = ("medusa", "eagle", "eagle3")
+HEAD_METHODS = ("medusa", "eagle", "eagle3", "hydra")
 
 
 def apply_heads_flag(methods: list[str], options: dict[str, dict[str, str]], heads: Optional[str]) -> None:
@@ -49,7 +49,7 @@ def apply_heads_flag(methods: list[str], options: dict[str, dict[str, str]], hea
 def train_command(kind: str) -> str:
     if kind == "eagle3":  # not trained here yet: published heads are imported
         return "specbench heads import PUBLISHED_EAGLE3_DIR --out HEADS_DIR"
-    extra = " --heads-count 3" if kind == "medusa" else " --layers 1"
+    extra = {"medusa": " --heads-count 3", "hydra": " --heads-count 4"}.get(kind, " --layers 1")
     return f"specbench train heads --kind {kind}{extra} --data DATA.jsonl --out HEADS_DIR"
 
 
@@ -80,7 +80,7 @@ class HeadsCheckpoint:
         if not ref:  # checked before the heads code (and torch) is imported: this is the common mistake
             raise UsageError(f"method {method} needs trained heads: pass --heads HEADS_DIR (or -o {method}.heads=HEADS_DIR) "
                              f"(train them with: {train_command(kind)})")
-        from specbench_cli.methods.heads.model import inspect_heads, load_draft_vocab
+        from specbench_cli.methods.heads.checkpoint import inspect_heads, load_draft_vocab
 
         self.kind, self.folder = kind, Path(ref).expanduser()
         found, self.config = inspect_heads(self.folder)  # config, file bytes, keys and shapes: before the target loads
@@ -97,13 +97,14 @@ class HeadsCheckpoint:
 
     def load(self, model: Any) -> Any:
         """The head on the target's device and dtype, bound to it; UsageError if it does not fit."""
-        from specbench_cli.methods.heads.model import load_heads
+        from specbench_cli.methods.heads.checkpoint import load_heads
 
         weight = model.get_output_embeddings().weight
         head = load_heads(self.folder, model, dtype=weight.dtype).to(weight.device)
         hidden, vocab = int(model.config.hidden_size), int(weight.shape[0])
-        if self.kind == "medusa":  # v2 heads project through the target's LM head; Medusa-1 heads have their own
-            h_head, v_head = int(head[0][0].linear.weight.shape[0]), head.own_vocab
+        if self.kind in ("medusa", "hydra"):  # heads trained here share the target's LM head; published ones have their own
+            h_head = int(head[0][0].linear.weight.shape[0]) if self.kind == "medusa" else head.hidden
+            v_head = head.own_vocab
             if v_head is not None:
                 self.vocab = None  # their own projections cover the whole vocabulary
         elif self.kind == "eagle3":  # its features are 3 target states wide; its vocabulary maps through t2d
@@ -141,9 +142,9 @@ class HeadsCheckpoint:
 
     def shape_text(self) -> str:
         h, c = self.head, self.config
-        if self.kind == "medusa":
-            heads = h.n_heads if h is not None else c.get("medusa_num_heads", "?")
-            return f"H={heads},K={h.n_layers if h is not None else c.get('medusa_num_layers', '?')}"
+        if self.kind in ("medusa", "hydra"):
+            heads = h.n_heads if h is not None else c.get(f"{self.kind}_num_heads", "?")
+            return f"H={heads},K={h.n_layers if h is not None else c.get(f'{self.kind}_num_layers', '?')}"
         return f"K={h.n_layers if h is not None else c.get('num_hidden_layers', '?')}"
 
     def head_label(self) -> str:

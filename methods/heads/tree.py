@@ -229,3 +229,58 @@ def default_medusa_paths(heads: int, width: int = 10, decay: float = 0.5,
         if path[-1] + 1 < width:
             heapq.heappush(heap, (neg * decay, path[:-1] + (path[-1] + 1,)))
     return out
+
+
+def kept_paths(paths: list[list[int]], budget: int, max_depth: int) -> list[tuple[int, ...]]:
+    """The first `budget` paths (in the given order, best first) whose parents are kept and whose
+    depth is at most `max_depth`: the static tree one forward of BC = budget + 1 verifies."""
+    kept: list[tuple[int, ...]] = []
+    have: set[tuple[int, ...]] = set()
+    for p in paths:
+        key = tuple(p)
+        if len(kept) >= budget:
+            break
+        if key and len(key) <= max_depth and key not in have and (len(key) == 1 or key[:-1] in have):
+            kept.append(key)
+            have.add(key)
+    return kept
+
+
+@torch.no_grad()
+def hydra_tree(head, base: torch.Tensor, root: int, paths: list[list[int]], budget: int) -> HeadTree:
+    """Hydra's static tree: node (r_1, ..., r_d) is the r_d-th best token of head d - 1 given the
+    base state and the embeddings of the root and of the node's ancestors (the heads are
+    sequentially dependent, so every parent with kept children gets its own head call; one batched
+    call per depth). `paths` as in `medusa_tree` (e.g. `mc_sim_7b_63`, Hydra's default)."""
+    if budget < 1:
+        raise ValueError("budget must be >= 1")
+    kept = kept_paths(paths, budget, head.n_heads)
+    have = set(kept)
+    device = base.device
+    root_emb = head.embed_tokens(torch.tensor([root], device=device))[0]
+    tree = HeadTree()
+    node: dict[tuple[int, ...], int] = {}
+    embs: dict[tuple[int, ...], torch.Tensor] = {(): root_emb}  # path -> cat(emb(root), emb(ancestors..., self))
+    max_rank = 1 + max((k[-1] for k in kept), default=0)
+    for d in range(1, 1 + max((len(k) for k in kept), default=0)):
+        parents = list(dict.fromkeys(k[:-1] for k in kept if len(k) == d and (d == 1 or k[:-1] in node)))
+        if not parents:
+            break
+        logits = head.head_logits(d - 1, base.expand(len(parents), -1), torch.stack([embs[p] for p in parents]))
+        logp = torch.log_softmax(logits.float(), -1)
+        top = logp.topk(min(max_rank, logp.shape[-1]), dim=-1)
+        ids, vals = head.to_target(top.indices).tolist(), top.values.tolist()
+        for r, par in enumerate(parents):
+            for key in (k for k in kept if len(k) == d and k[:-1] == par):
+                if key[-1] >= len(ids[r]):
+                    continue
+                parent = node.get(par, -1)
+                node[key] = len(tree.tokens)
+                tree.tokens.append(ids[r][key[-1]])
+                tree.parents.append(parent)
+                tree.scores.append(vals[r][key[-1]] + (tree.scores[parent] if parent >= 0 else 0.0))
+                tree.depths.append(d)
+                if any(len(c) == d + 1 and c[:-1] == key for c in have):
+                    tok = head.embed_tokens(torch.tensor([tree.tokens[-1]], device=device))[0]
+                    embs[key] = torch.cat([embs[par], tok])
+    return tree

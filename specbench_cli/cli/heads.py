@@ -8,7 +8,7 @@ import typer
 
 from specbench_cli.console import err
 
-heads_app = typer.Typer(no_args_is_help=True, help="Published head checkpoints (EAGLE-1/2, HASS, Medusa-1/2).")
+heads_app = typer.Typer(no_args_is_help=True, help="Published head checkpoints (EAGLE-1/2/3, HASS, Medusa-1/2, Hydra).")
 
 
 @heads_app.command("import")

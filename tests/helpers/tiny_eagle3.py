@@ -33,8 +33,8 @@ def features(target, ids: list[int]) -> torch.Tensor:
 
 
 def train_tiny_eagle3(target, out: Path, steps: int = 150, seed: int = 0) -> str:
+    from specbench_cli.methods.heads.checkpoint import save_heads
     from specbench_cli.methods.heads.eagle3 import Eagle3Head
-    from specbench_cli.methods.heads.model import save_heads
 
     torch.manual_seed(seed)
     head = Eagle3Head(eagle3_config(target)).bind(target)

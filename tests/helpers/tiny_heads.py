@@ -1,4 +1,4 @@
-"""Tiny Medusa and EAGLE heads for the tiny test model, trained for a few seconds on the model's
+"""Tiny Medusa, EAGLE and Hydra heads for the tiny test model, trained for a few seconds on the model's
 own greedy continuations (Medusa's self-distillation), so head methods get drafts accepted in
 tests. Shared by the lossless test and the head-method tests."""
 
@@ -35,7 +35,8 @@ def self_distill_rows(model, tok, n_tokens: int = 40) -> list[dict]:
 
 
 def train_tiny_heads(model, tok, out: Path, target: str = "tiny", steps: int = 60) -> dict[str, str]:
-    """{"medusa": folder, "eagle": folder} of heads trained `steps` steps on the tiny model."""
+    """{"medusa": folder, "eagle": folder, "hydra": folder} of heads trained `steps` steps on the tiny model
+    (Hydra: Hydra++'s prefix-mlp heads)."""
     from specbench_cli.training.heads.data import build_feature_cache, load_feature_cache
     from specbench_cli.training.heads.train import HeadsRecipe, train_heads
 
@@ -44,7 +45,7 @@ def train_tiny_heads(model, tok, out: Path, target: str = "tiny", steps: int = 6
                         meta={"target": target})
     cache = load_feature_cache(out / "features")
     folders = {}
-    for kind, layers in (("medusa", 1), ("eagle", 1)):
+    for kind, layers in (("medusa", 1), ("eagle", 1), ("hydra", 2)):
         recipe = HeadsRecipe(kind=kind, heads_count=3, layers=layers, steps=steps, batch_size=4, lr=1e-2, warmup=2,
                              save_every=steps, holdout=0.0, noise=0.0)
         train_heads(model, cache, recipe, out / kind, {"target": target}, progress=False)

@@ -162,8 +162,8 @@ def reference_logits(state, cfg, target, features, tokens):
 
 @pytest.mark.parametrize("layout", ["safeailab", "speculators"])
 def test_published_heads_import_and_match_a_hand_written_forward(layout, tiny_model, tmp_path):
+    from specbench_cli.methods.heads.checkpoint import load_heads
     from specbench_cli.methods.heads.importers import import_heads
-    from specbench_cli.methods.heads.model import load_heads
 
     src = tmp_path / "published"
     state = write_safeailab(src, tiny_model) if layout == "safeailab" else write_speculators(src, tiny_model)

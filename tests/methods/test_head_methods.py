@@ -20,7 +20,8 @@ from specbench_cli.engine.loop import Decoder
 from specbench_cli.engine.verify import SamplingConfig
 from specbench_cli.errors import UsageError
 from specbench_cli.methods.base import MethodContext
-from specbench_cli.methods.heads.model import EagleHead, MedusaHeads, count_params, eagle_config, save_heads
+from specbench_cli.methods.heads.checkpoint import save_heads
+from specbench_cli.methods.heads.model import EagleHead, MedusaHeads, count_params, eagle_config
 
 PROMPTS = [[2, 5, 9, 14, 7, 3, 2, 6, 30, 31, 32, 33, 9, 14], [2, 40, 41, 42, 40, 41, 42, 40, 41], [2, 77]]
 KINDS = ["medusa", "eagle"]

@@ -67,7 +67,7 @@ def test_registry_has_the_baseline_and_pld():
 
 
 # Methods that draft from trained heads get tiny heads trained on the tiny model (conftest.tiny_heads).
-HEAD_METHODS = {"medusa", "eagle"}
+HEAD_METHODS = {"medusa", "eagle", "hydra"}
 
 
 @pytest.mark.parametrize("budget", [1, 4, 10, 30, 60])

@@ -46,7 +46,7 @@ def full_model(folder, sharded: bool, heads: int = 3, layers: int = 1):
 def test_heads_come_out_of_the_full_model_and_decode_like_ar(sharded, tmp_path, capsys):
     from helpers.cli import cli, only_run_dir, run_rows
 
-    from specbench_cli.methods.heads.model import load_heads
+    from specbench_cli.methods.heads.checkpoint import load_heads
 
     src = tmp_path / "medusa2-full"
     src.mkdir()

@@ -8,7 +8,8 @@ from helpers.cli import cli as run_cli
 from safetensors.torch import load_file
 
 from specbench_cli.errors import UsageError
-from specbench_cli.methods.heads.model import EagleHead, MedusaHeads, causal_mask, eagle_config, load_heads, save_heads
+from specbench_cli.methods.heads.checkpoint import load_heads, save_heads
+from specbench_cli.methods.heads.model import EagleHead, MedusaHeads, causal_mask, eagle_config
 from specbench_cli.methods.heads.tree import default_medusa_paths, eagle2_tree, medusa_tree
 from specbench_cli.training.heads.data import (
     build_feature_cache,
@@ -252,7 +253,7 @@ def test_resume_continues_exactly(tmp_path, tiny_model, cache):
 
 
 @pytest.mark.parametrize("args,msg", [
-    (["--kind", "hydra"], "unknown head kind"),
+    (["--kind", "koala"], "unknown head kind"),
     (["--layers", "0"], "--layers"),
     (["--heads-count", "0", "--kind", "medusa"], "--heads-count"),
     (["--lambda", "-1", "--adversarial"], "--lambda"),

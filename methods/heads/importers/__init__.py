@@ -4,7 +4,7 @@
 folder (one module per published layout in this package), reads its tensors (safetensors, or a
 pickle only through `torch.load(weights_only=True)`, which runs no code), checks every key and
 shape, and writes `config.json` + safetensors that `--heads DIR` loads. The source's config
-quirks (Medusa-1's wrong head count, EAGLE's optional `bias`) are resolved from the tensors and
+quirks (Medusa-1's wrong head count, EAGLE's optional `bias`, Hydra's repeated blocks) are resolved from the tensors and
 the resolution is recorded under `"specbench"."imported"` in the new config.
 """
 
@@ -17,16 +17,16 @@ from specbench_cli.methods.heads.importers.common import Importer
 
 
 def importers() -> list[Importer]:
-    from specbench_cli.methods.heads.importers import eagle, eagle3, medusa, medusa2
+    from specbench_cli.methods.heads.importers import eagle, eagle3, hydra, medusa, medusa2
 
     # medusa2 (a full model with heads inside) before eagle: both have config.json + model weights
-    return [medusa2.IMPORTER, eagle.IMPORTER, eagle3.IMPORTER, medusa.IMPORTER]
+    return [medusa2.IMPORTER, eagle.IMPORTER, eagle3.IMPORTER, medusa.IMPORTER, hydra.IMPORTER]
 
 
 def import_heads(src: Path, out: Path, force: bool = False) -> dict:
     """Convert the published heads folder `src` into `out`; returns the importer's summary."""
     from specbench_cli.atomic import output_problem
-    from specbench_cli.methods.heads.model import inspect_heads
+    from specbench_cli.methods.heads.checkpoint import inspect_heads
 
     src, out = Path(src).expanduser(), Path(out).expanduser()
     if not src.is_dir():

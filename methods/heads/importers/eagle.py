@@ -31,7 +31,7 @@ def convert(src: Path, out: Path) -> dict:
     from safetensors.torch import save_file
 
     from specbench_cli.atomic import atomic_write
-    from specbench_cli.methods.heads.model import CONFIG_FILE, EAGLE_FILE
+    from specbench_cli.methods.heads.checkpoint import CONFIG_FILE, EAGLE_FILE
 
     cfg = read_config(src)
     weights = first_file(src, FILES)

@@ -24,7 +24,7 @@ def convert(src: Path, out: Path) -> dict:
     from safetensors.torch import save_file
 
     from specbench_cli.atomic import atomic_write
-    from specbench_cli.methods.heads.model import CONFIG_FILE, MEDUSA_FILE, _medusa_layout
+    from specbench_cli.methods.heads.checkpoint import CONFIG_FILE, MEDUSA_FILE, _medusa_layout
 
     cfg = read_config(src) if (src / "config.json").is_file() else {}
     weights = first_file(src, FILES)

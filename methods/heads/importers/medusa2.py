@@ -46,7 +46,7 @@ def convert(src: Path, out: Path) -> dict:
     from safetensors.torch import save_file
 
     from specbench_cli.atomic import atomic_write
-    from specbench_cli.methods.heads.model import CONFIG_FILE, MEDUSA_FILE, _medusa_layout
+    from specbench_cli.methods.heads.checkpoint import CONFIG_FILE, MEDUSA_FILE, _medusa_layout
 
     cfg = read_config(src)
     files = _weight_files(src)

@@ -25,7 +25,7 @@ from safetensors.torch import load_file
 from specbench_cli.models.load import load_model
 from specbench_cli.models.prompting import set_threads
 from specbench_cli.training.heads.data import load_feature_cache, split_cache
-from specbench_cli.methods.heads.model import load_heads
+from specbench_cli.methods.heads.checkpoint import load_heads
 from specbench_cli.training.heads.train import score_heads
 
 

@@ -28,7 +28,7 @@ from bench_json import write_table  # noqa: E402
 from specbench_cli.models.load import load_model
 from specbench_cli.models.prompting import encode_chat, user_turn
 from specbench_cli.models.prompting import set_threads
-from specbench_cli.methods.heads.model import load_draft_vocab, load_heads
+from specbench_cli.methods.heads.checkpoint import load_draft_vocab, load_heads
 
 
 def next_but_one_logits(head, feats: torch.Tensor, ids: torch.Tensor, window: int) -> torch.Tensor:

@@ -1,4 +1,4 @@
-"""`specbench train heads`: Medusa / EAGLE / KOALA heads on the frozen target."""
+"""`specbench train heads`: Medusa / EAGLE / KOALA / Hydra heads on the frozen target."""
 
 from __future__ import annotations
 
@@ -25,9 +25,13 @@ def heads_cmd(
                               "folder (features.safetensors + features.json), or hf:PATH_OR_ID[:CONFIG][:SPLIT] "
                               "(instruction/response or ShareGPT conversations; needs --target)."),
     out: Path = typer.Option(..., "--out", "-o", help="Folder for the heads (+ checkpoints, history, curves)."),
-    kind: str = typer.Option("eagle", help="medusa | eagle."),
-    heads_count: int = typer.Option(3, "--heads-count", help="Medusa heads H (head i predicts token t+2+i)."),
-    layers: int = typer.Option(1, help="K: ResBlocks per Medusa head / decoder layers of the EAGLE head (KOALA: 2-3)."),
+    kind: str = typer.Option("eagle", help="medusa | eagle | hydra."),
+    heads_count: Optional[int] = typer.Option(None, "--heads-count", help="Medusa / Hydra heads H (head i predicts "
+                                              "token t+2+i); default 3 for Medusa, 4 for Hydra (Hydra++'s recipe)."),
+    layers: int = typer.Option(1, help="K: ResBlocks per Medusa / Hydra head, decoder layers of the EAGLE head "
+                               "(KOALA: 2-3)."),
+    hydra_arch: str = typer.Option("prefix-mlp", "--hydra-arch", help="Hydra heads: prefix-mlp (Hydra++: one "
+                                   "decoder layer over the target's features) | mlp."),
     adversarial: bool = typer.Option(False, help="KOALA adversarial training (discriminator on target vs head logits)."),
     lam: float = typer.Option(0.1, "--lambda", help="Weight of the adversarial term in L_G (KOALA: 0.05-0.5)."),
     disc_layers: int = typer.Option(1, "--disc-layers", help="FC layers of the discriminator."),
@@ -45,12 +49,14 @@ def heads_cmd(
     prompt_template: Optional[str] = DATA_TEMPLATE,
     dtype: str = DTYPE, device: str = DEVICE, threads: Optional[int] = THREADS, quiet: bool = QUIET,
 ):
-    """Train Medusa / EAGLE / KOALA draft heads on the frozen target's cached features."""
+    """Train Medusa / EAGLE / KOALA / Hydra draft heads on the frozen target's cached features."""
     from specbench_cli.models.load import check_device, torch_dtype
     from specbench_cli.models.prompting import set_threads
     from specbench_cli.training.heads.train import HeadsRecipe
 
-    recipe = HeadsRecipe(kind=kind, heads_count=heads_count, layers=layers, adversarial=adversarial, lam=lam,
+    if heads_count is None:
+        heads_count = 4 if kind == "hydra" else 3
+    recipe = HeadsRecipe(kind=kind, heads_count=heads_count, layers=layers, arch=hydra_arch, adversarial=adversarial, lam=lam,
                          disc_layers=disc_layers, steps=steps, batch_size=batch_size, lr=lr, disc_lr=disc_lr,
                          max_len=max_len, save_every=save_every, seed=seed, sub_vocab=not full_vocab,
                          autocast=autocast)

@@ -1,4 +1,4 @@
-"""Losses of the draft heads (Medusa, EAGLE) and KOALA's discriminator.
+"""Losses of the draft heads (Medusa, EAGLE, Hydra) and KOALA's discriminator.
 
 Distillation targets are the target's own next-token distributions, recomputed per batch as
 `softmax(lm_head(feature))` from the cached features (the logits ARE lm_head of the feature).
@@ -113,3 +113,17 @@ def eagle_terms(head, feats, tokens, valid, loss_mask, weight, noise: float, gen
     target = feats[:, 1:][sel]
     pred_sel = pred[sel]
     return pred_sel, target, feats[:, :-1][sel], project(target, weight), project(pred_sel, weight)
+
+
+def hydra_terms(heads, feats, tokens, valid, loss_mask, weight: torch.Tensor):
+    """Per-head (input feature [n,h], target logits [n,V'], draft logits [n,V']) as `medusa_terms`:
+    head i at position t (base_t and tokens t+1 .. t+1+i, teacher-forced from the data) is
+    compared with the target's distribution at t+1+i (Hydra++'s teacher loss, lm_loss_weight 0)."""
+    out = []
+    for i, states in enumerate(heads.train_states(feats, tokens, valid)):
+        shift = 1 + i
+        sel = loss_mask[:, :-shift] & loss_mask[:, shift:]
+        if not sel.any():
+            break
+        out.append((feats[:, :-shift][sel], project(feats[:, shift:][sel], weight), project(states[sel], weight)))
+    return out

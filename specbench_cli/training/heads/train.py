@@ -1,7 +1,7 @@
-"""Trainer of the draft heads (target frozen, features cached): Medusa, EAGLE, KOALA (+ adversarial).
+"""Trainer of the draft heads (target frozen, features cached): Medusa, EAGLE, KOALA (+ adversarial), Hydra.
 
 Checkpoints (`out/checkpoints/step-NNNNNNN/`) hold only safetensors and JSON: the head folder
-(heads_model.save_heads), `disc.safetensors`, `optim.safetensors` (AdamW moments of head and
+(methods/heads/checkpoint.py: save_heads), `disc.safetensors`, `optim.safetensors` (AdamW moments of head and
 discriminator) and `state.json` (step, history, seconds). Batches and feature noise depend on
 (seed, step) only and the LR is a function of the step, so a resumed run continues exactly.
 At the end: the head in `out/`, `history.json`, `curves.png`, `training.json`.
@@ -23,7 +23,8 @@ from typing import Any
 import torch
 
 from specbench_cli.errors import RuntimeFailure, UsageError
-from specbench_cli.methods.heads.model import EagleHead, MedusaHeads, count_params, eagle_config, save_heads
+from specbench_cli.methods.heads.checkpoint import save_heads
+from specbench_cli.methods.heads.model import EagleHead, MedusaHeads, count_params, eagle_config
 from specbench_cli.training.common.checkpoint import list_checkpoints, write_checkpoint
 from specbench_cli.training.common.compute import autocast, lr_factor
 from specbench_cli.training.common.io import write_json
@@ -34,11 +35,12 @@ from specbench_cli.training.heads.losses import (
     d_loss,
     eagle_terms,
     g_adv_loss,
+    hydra_terms,
     medusa_terms,
     soft_ce,
 )
 
-KINDS = ("medusa", "eagle")
+KINDS = ("medusa", "eagle", "hydra")
 CKPT = "checkpoints"
 
 
@@ -64,6 +66,7 @@ class HeadsRecipe:
     save_every: int = 50
     holdout: float = 0.05
     sub_vocab: bool = True
+    arch: str = "prefix-mlp"  # Hydra heads: prefix-mlp (Hydra++: one decoder layer over the features) | mlp
     autocast: bool = False  # bfloat16 autocast of the head's (and discriminator's) matmuls: ~2.5x faster on AMX CPUs
 
     def validate(self) -> None:
@@ -78,20 +81,31 @@ class HeadsRecipe:
                   (self.disc_layers >= 1, "--disc-layers must be >= 1"), (self.save_every >= 1, "--save-every >= 1"),
                   (self.max_len >= 8, "--max-len must be >= 8"), (0 <= self.holdout < 1, "--holdout in [0, 1)"),
                   (self.noise >= 0 and self.grad_clip > 0, "--noise >= 0 and --grad-clip > 0")]
+        from specbench_cli.methods.heads.hydra import ARCHS
+
+        checks.append((self.arch in ARCHS, f"--hydra-arch must be one of {', '.join(ARCHS)}"))
         for ok, msg in checks:
             if not ok:
                 raise UsageError(msg)
 
     def label(self) -> str:
         adv = ",adv" if self.adversarial else ""
-        return f"medusa(H={self.heads_count},K={self.layers}{adv})" if self.kind == "medusa" \
-            else f"eagle(K={self.layers}{adv})"
+        if self.kind in ("medusa", "hydra"):
+            arch = ",mlp" if self.kind == "hydra" and self.arch == "mlp" else ""
+            return f"{self.kind}(H={self.heads_count},K={self.layers}{arch}{adv})"
+        return f"eagle(K={self.layers}{adv})"
 
 
 def build_head(recipe: HeadsRecipe, target: Any):
     if recipe.kind == "medusa":
         return MedusaHeads(target.config.hidden_size, recipe.heads_count, recipe.layers).bind(target)
     torch.manual_seed(recipe.seed)
+    if recipe.kind == "hydra":
+        from specbench_cli.methods.heads.hydra import HydraHeads
+
+        prefix = eagle_config(target.config, 1) if recipe.arch == "prefix-mlp" else None
+        return HydraHeads(target.config.hidden_size, recipe.heads_count, recipe.layers, recipe.arch,
+                          prefix=prefix).bind(target)
     return EagleHead(eagle_config(target.config, recipe.layers)).bind(target)
 
 
@@ -132,8 +146,9 @@ def head_losses(head, batch, weight: torch.Tensor, recipe: HeadsRecipe, step: in
     """Distillation loss + logs, and the (hidden, real, fake) rows KOALA's discriminator sees."""
     tokens, feats, valid, loss_mask = batch
     logs: dict[str, float] = {}
-    if recipe.kind == "medusa":
-        terms = medusa_terms(head, feats, loss_mask, weight)
+    if recipe.kind in ("medusa", "hydra"):
+        terms = medusa_terms(head, feats, loss_mask, weight) if recipe.kind == "medusa" \
+            else hydra_terms(head, feats, tokens, valid, loss_mask, weight)
         loss = sum(soft_ce(t, d) for _, t, d in terms)
         for i, (_, t, d) in enumerate(terms):
             logs[f"top1_h{i}"], logs[f"top5_h{i}"] = accuracy(t, d)
@@ -177,7 +192,7 @@ def _complete(folder: Path) -> bool:
 def _load_state(ck: Path, head, disc, opts) -> dict:
     from safetensors.torch import load_file
 
-    from specbench_cli.methods.heads.model import load_heads
+    from specbench_cli.methods.heads.checkpoint import load_heads
 
     head.load_state_dict(load_heads(ck).state_dict(), strict=False)
     if disc is not None:
