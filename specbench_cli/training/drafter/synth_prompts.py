@@ -102,7 +102,9 @@ def main(argv: list[str] | None = None) -> None:
     args = ap.parse_args(argv)
     rows = make_prompts(args.count, args.seed)
     args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    from specbench_cli.atomic import atomic_write
+
+    atomic_write(args.output, "".join(json.dumps(r) + "\n" for r in rows))
     print(f"{len(rows)} prompts -> {args.output}")
 
 

@@ -233,7 +233,9 @@ def main(argv: list[str] | None = None) -> None:
         ap.error("--count must be >= 1")
     rows = varied_prompts(args.count, args.seed)
     args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
+    from specbench_cli.atomic import atomic_write
+
+    atomic_write(args.output, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
     print(f"{len(rows)} prompts -> {args.output}")
 
 
