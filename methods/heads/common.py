@@ -47,9 +47,9 @@ def apply_heads_flag(methods: list[str], options: dict[str, dict[str, str]], hea
 
 
 def train_command(kind: str) -> str:
-    if kind == "eagle3":  # not trained here yet: published heads are imported
-        return "specbench heads import PUBLISHED_EAGLE3_DIR --out HEADS_DIR"
-    extra = {"medusa": " --heads-count 3", "hydra": " --heads-count 4"}.get(kind, " --layers 1")
+    """The command that trains heads of `kind` (EAGLE-3 heads can also be imported:
+    `specbench heads import PUBLISHED_EAGLE3_DIR --out HEADS_DIR`)."""
+    extra = {"medusa": " --heads-count 3", "hydra": " --heads-count 4", "eagle3": " --ttt-steps 7"}.get(kind, " --layers 1")
     return f"specbench train heads --kind {kind}{extra} --data DATA.jsonl --out HEADS_DIR"
 
 

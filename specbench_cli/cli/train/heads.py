@@ -1,4 +1,4 @@
-"""`specbench train heads`: Medusa / EAGLE / KOALA / Hydra heads on the frozen target."""
+"""`specbench train heads`: Medusa / EAGLE / KOALA / Hydra / EAGLE-3 heads on the frozen target."""
 
 from __future__ import annotations
 
@@ -25,13 +25,20 @@ def heads_cmd(
                               "folder (features.safetensors + features.json), or hf:PATH_OR_ID[:CONFIG][:SPLIT] "
                               "(instruction/response or ShareGPT conversations; needs --target)."),
     out: Path = typer.Option(..., "--out", "-o", help="Folder for the heads (+ checkpoints, history, curves)."),
-    kind: str = typer.Option("eagle", help="medusa | eagle | hydra."),
+    kind: str = typer.Option("eagle", help="medusa | eagle | hydra | eagle3."),
     heads_count: Optional[int] = typer.Option(None, "--heads-count", help="Medusa / Hydra heads H (head i predicts "
                                               "token t+2+i); default 3 for Medusa, 4 for Hydra (Hydra++'s recipe)."),
     layers: int = typer.Option(1, help="K: ResBlocks per Medusa / Hydra head, decoder layers of the EAGLE head "
                                "(KOALA: 2-3)."),
     hydra_arch: str = typer.Option("prefix-mlp", "--hydra-arch", help="Hydra heads: prefix-mlp (Hydra++: one "
                                    "decoder layer over the target's features) | mlp."),
+    ttt_steps: int = typer.Option(7, "--ttt-steps", help="EAGLE-3: steps of the training-time test (the head "
+                                  "unrolled on its own outputs; EAGLE-3's 7)."),
+    draft_vocab: Optional[int] = typer.Option(None, "--draft-vocab", help="EAGLE-3: draft vocabulary = the N most "
+                                              "frequent response tokens (default min(32000, target vocabulary, "
+                                              "distinct response tokens))."),
+    feature_layers: Optional[str] = typer.Option(None, "--feature-layers", help="EAGLE-3: the three target layers "
+                                                 "A,B,C whose inputs the head reads (default 2,L//2,L-3)."),
     adversarial: bool = typer.Option(False, help="KOALA adversarial training (discriminator on target vs head logits)."),
     lam: float = typer.Option(0.1, "--lambda", help="Weight of the adversarial term in L_G (KOALA: 0.05-0.5)."),
     disc_layers: int = typer.Option(1, "--disc-layers", help="FC layers of the discriminator."),
@@ -49,9 +56,10 @@ def heads_cmd(
     prompt_template: Optional[str] = DATA_TEMPLATE,
     dtype: str = DTYPE, device: str = DEVICE, threads: Optional[int] = THREADS, quiet: bool = QUIET,
 ):
-    """Train Medusa / EAGLE / KOALA / Hydra draft heads on the frozen target's cached features."""
+    """Train Medusa / EAGLE / KOALA / Hydra / EAGLE-3 draft heads on the frozen target's cached features."""
     from specbench_cli.models.load import check_device, torch_dtype
     from specbench_cli.models.prompting import set_threads
+    from specbench_cli.training.heads.eagle3 import parse_feature_layers
     from specbench_cli.training.heads.train import HeadsRecipe
 
     if heads_count is None:
@@ -59,7 +67,8 @@ def heads_cmd(
     recipe = HeadsRecipe(kind=kind, heads_count=heads_count, layers=layers, arch=hydra_arch, adversarial=adversarial, lam=lam,
                          disc_layers=disc_layers, steps=steps, batch_size=batch_size, lr=lr, disc_lr=disc_lr,
                          max_len=max_len, save_every=save_every, seed=seed, sub_vocab=not full_vocab,
-                         autocast=autocast)
+                         autocast=autocast, ttt_steps=ttt_steps, draft_vocab=draft_vocab,
+                         feature_layers=parse_feature_layers(feature_layers))
     recipe.validate()
     torch_dtype(dtype)
     check_device(device)
@@ -70,6 +79,11 @@ def heads_cmd(
         raise UsageError(f"--data not found: {data}")
     if problem := output_problem(out, folder=True):  # before the target loads and features are built
         raise UsageError(f"--out: {problem}")
+    if kind == "eagle3" and target is not None:  # the target's layers, from its header: before any data is read
+        from specbench_cli.training.heads.eagle3 import declared_layers, feature_layers_for
+
+        if (n_layers := declared_layers(target)) is not None:
+            feature_layers_for(n_layers, recipe.feature_layers)
     from specbench_cli.training.heads.pipeline import run_heads
 
     _, table = run_heads(data, out, recipe, features, target, dtype, device, resume, not quiet,

@@ -9,6 +9,8 @@
    (`features.safetensors` + `features.json`, never pickles) and every head trains from it.
    The target's logits are NOT cached: they are `lm_head(feature)`, recomputed per step (a cached
    49k-wide row would be 100 KB per token).
+   An EAGLE-3 cache (`feature_layers` given) also holds the inputs of three target layers
+   ([N, 3h]) and the target's full-vocabulary top-1 at each token (for EAGLE-3's loss mask).
 """
 
 from __future__ import annotations
@@ -109,7 +111,11 @@ class FeatureCache:
     offsets:  [E + 1] int64, sequence e is rows offsets[e]:offsets[e+1].
     starts:   [E] int64, first position (relative to the sequence) whose next token is a response
               token; positions starts[e] .. len-2 are the loss positions.
-    meta:     dict from features.json (target, data, prompts, tokens, dtype, seconds).
+    meta:     dict from features.json (target, data, prompts, tokens, dtype, seconds; "kind":
+              "eagle3" and "feature_layers" for an EAGLE-3 cache).
+    layers:   EAGLE-3 caches only: [N, 3h] float16, the inputs of the three target layers
+              (training/heads/eagle3.py); None in a plain cache.
+    top1:     EAGLE-3 caches only: [N] int64, the target's full-vocabulary argmax at each token.
     """
 
     tokens: Any
@@ -117,6 +123,13 @@ class FeatureCache:
     offsets: Any
     starts: Any
     meta: dict
+    layers: Any = None
+    top1: Any = None
+
+    @property
+    def kind(self) -> str:
+        """"eagle3" (three layers' inputs cached too) or "plain" (the last hidden state only)."""
+        return "eagle3" if self.layers is not None else "plain"
 
     def __len__(self) -> int:
         return len(self.starts)
@@ -129,11 +142,14 @@ class FeatureCache:
 
 def build_feature_cache(target: Any, tokenizer: Any, rows: list[dict], out: Path, max_len: int = 512,
                         batch_size: int = 8, meta: dict | None = None,
-                        on_batch: Callable[[int], None] | None = None) -> FeatureCache:
+                        on_batch: Callable[[int], None] | None = None,
+                        feature_layers: tuple[int, ...] | None = None) -> FeatureCache:
     """Forward the target over every (prompt + response) row once and save features to `out`.
 
     Sequences are sorted by length before batching (little padding); right padding keeps the
-    real tokens' positions and states identical to an unpadded forward.
+    real tokens' positions and states identical to an unpadded forward. With `feature_layers`
+    (EAGLE-3) the inputs of those layers (`hidden_states[i]`, concatenated in the given order)
+    and the target's top-1 token are cached too.
     """
     import time
 
@@ -147,25 +163,36 @@ def build_feature_cache(target: Any, tokenizer: Any, rows: list[dict], out: Path
     if not examples:
         raise UsageError("no usable row (empty responses?) to compute features on")
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else stop_token_ids(tokenizer, target)[0]
-    toks, feats, lens = [], [], []
+    toks, feats, lens, layers, top1 = [], [], [], [], []
     decoder = target.get_decoder()
+    lm_head = target.get_output_embeddings()
     with torch.no_grad():
         for i in range(0, len(examples), batch_size):
             chunk = examples[i:i + batch_size]
             ids, att, _ = collate(chunk, pad, model_device(target))
-            hidden = decoder(input_ids=ids, attention_mask=att).last_hidden_state  # [B, T, h] after final norm
+            out_b = decoder(input_ids=ids, attention_mask=att, output_hidden_states=feature_layers is not None)
+            hidden = out_b.last_hidden_state  # [B, T, h] after final norm
+            if feature_layers is not None:  # hidden_states[i] is the input of layer i
+                three = torch.cat([out_b.hidden_states[j] for j in feature_layers], dim=-1)
             for b, e in enumerate(chunk):
                 n = len(e.input_ids)
                 toks.append(torch.tensor(e.input_ids, dtype=torch.long))
                 feats.append(hidden[b, :n].to(torch.float16).cpu())
                 lens.append(n)
+                if feature_layers is not None:
+                    layers.append(three[b, :n].to(torch.float16).cpu())
+                    top1.append(lm_head(hidden[b, :n]).argmax(-1).cpu())
             if on_batch:
                 on_batch(len(chunk))
     offsets = torch.zeros(len(lens) + 1, dtype=torch.long)
     offsets[1:] = torch.tensor(lens).cumsum(0)
     cache = FeatureCache(torch.cat(toks), torch.cat(feats), offsets,
                          torch.tensor([e.start for e in examples], dtype=torch.long), {})
-    return _save_cache(cache, out, meta or {}, max_len=max_len, seconds=round(time.time() - t0, 1))
+    meta = dict(meta or {})
+    if feature_layers is not None:
+        cache.layers, cache.top1 = torch.cat(layers), torch.cat(top1).long()
+        meta["feature_layers"] = [int(j) for j in feature_layers]
+    return _save_cache(cache, out, meta, max_len=max_len, seconds=round(time.time() - t0, 1))
 
 
 def _save_cache(cache: FeatureCache, out: Path, meta: dict, **extra: Any) -> FeatureCache:
@@ -177,9 +204,11 @@ def _save_cache(cache: FeatureCache, out: Path, meta: dict, **extra: Any) -> Fea
 
     out = Path(out).expanduser()
     out.mkdir(parents=True, exist_ok=True)
-    save_file({"tokens": cache.tokens, "features": cache.features, "offsets": cache.offsets,
-               "starts": cache.starts}, str(out / FEATURES_FILE))
-    cache.meta = {**meta, "sequences": len(cache), "tokens": int(cache.offsets[-1]),
+    tensors = {"tokens": cache.tokens, "features": cache.features, "offsets": cache.offsets, "starts": cache.starts}
+    if cache.layers is not None:
+        tensors.update(layers=cache.layers, top1=cache.top1)
+    save_file(tensors, str(out / FEATURES_FILE))
+    cache.meta = {**meta, "kind": cache.kind, "sequences": len(cache), "tokens": int(cache.offsets[-1]),
                   "response_tokens": cache.response_tokens(), "hidden_size": int(cache.features.shape[1]),
                   "feature_dtype": "float16", **extra}
     write_json(out / FEATURES_META, cache.meta)
@@ -195,7 +224,7 @@ def load_feature_cache(folder: Path) -> FeatureCache:
         raise UsageError(f"{folder} is not a feature cache (needs {FEATURES_FILE} and {FEATURES_META})")
     t = load_file(str(folder / FEATURES_FILE))
     return FeatureCache(t["tokens"], t["features"], t["offsets"], t["starts"],
-                        json.loads((folder / FEATURES_META).read_text()))
+                        json.loads((folder / FEATURES_META).read_text()), t.get("layers"), t.get("top1"))
 
 
 def split_cache(cache: FeatureCache, holdout: float, seed: int = 0) -> tuple[list[int], list[int]]:
@@ -252,7 +281,12 @@ def merge_feature_caches(folders: list[Path], out: Path) -> FeatureCache:
         base += int(p.offsets[-1])
     cache = FeatureCache(torch.cat([p.tokens for p in parts]), torch.cat([p.features for p in parts]),
                          torch.cat(offsets), torch.cat([p.starts for p in parts]), {})
+    extra = {}
+    layer_sets = {tuple(p.meta.get("feature_layers") or ()) if p.layers is not None else None for p in parts}
+    if len(layer_sets) == 1 and None not in layer_sets:  # all EAGLE-3 caches of the same layers stay one
+        cache.layers, cache.top1 = torch.cat([p.layers for p in parts]), torch.cat([p.top1 for p in parts])
+        extra["feature_layers"] = list(layer_sets.pop())
     data = " + ".join(str(p.meta.get("data", "?")) for p in parts)
-    return _save_cache(cache, out, {"target": targets.pop(), "data": data},
+    return _save_cache(cache, out, {"target": targets.pop(), "data": data, **extra},
                        max_len=max(int(p.meta.get("max_len", 0)) for p in parts),
                        parts=[{**p.meta, "folder": str(f)} for p, f in zip(parts, folders)])

@@ -31,9 +31,14 @@ def run_heads(data: Path, out: Path, recipe: HeadsRecipe, features: Path | None,
     from specbench_cli.models.load import load_model
 
     t0 = time.time()
+    eagle3 = recipe.kind == "eagle3"
     if data.is_dir() and not str(data).startswith("hf:"):
         cache_dir, rows = data, None
         cached = load_feature_cache(data).meta
+        if eagle3 and cached.get("kind") != "eagle3":
+            from specbench_cli.training.heads.eagle3 import check_cache
+
+            check_cache(load_feature_cache(data), data, ())
         target = target or cached.get("target")
         have = cached.get("prompt_template") or "auto"
         if template is not None and template != have:
@@ -43,17 +48,29 @@ def run_heads(data: Path, out: Path, recipe: HeadsRecipe, features: Path | None,
         rows, data_target, template = _rows_target(data, template)
         target = target or data_target
         default = Path(str(data).split(":")[1]).expanduser() if str(data).startswith("hf:") else data
-        cache_dir = (features or default.with_name(default.name + ".features")).expanduser()
+        suffix = ".eagle3-features" if eagle3 else ".features"  # an EAGLE-3 cache holds more: its own default
+        cache_dir = (features or default.with_name(default.name + suffix)).expanduser()
     if not target:
         raise UsageError(f"{data} does not name one target model; pass --target")
+    layers = None
+    if eagle3:
+        from specbench_cli.training.heads.eagle3 import check_cache, declared_layers, feature_layers_for
+
+        declared = declared_layers(target)
+        if declared is not None:  # the layer check before the target loads, when its header tells
+            feature_layers_for(declared, recipe.feature_layers)
     lm = load_model(target, device=device, dtype=dtype)
+    if eagle3:
+        layers = feature_layers_for(int(lm.model.config.num_hidden_layers), recipe.feature_layers)
+        if (cache_dir / FEATURES_FILE).is_file():
+            check_cache(load_feature_cache(cache_dir), cache_dir, layers)
     if rows is not None and not (cache_dir / FEATURES_FILE).is_file():
         with Progress(console=err, disable=not progress) as bar:
             task = bar.add_task("target features", total=len(rows))
             build_feature_cache(lm.model, lm.tokenizer, rows, cache_dir, recipe.max_len,
                                 meta={"target": target, "data": str(data), "rows": len(rows), "dtype": dtype,
                                       "prompt_template": template},
-                                on_batch=lambda n: bar.advance(task, n))
+                                on_batch=lambda n: bar.advance(task, n), feature_layers=layers)
     cache = load_feature_cache(cache_dir)
     if cache.features.shape[1] != lm.model.config.hidden_size:
         raise UsageError(f"feature cache {cache_dir} has width {cache.features.shape[1]}, the target "

@@ -1,4 +1,5 @@
-"""Trainer of the draft heads (target frozen, features cached): Medusa, EAGLE, KOALA (+ adversarial), Hydra.
+"""Trainer of the draft heads (target frozen, features cached): Medusa, EAGLE, KOALA (+ adversarial), Hydra,
+EAGLE-3 (training-time test, own draft vocabulary: training/heads/eagle3.py).
 
 Checkpoints (`out/checkpoints/step-NNNNNNN/`) hold only safetensors and JSON: the head folder
 (methods/heads/checkpoint.py: save_heads), `disc.safetensors`, `optim.safetensors` (AdamW moments of head and
@@ -40,7 +41,7 @@ from specbench_cli.training.heads.losses import (
     soft_ce,
 )
 
-KINDS = ("medusa", "eagle", "hydra")
+KINDS = ("medusa", "eagle", "hydra", "eagle3")
 CKPT = "checkpoints"
 
 
@@ -68,6 +69,9 @@ class HeadsRecipe:
     sub_vocab: bool = True
     arch: str = "prefix-mlp"  # Hydra heads: prefix-mlp (Hydra++: one decoder layer over the features) | mlp
     autocast: bool = False  # bfloat16 autocast of the head's (and discriminator's) matmuls: ~2.5x faster on AMX CPUs
+    ttt_steps: int = 7  # EAGLE-3: steps of the training-time test (EAGLE-3's length 7)
+    draft_vocab: int | None = None  # EAGLE-3: draft vocabulary size (None: min(32000, V, distinct response tokens))
+    feature_layers: tuple[int, ...] | None = None  # EAGLE-3: the target layers read (None: 2, L//2, L-3)
 
     def validate(self) -> None:
         """UsageError (exit 2) on a bad option; called before any model loads."""
@@ -84,6 +88,14 @@ class HeadsRecipe:
         from specbench_cli.methods.heads.hydra import ARCHS
 
         checks.append((self.arch in ARCHS, f"--hydra-arch must be one of {', '.join(ARCHS)}"))
+        checks += [(self.ttt_steps >= 1, "--ttt-steps must be >= 1"),
+                   (self.draft_vocab is None or self.draft_vocab >= 1, "--draft-vocab must be >= 1"),
+                   (self.feature_layers is None or (len(self.feature_layers) == 3 and min(self.feature_layers) >= 0),
+                    "--feature-layers must be three layer indices A,B,C")]
+        if self.kind == "eagle3":
+            checks += [(self.layers == 1, "--kind eagle3: the EAGLE-3 head has one layer (--layers 1)"),
+                       (not self.adversarial, "--adversarial applies to medusa, eagle and hydra heads, not eagle3"),
+                       (self.sub_vocab, "--full-vocab does not apply to eagle3 (its vocabulary is --draft-vocab)")]
         for ok, msg in checks:
             if not ok:
                 raise UsageError(msg)
@@ -93,6 +105,8 @@ class HeadsRecipe:
         if self.kind in ("medusa", "hydra"):
             arch = ",mlp" if self.kind == "hydra" and self.arch == "mlp" else ""
             return f"{self.kind}(H={self.heads_count},K={self.layers}{arch}{adv})"
+        if self.kind == "eagle3":
+            return f"eagle3(ttt={self.ttt_steps})"
         return f"eagle(K={self.layers}{adv})"
 
 
@@ -142,9 +156,23 @@ def _batch(train_idx: list[int], recipe: HeadsRecipe, step: int) -> list[int]:
     return [train_idx[j] for j in perm[i * recipe.batch_size:(i + 1) * recipe.batch_size]]
 
 
+def _make_batch(cache: FeatureCache, seqs: list[int], recipe: HeadsRecipe):
+    if recipe.kind == "eagle3":
+        from specbench_cli.training.heads.eagle3 import make_eagle3_batch
+
+        return make_eagle3_batch(cache, seqs, max_len=recipe.max_len)
+    return make_batch(cache, seqs, max_len=recipe.max_len)
+
+
 def head_losses(head, batch, weight: torch.Tensor, recipe: HeadsRecipe, step: int):
     """Distillation loss + logs, and the (hidden, real, fake) rows KOALA's discriminator sees."""
-    tokens, feats, valid, loss_mask = batch
+    if recipe.kind == "eagle3":  # soft CE per unrolled step, 0.8^k weights; no discriminator
+        from specbench_cli.training.heads.eagle3 import eagle3_loss
+
+        loss, logs = eagle3_loss(head, batch, weight, recipe.ttt_steps)
+        logs["distill"] = loss.item()
+        return loss, logs, []
+    tokens, feats, valid, loss_mask = batch[:4]
     logs: dict[str, float] = {}
     if recipe.kind in ("medusa", "hydra"):
         terms = medusa_terms(head, feats, loss_mask, weight) if recipe.kind == "medusa" \
@@ -207,6 +235,30 @@ def _load_state(ck: Path, head, disc, opts) -> dict:
     return json.loads((ck / "state.json").read_text())
 
 
+def _eagle3_head(target: Any, cache: FeatureCache, recipe: HeadsRecipe, ck: Path | None):
+    """(head, draft-vocabulary rows of the target LM head [N, h], summary fields) of an EAGLE-3 run."""
+    from specbench_cli.training.heads.eagle3 import build_eagle3, check_cache, draft_vocabulary, feature_layers_for
+
+    layers = feature_layers_for(int(target.config.num_hidden_layers), recipe.feature_layers)
+    check_cache(cache, "given to the trainer", layers)
+    vocab_size = int(target.config.vocab_size)
+    ids = draft_vocabulary(cache, vocab_size, recipe.draft_vocab)
+    if ck is not None:
+        saved = json.loads((ck / "config.json").read_text()).get("draft_vocab_size")
+        if saved != int(ids.shape[0]):
+            raise UsageError(f"--resume: checkpoint {ck.name} has a draft vocabulary of {saved} tokens, this run "
+                             f"{ids.shape[0]}: give the same --draft-vocab")
+    resp = torch.cat([cache.tokens[int(cache.offsets[e]) + int(cache.starts[e]) + 1:int(cache.offsets[e + 1])]
+                      for e in range(len(cache))])
+    t2d = torch.zeros(vocab_size, dtype=torch.bool)
+    t2d[ids] = True
+    extra = {"draft_vocab": int(ids.shape[0]), "feature_layers": list(layers),
+             "draft_vocab_coverage": round(float(t2d[resp].float().mean()) if resp.numel() else 0.0, 4),
+             "ttt_steps": recipe.ttt_steps}
+    head = build_eagle3(target, layers, ids, recipe.seed)
+    return head, target.get_output_embeddings().weight[ids].float(), extra
+
+
 def latest_checkpoint(out: Path) -> Path | None:
     found = list_checkpoints(Path(out) / CKPT, _complete)
     return found[-1] if found else None
@@ -219,7 +271,7 @@ def evaluate(head, cache: FeatureCache, seqs: list[int], weight, recipe: HeadsRe
     sums: dict[str, float] = {}
     n = 0
     for i in range(0, len(seqs), recipe.batch_size):
-        batch = make_batch(cache, seqs[i:i + recipe.batch_size], max_len=recipe.max_len)
+        batch = _make_batch(cache, seqs[i:i + recipe.batch_size], recipe)
         _, logs, _ = head_losses(head, batch, weight, HeadsRecipe(**{**asdict(recipe), "noise": 0.0}), 0)
         for k, v in logs.items():
             sums[k] = sums.get(k, 0.0) + v
@@ -256,9 +308,14 @@ def train_heads(target: Any, cache: FeatureCache, recipe: HeadsRecipe, out: Path
     for p in target.parameters():
         p.requires_grad_(False)
     lm_w = target.get_output_embeddings().weight
-    vocab = cached_vocab(cache, lm_w, vocab_file) if recipe.sub_vocab else None
-    weight = lm_w[vocab].float() if vocab is not None else lm_w.float()
-    head = build_head(recipe, target)
+    extra: dict = {}
+    if recipe.kind == "eagle3":  # its own draft vocabulary (d2t / t2d in the head), no draft_vocab file
+        head, weight, extra = _eagle3_head(target, cache, recipe, ck if resume else None)
+        vocab = None
+    else:
+        vocab = cached_vocab(cache, lm_w, vocab_file) if recipe.sub_vocab else None
+        weight = lm_w[vocab].float() if vocab is not None else lm_w.float()
+        head = build_head(recipe, target)
     head.train()
     disc = Discriminator(target.config.hidden_size, weight.shape[0], recipe.disc_layers, recipe.disc_width) \
         if recipe.adversarial else None
@@ -268,7 +325,8 @@ def train_heads(target: Any, cache: FeatureCache, recipe: HeadsRecipe, out: Path
     train_idx, held = split_cache(cache, recipe.holdout, recipe.seed)
     full_meta = {**meta, "recipe": asdict(recipe), "label": recipe.label(), "adversarial": recipe.adversarial,
                  "lambda": recipe.lam if recipe.adversarial else None, "params": count_params(head),
-                 "sub_vocab": int(weight.shape[0]), "train_sequences": len(train_idx), "heldout_sequences": len(held)}
+                 "sub_vocab": int(weight.shape[0]), "train_sequences": len(train_idx), "heldout_sequences": len(held),
+                 **extra}
     history, start, seconds0 = [], 0, 0.0
     if resume:
         state = _load_state(ck, head, disc, opts)
@@ -279,7 +337,7 @@ def train_heads(target: Any, cache: FeatureCache, recipe: HeadsRecipe, out: Path
     seen = sum(h.get("tokens", 0) for h in history)
     with progress_bar(recipe.label(), recipe.steps, start, progress) as advance:
         for step in range(start, recipe.steps):
-            batch = make_batch(cache, _batch(train_idx, recipe, step), max_len=recipe.max_len)
+            batch = _make_batch(cache, _batch(train_idx, recipe, step), recipe)
             with autocast(recipe.autocast):
                 loss, logs, rows = head_losses(head, batch, weight, recipe, step)
                 if disc is not None:  # G step: L_G = lambda * (-log D(draft)) + L_distill

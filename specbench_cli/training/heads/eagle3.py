@@ -1,0 +1,253 @@
+"""EAGLE-3 training (Li et al. 2025, "EAGLE-3: ... via Training-Time Test") on the frozen target.
+
+Features: the inputs of three target layers (`feature_layers`, EAGLE-3's 2, L//2, L-3 by default,
+the rule the eagle3 method uses at inference), cached with the target's last hidden state and its
+top-1 token (an EAGLE-3 feature cache, training/heads/data.py).
+
+Draft vocabulary (`draft_vocabulary`): the N most frequent response tokens of the data (EAGLE-3
+counts the loss-masked tokens), stored in the head as `d2t` (target = draft + d2t[draft]) and
+`t2d` (bool over the target vocabulary).
+
+Training-time test (`ttt_unroll`): step 0 reads fc(features) and token t+1 at position t; step
+k > 0 reads the head's own step k-1 output at position t and token t+1+k, at RoPE position t+k.
+Attention of step k at position t: the step-0 keys of positions 0..t (causal) plus the keys of
+position t itself at steps 1..k (the "diagonal"): exactly what the head sees at inference when it
+drafts a chain from position t (`tests/training/test_eagle3_training.py` checks it against
+`Eagle3Head.step`).
+
+Loss (`eagle3_loss`): step k at position t is compared with the target's distribution of token
+t+2+k (= softmax over the draft vocabulary of lm_head(last hidden state at t+1+k), the target's
+logits restricted to the draft vocabulary and renormalised), soft cross-entropy averaged over
+the step's loss positions, summed over steps with weight 0.8^k. A position counts when t+1+k is a
+loss position of the cache (it predicts a response token, so it does not run off the end) and
+the target's full-vocabulary top-1 there lies in the draft vocabulary (EAGLE-3's mask).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from specbench_cli.errors import UsageError
+
+STEP_WEIGHT = 0.8  # EAGLE-3's per-step weight 0.8^k
+DEFAULT_DRAFT_VOCAB = 32000  # EAGLE-3's, capped at the target's vocabulary and at the tokens the data has
+
+
+# ----------------------------------------------------------------------------- feature layers
+
+def declared_layers(ref: str) -> int | None:
+    """The layer count a model reference declares (a folder's config.json `num_hidden_layers`, a
+    GGUF header's `<arch>.block_count`) without loading weights; None when unknown."""
+    from specbench_cli.models import header
+    from specbench_cli.models.load import resolve
+
+    try:
+        kind, location = resolve(ref)
+        if kind == "gguf":
+            meta = header.gguf_metadata(Path(location))
+            arch = meta.get("general.architecture")
+            key = f"{arch}.block_count"
+            value = meta.get(key) if key in meta else header.gguf_metadata(Path(location), (key,)).get(key)
+        elif kind == "folder":
+            cfg = json.loads((Path(location) / "config.json").read_text(encoding="utf-8"))
+            value = cfg.get("num_hidden_layers") if isinstance(cfg, dict) else None
+            if value is None and isinstance(cfg.get("text_config"), dict):
+                value = cfg["text_config"].get("num_hidden_layers")
+        else:
+            return None
+    except UsageError:
+        raise
+    except Exception:  # noqa: BLE001 - unknown here; checked again once the model is loaded
+        return None
+    return int(value) if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
+
+def feature_layers_for(n_layers: int, given: tuple[int, ...] | None) -> tuple[int, int, int]:
+    """The three target layers whose inputs an EAGLE-3 head reads: `given` (--feature-layers), else
+    EAGLE-3's rule (the eagle3 method's own helper). UsageError (exit 2) when the target lacks them."""
+    from specbench_cli.methods.heads.eagle3 import default_feature_layers
+
+    if given is None:
+        if n_layers < 6:
+            raise UsageError(f"EAGLE-3 reads the inputs of layers 2, L//2 and L-3: the target has only {n_layers} "
+                             f"layers; pass --feature-layers A,B,C (each < {n_layers})")
+        return default_feature_layers(n_layers)
+    if any(not 0 <= i < n_layers for i in given):
+        raise UsageError(f"--feature-layers {','.join(map(str, given))}: the target has {n_layers} layers "
+                         f"(indices 0..{n_layers - 1})")
+    return tuple(int(i) for i in given)  # type: ignore[return-value]
+
+
+def parse_feature_layers(text: str | None) -> tuple[int, ...] | None:
+    """'2,15,27' -> (2, 15, 27); UsageError unless three non-negative integers."""
+    if text is None:
+        return None
+    try:
+        layers = tuple(int(x) for x in text.split(","))
+    except ValueError:
+        layers = ()
+    if len(layers) != 3 or any(i < 0 for i in layers):
+        raise UsageError(f"--feature-layers must be three layer indices A,B,C (got '{text}')")
+    return layers
+
+
+def check_cache(cache: Any, folder: Path | str, layers: tuple[int, ...]) -> None:
+    """UsageError unless `cache` is an EAGLE-3 cache of exactly `layers`."""
+    if cache.kind != "eagle3":
+        raise UsageError(f"feature cache {folder} holds only the last hidden state (a medusa/eagle/hydra cache); "
+                         f"--kind eagle3 needs three layers' inputs: pass the distillation JSONL, or another "
+                         f"--features folder")
+    have = [int(i) for i in cache.meta.get("feature_layers") or []]
+    if have != list(layers):
+        raise UsageError(f"feature cache {folder} holds the inputs of layers {have}, this head reads {list(layers)}")
+
+
+# ----------------------------------------------------------------------------- draft vocabulary
+
+def draft_vocabulary(cache: Any, vocab_size: int, size: int | None) -> torch.Tensor:
+    """Sorted target ids [N] of the draft vocabulary: the `size` most frequent response tokens of
+    the cache (ties: more frequent over all tokens first, then lower id); beyond the tokens the
+    responses contain, the most frequent prompt tokens, then the lowest unused ids. `size` None:
+    min(32000, vocab_size, distinct response tokens)."""
+    resp = torch.zeros(vocab_size, dtype=torch.long)
+    for e in range(len(cache)):
+        o, n = int(cache.offsets[e]), int(cache.offsets[e + 1] - cache.offsets[e])
+        resp += torch.bincount(cache.tokens[o + int(cache.starts[e]) + 1:o + n], minlength=vocab_size)[:vocab_size]
+    every = torch.bincount(cache.tokens, minlength=vocab_size)[:vocab_size]
+    n = min(DEFAULT_DRAFT_VOCAB, vocab_size, max(1, int((resp > 0).sum()))) if size is None else size
+    if n > vocab_size:
+        raise UsageError(f"--draft-vocab {n} exceeds the target's vocabulary ({vocab_size})")
+    key = (resp * (int(every.max()) + 1) + every).double() - torch.arange(vocab_size).double() / (2 * vocab_size)
+    return key.topk(n).indices.sort().values
+
+
+def vocab_maps(ids: torch.Tensor, vocab_size: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(d2t [N] int64 offsets: target = draft + d2t[draft], t2d [V] bool) of sorted ids, EAGLE-3's layout."""
+    t2d = torch.zeros(vocab_size, dtype=torch.bool)
+    t2d[ids] = True
+    return ids - torch.arange(ids.shape[0]), t2d
+
+
+# ----------------------------------------------------------------------------- head
+
+def build_eagle3(target: Any, layers: tuple[int, ...], ids: torch.Tensor, seed: int):
+    """A new Eagle3Head for `target` reading `layers`, draft vocabulary `ids`. Its `lm_head` starts
+    as the target LM head's rows `ids` and its `norm` as the target's final norm (warm start; the
+    head's h equals the target's)."""
+    from specbench_cli.methods.heads.eagle3 import Eagle3Head
+    from specbench_cli.methods.heads.model import eagle_config
+
+    cfg = eagle_config(target.config, 1)
+    del cfg.bias
+    cfg.draft_vocab_size = int(ids.shape[0])
+    cfg.feature_layers = [int(i) for i in layers]
+    cfg.architectures = ["LlamaForCausalLMEagle3"]
+    torch.manual_seed(seed)
+    head = Eagle3Head(cfg).bind(target)
+    d2t, t2d = vocab_maps(ids, int(target.config.vocab_size))
+    with torch.no_grad():
+        head.d2t.copy_(d2t)
+        head.t2d.copy_(t2d)
+        head.lm_head.weight.copy_(target.get_output_embeddings().weight[ids].float())
+        norm = getattr(target.get_decoder(), "norm", None)
+        if norm is not None and getattr(norm, "weight", None) is not None and norm.weight.shape == head.norm.weight.shape:
+            head.norm.weight.copy_(norm.weight.float())
+    return head
+
+
+# ----------------------------------------------------------------------------- training-time test
+
+def _shift(x: torch.Tensor, k: int) -> torch.Tensor:
+    """x[:, k:] padded at the end with zeros to x's length ([B, T, ...])."""
+    if k == 0:
+        return x
+    pad = torch.zeros_like(x[:, :k])
+    return torch.cat([x[:, k:], pad], dim=1) if k < x.shape[1] else torch.zeros_like(x)
+
+
+def ttt_unroll(head, layers: torch.Tensor, tokens: torch.Tensor, valid: torch.Tensor, steps: int) -> list[torch.Tensor]:
+    """The head unrolled `steps` steps over whole sequences (see the module docstring).
+
+    layers [B,T,3h_t] target features, tokens [B,T] (token t at position t), valid [B,T] bool.
+    Returns the head's outputs [B,T,h] of each step (pre-norm: what the next step reads)."""
+    from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
+
+    from specbench_cli.methods.heads.model import causal_mask
+
+    mid, w = head.midlayer, head.fc.weight
+    attn = mid.self_attn
+    b, t = tokens.shape
+    positions = torch.arange(t, device=tokens.device).expand(b, -1)
+    allowed = causal_mask(valid)  # [B,1,T,T]: step-0 keys, causal over real tokens
+    x = head.fc(layers.to(w.dtype))
+    keys, values, outs = [], [], []
+    for k in range(steps):
+        emb = head.embed(_shift(tokens, 1 + k)).to(w.dtype)
+        normed = mid.hidden_norm(x)
+        residual = normed if mid.norm_before_residual else x
+        both = torch.cat([mid.input_layernorm(emb), normed], dim=-1)
+        shape = (b, t, -1, attn.head_dim)
+        q = attn.q_proj(both).view(shape).transpose(1, 2)
+        kk = attn.k_proj(both).view(shape).transpose(1, 2)
+        vv = attn.v_proj(both).view(shape).transpose(1, 2)
+        cos, sin = head.rotary(x, positions + k)
+        q, kk = apply_rotary_pos_emb(q, kk, cos, sin)
+        g = attn.num_key_value_groups
+        keys.append(kk.repeat_interleave(g, dim=1))
+        values.append(vv.repeat_interleave(g, dim=1))
+        scores = [(q @ keys[0].transpose(-1, -2)) * attn.scaling]  # [B,H,T,T]
+        scores[0] = scores[0].masked_fill(~allowed, float("-inf"))
+        scores += [((q * kj).sum(-1) * attn.scaling)[..., None] for kj in keys[1:]]  # [B,H,T,1] each
+        probs = torch.softmax(torch.cat(scores, dim=-1).float(), dim=-1).to(q.dtype)
+        out = probs[..., :t] @ values[0]
+        for j in range(1, k + 1):
+            out = out + probs[..., t + j - 1:t + j] * values[j]
+        x = residual + attn.o_proj(out.transpose(1, 2).reshape(b, t, -1))
+        x = x + mid.mlp(mid.post_attention_layernorm(x))
+        outs.append(x)
+    return outs
+
+
+def eagle3_loss(head, batch, weight: torch.Tensor, steps: int) -> tuple[torch.Tensor, dict]:
+    """(0.8^k-weighted sum of the per-step soft cross-entropies, logs: loss and top-1/top-5 per step
+    as `ce_h{k}` / `top1_h{k}` / `top5_h{k}`). `batch` = make_eagle3_batch's; `weight` [N, h] = the
+    target LM head's rows of the draft vocabulary (in draft order)."""
+    from specbench_cli.training.heads.losses import accuracy, project, soft_ce
+
+    tokens, last, valid, loss_mask, layers, top1 = batch
+    outs = ttt_unroll(head, layers, tokens, valid, steps)
+    keep = loss_mask & head.t2d[top1]  # positions j whose target (token j+1) counts
+    total = torch.zeros((), device=tokens.device)
+    logs: dict[str, float] = {}
+    for k, out in enumerate(outs):
+        sel = _shift(keep, 1 + k)  # step k at t is compared with the target at t+1+k
+        if not sel.any():
+            break
+        target = project(_shift(last, 1 + k)[sel], weight)
+        draft = head.logits(out[sel]).float()
+        ce = soft_ce(target, draft)
+        total = total + STEP_WEIGHT ** k * ce
+        logs[f"ce_h{k}"] = ce.item()
+        logs[f"top1_h{k}"], logs[f"top5_h{k}"] = accuracy(target, draft)
+    logs["ce"] = total.item()
+    return total, logs
+
+
+def make_eagle3_batch(cache: Any, seqs: list[int], max_len: int | None = None):
+    """make_batch's (tokens, last hidden, valid, loss) plus layers [B,T,3h] float32 and top1 [B,T]."""
+    from specbench_cli.training.heads.data import make_batch
+
+    tokens, feats, valid, loss = make_batch(cache, seqs, max_len=max_len)
+    b, t = tokens.shape
+    layers = torch.zeros(b, t, cache.layers.shape[1])
+    top1 = torch.zeros(b, t, dtype=torch.long)
+    for i, s in enumerate(seqs):
+        o, n = int(cache.offsets[s]), int(valid[i].sum())
+        layers[i, :n] = cache.layers[o:o + n].float()
+        top1[i, :n] = cache.top1[o:o + n]
+    return tokens, feats, valid, loss, layers, top1
+
