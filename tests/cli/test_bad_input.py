@@ -131,6 +131,10 @@ def files(tmp_path_factory) -> dict[str, str]:
     f["short_ctx"].mkdir()
     (f["short_ctx"] / "config.json").write_text('{"model_type": "llama", "max_position_embeddings": 64}')
     (f["short_ctx"] / "model.safetensors").write_bytes(b"")
+    f["two_layers"] = d / "two_layers"  # a model folder whose config declares 2 layers (EAGLE-3 needs 6)
+    f["two_layers"].mkdir()
+    (f["two_layers"] / "config.json").write_text('{"model_type": "llama", "num_hidden_layers": 2}')
+    (f["two_layers"] / "model.safetensors").write_bytes(b"")
     cells = ", ".join(f'"m{i}"' for i in range(40))
     write("grid_huge.toml", f'methods = ["pld"]\nmodels = [{cells}]\nbcs = [{", ".join(map(str, range(1, 41)))}]\n')
     return {k: str(v) for k, v in f.items()}
@@ -323,6 +327,12 @@ CASES = [
     ("train heads --data {latin1.jsonl} -o {folder}/h --lambda inf", 2, "--lambda must be a finite number"),
     ("train heads --data {latin1.jsonl} -o {folder}/h --lambda nan", 2, "--lambda must be a finite number"),
     ("train heads --data {latin1.jsonl} -o {folder}/h --steps -3", 2, "--steps must be a finite number >= 0"),
+    ("train heads --data {latin1.jsonl} -o {folder}/h --kind eagle3 --ttt-steps 0", 2, "--ttt-steps must be >= 1"),
+    ("train heads --data {latin1.jsonl} -o {folder}/h --kind eagle3 --draft-vocab 0", 2, "--draft-vocab must be >= 1"),
+    ("train heads --data {latin1.jsonl} -o {folder}/h --kind eagle3 --feature-layers 2,x,5", 2,
+     "--feature-layers must be three layer indices"),
+    ("train heads --data {latin1.jsonl} -o {folder}/h --kind eagle3 --target {two_layers}", 2,
+     "the target has only 2 layers; pass --feature-layers"),
     ("train sft --data {latin1.jsonl} -o {folder}/s --lr inf", 2, "--lr must be a finite number >= 0 (got inf)"),
     # --- bounds: every number has a ceiling, checked before any model loads
     ("run --methods jacobi --bc 1000000000", 2, "--block-complexity must be between 1 and 4096"),

@@ -1,28 +1,17 @@
-"""A tiny EAGLE-3 head for the tiny test model: the published architecture (methods/heads/eagle3.py)
-trained a few seconds, teacher-forced, on the model's own greedy continuations, so eagle3 gets
-drafts accepted in tests. It reads the inputs of layers (0, 1, 1): the tiny target has 2 layers,
-fewer than EAGLE-3's rule (2, L//2, L-3) needs."""
+"""A tiny EAGLE-3 head for the tiny test model, trained a few seconds by the real trainer
+(`train heads --kind eagle3`: training-time test, own draft vocabulary) on the model's own greedy
+continuations, so eagle3 gets drafts accepted in tests. It reads the inputs of layers (0, 1, 1):
+the tiny target has 2 layers, fewer than EAGLE-3's rule (2, L//2, L-3) needs."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 
 from helpers.tiny_heads import SEED_PROMPTS, _greedy
 
 LAYERS = [0, 1, 1]
-
-
-def eagle3_config(target, draft_vocab: int | None = None):
-    from specbench_cli.methods.heads.model import eagle_config
-
-    cfg = eagle_config(target.config, 1)
-    cfg.draft_vocab_size = draft_vocab or target.config.vocab_size
-    cfg.feature_layers = list(LAYERS)
-    del cfg.bias
-    return cfg
 
 
 def features(target, ids: list[int]) -> torch.Tensor:
@@ -32,24 +21,35 @@ def features(target, ids: list[int]) -> torch.Tensor:
     return torch.cat([hs[i][0] for i in LAYERS], dim=-1)
 
 
-def train_tiny_eagle3(target, out: Path, steps: int = 150, seed: int = 0) -> str:
-    from specbench_cli.methods.heads.checkpoint import save_heads
-    from specbench_cli.methods.heads.eagle3 import Eagle3Head
+def tiny_eagle3_cache(target, n_tokens: int = 40):
+    """An EAGLE-3 feature cache (in memory) of SEED_PROMPTS + the target's greedy continuations;
+    the continuations are the answers (loss positions)."""
+    from specbench_cli.training.heads.data import FeatureCache
 
-    torch.manual_seed(seed)
-    head = Eagle3Head(eagle3_config(target)).bind(target)
-    head.t2d.fill_(True)
-    seqs = [p + _greedy(target, p, 40) for p in SEED_PROMPTS]
-    data = [(features(target, s)[:-2], torch.tensor(s[1:-1]), torch.tensor(s[2:])) for s in seqs if len(s) > 4]
-    opt = torch.optim.Adam([p for p in head.parameters() if p.requires_grad], lr=1e-2)
-    for step in range(steps):
-        feats, toks, labels = data[step % len(data)]
-        t = toks.shape[0]
-        mask = torch.ones(t, t, dtype=torch.bool).tril()[None, None]
-        logits = head.logits(head(feats[None], toks[None], mask))[0]
-        loss = F.cross_entropy(logits, labels)
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-    save_heads(head.eval(), Path(out), {"target": "tiny", "label": "eagle3(tiny)"})
+    toks, last, layers, top1, lens, starts = [], [], [], [], [], []
+    for p in SEED_PROMPTS:
+        seq = p + _greedy(target, p, n_tokens)
+        with torch.no_grad():
+            out = target.get_decoder()(input_ids=torch.tensor([seq]), output_hidden_states=True)
+            h = out.last_hidden_state[0]
+            top1.append(target.get_output_embeddings()(h).argmax(-1))
+        toks.append(torch.tensor(seq))
+        last.append(h.half())
+        layers.append(torch.cat([out.hidden_states[i][0] for i in LAYERS], dim=-1).half())
+        lens.append(len(seq))
+        starts.append(len(p) - 1)
+    offsets = torch.zeros(len(lens) + 1, dtype=torch.long)
+    offsets[1:] = torch.tensor(lens).cumsum(0)
+    return FeatureCache(torch.cat(toks), torch.cat(last), offsets, torch.tensor(starts),
+                        {"target": "tiny", "kind": "eagle3", "feature_layers": list(LAYERS)},
+                        torch.cat(layers), torch.cat(top1))
+
+
+def train_tiny_eagle3(target, out: Path, steps: int = 150, seed: int = 0, **recipe) -> str:
+    from specbench_cli.training.heads.train import HeadsRecipe, train_heads
+
+    options = {"kind": "eagle3", "steps": steps, "batch_size": 4, "lr": 1e-2, "warmup": 2, "save_every": steps,
+               "holdout": 0.0, "seed": seed, "feature_layers": tuple(LAYERS), **recipe}
+    train_heads(target, tiny_eagle3_cache(target), HeadsRecipe(**options), Path(out), {"target": "tiny"},
+                progress=False)
     return str(out)
