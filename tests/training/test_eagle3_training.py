@@ -203,3 +203,14 @@ def test_bad_options_exit_2_before_the_model_loads(extra, message, tmp_path, cap
     code, _, err = cli(["train", "heads", "--data", str(data), "--out", str(tmp_path / "h"), "--kind", "eagle3",
                         "--target", str(tiny_model_dir), *extra], capsys)
     assert code == 2 and message in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_autocast_trains_and_saves_a_float32_head(tmp_path, tiny_model, e3cache):
+    from specbench_cli.methods.heads.checkpoint import load_heads
+
+    recipe = HeadsRecipe(kind="eagle3", steps=3, batch_size=3, lr=3e-3, warmup=1, save_every=3, holdout=0.0,
+                         ttt_steps=3, feature_layers=tuple(LAYERS), autocast=True)
+    train_heads(tiny_model, e3cache, recipe, tmp_path / "h", {}, progress=False)
+    hist = json.loads((tmp_path / "h" / "history.json").read_text())
+    assert len(hist) == 3 and all(h["loss"] == h["loss"] and h["loss"] < 1e4 for h in hist)
+    assert load_heads(tmp_path / "h").fc.weight.dtype == torch.float32
