@@ -42,6 +42,7 @@ if [ ! -x "$VENV/bin/python" ] || ! "$VENV/bin/python" -c 'import eagle.model.ea
   "${PEER_PYTHON:-python3}" -m venv "$VENV"
   "$VENV/bin/pip" install -q $TORCH_SPEC ${PEER_PIP_ARGS:-}
   "$VENV/bin/pip" install -q --no-deps eagle-llm==1.2.1 medusa-llm==0.1
+  # pip then lists their unmet requirements (fschat, accelerate, gradio, ...): not used on these paths
   "$VENV/bin/pip" install -q transformers==4.36.2
 fi
 
