@@ -280,6 +280,24 @@ def load_tokenizer(ref: str = DEFAULT_MODEL, *, trust_remote_code: bool = False)
         raise UsageError(f"could not load the tokenizer of '{ref}' ({str(e).splitlines()[0]})") from e
 
 
+def quiet_known_deprecations() -> None:
+    """Silence transformers' notice that `past_key_values=` becomes `cache=` in 5.40: the engine,
+    the cost curve and the heads pass their caches by the old name, which every supported version
+    (pyproject pins < 5.40) accepts, and the notice otherwise prints on every run."""
+    import logging
+    import warnings
+
+    warnings.filterwarnings("ignore", message=r"`past_key_values` is deprecated", category=FutureWarning)
+
+    class _DropCacheRename(logging.Filter):
+        def filter(self, record: logging.LogRecord) -> bool:
+            return "`past_key_values`/`cache_params` are deprecated" not in record.getMessage()
+
+    log = logging.getLogger("transformers.utils.generic")
+    if not any(isinstance(f, _DropCacheRename) or type(f).__name__ == "_DropCacheRename" for f in log.filters):
+        log.addFilter(_DropCacheRename())
+
+
 def load_model(ref: str = DEFAULT_MODEL, device: str = "cpu", dtype: str = "float32",
                forward: str = "sdpa", *, trust_remote_code: bool = False) -> LoadedModel:
     """Load a causal LM and its tokenizer, in eval mode on `device` with `dtype`, computing its
@@ -293,6 +311,7 @@ def load_model(ref: str = DEFAULT_MODEL, device: str = "cpu", dtype: str = "floa
     from specbench_cli.engine.forward import modes as attention
     from specbench_cli.engine.forward.short import register as register_short
 
+    quiet_known_deprecations()
     tdtype = torch_dtype(dtype)
     check_device(device)
     attention.check(forward)
