@@ -112,15 +112,7 @@ def eagle_static_tree(head: EagleHead, cache: HeadKV, features: torch.Tensor, to
     The cache is cropped back to the committed pairs."""
     if budget < 1:
         raise ValueError("budget must be >= 1")
-    kept: list[tuple[int, ...]] = []
-    have: set[tuple[int, ...]] = set()
-    for p in paths:
-        key = tuple(p)
-        if len(kept) >= budget:
-            break
-        if key and key not in have and (len(key) == 1 or key[:-1] in have):
-            kept.append(key)
-            have.add(key)
+    kept = kept_paths(paths, budget, max_depth=max((len(p) for p in paths), default=0))
     base = cache.length
     pos0 = base + tokens.shape[0] - 1
     out, logits = head.step(cache, features, tokens, torch.arange(base, pos0 + 1, device=tokens.device))
