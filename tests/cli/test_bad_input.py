@@ -333,6 +333,8 @@ CASES = [
      "--feature-layers must be three layer indices"),
     ("train heads --data {latin1.jsonl} -o {folder}/h --kind eagle3 --target {two_layers}", 2,
      "the target has only 2 layers; pass --feature-layers"),
+    ("train heads --data {latin1.jsonl} -o {folder}/h --kind hydra --hydra-arch cross-attn", 2,
+     "--hydra-arch must be one of prefix-mlp, mlp"),
     ("train sft --data {latin1.jsonl} -o {folder}/s --lr inf", 2, "--lr must be a finite number >= 0 (got inf)"),
     # --- bounds: every number has a ceiling, checked before any model loads
     ("run --methods jacobi --bc 1000000000", 2, "--block-complexity must be between 1 and 4096"),
