@@ -142,9 +142,10 @@ def declared_context(ref: str) -> Optional[int]:
     return None
 
 
-def declared_vocab(ref: str) -> Optional[int]:
-    """The vocabulary size `ref` declares in its header (GGUF `<arch>.vocab_size`, a folder's
-    config.json `vocab_size`), without loading anything; None when it declares none."""
+def declared_field(ref: str, gguf_key: str, config_key: str) -> Optional[int]:
+    """A positive integer `ref` declares in its header (GGUF `<arch>.<gguf_key>`, a folder's
+    config.json `config_key`, or its `text_config`'s), without loading anything; None when it
+    declares none or its config cannot be read (a file that is not GGUF is a UsageError)."""
     import json as _json
 
     from specbench_cli.models import header
@@ -154,18 +155,29 @@ def declared_vocab(ref: str) -> Optional[int]:
     if kind == "gguf":
         meta = header.gguf_metadata(Path(location))
         arch = meta.get("general.architecture")
-        value = meta.get(f"{arch}.vocab_size") if arch else None
+        key = f"{arch}.{gguf_key}"
+        value = meta.get(key) if arch else None
         if value is None and arch:
-            value = header.gguf_metadata(Path(location), (f"{arch}.vocab_size",)).get(f"{arch}.vocab_size")
+            value = header.gguf_metadata(Path(location), (key,)).get(key)
     elif kind == "folder":
         try:
             config = _json.loads((Path(location) / "config.json").read_text(encoding="utf-8"))
         except (OSError, UnicodeDecodeError, ValueError):
             return None
         if isinstance(config, dict):
-            value = config.get("vocab_size", (config.get("text_config") or {}).get("vocab_size")
+            value = config.get(config_key, (config.get("text_config") or {}).get(config_key)
                                if isinstance(config.get("text_config"), dict) else None)
     return int(value) if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
+
+def declared_vocab(ref: str) -> Optional[int]:
+    """The vocabulary size `ref` declares in its header (GGUF `<arch>.vocab_size`, config.json `vocab_size`)."""
+    return declared_field(ref, "vocab_size", "vocab_size")
+
+
+def declared_layers(ref: str) -> Optional[int]:
+    """The decoder layers `ref` declares in its header (GGUF `<arch>.block_count`, config.json `num_hidden_layers`)."""
+    return declared_field(ref, "block_count", "num_hidden_layers")
 
 
 def converted_gguf_dir(gguf_path: str) -> Path:

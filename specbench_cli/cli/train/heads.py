@@ -80,7 +80,8 @@ def heads_cmd(
     if problem := output_problem(out, folder=True):  # before the target loads and features are built
         raise UsageError(f"--out: {problem}")
     if kind == "eagle3" and target is not None:  # the target's layers, from its header: before any data is read
-        from specbench_cli.training.heads.eagle3 import declared_layers, feature_layers_for
+        from specbench_cli.models.load import declared_layers
+        from specbench_cli.training.heads.eagle3 import feature_layers_for
 
         if (n_layers := declared_layers(target)) is not None:
             feature_layers_for(n_layers, recipe.feature_layers)

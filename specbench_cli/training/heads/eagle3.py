@@ -25,7 +25,6 @@ the target's full-vocabulary top-1 there lies in the draft vocabulary (EAGLE-3's
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -38,33 +37,6 @@ DEFAULT_DRAFT_VOCAB = 32000  # EAGLE-3's, capped at the target's vocabulary and 
 
 
 # ----------------------------------------------------------------------------- feature layers
-
-def declared_layers(ref: str) -> int | None:
-    """The layer count a model reference declares (a folder's config.json `num_hidden_layers`, a
-    GGUF header's `<arch>.block_count`) without loading weights; None when unknown."""
-    from specbench_cli.models import header
-    from specbench_cli.models.load import resolve
-
-    try:
-        kind, location = resolve(ref)
-        if kind == "gguf":
-            meta = header.gguf_metadata(Path(location))
-            arch = meta.get("general.architecture")
-            key = f"{arch}.block_count"
-            value = meta.get(key) if key in meta else header.gguf_metadata(Path(location), (key,)).get(key)
-        elif kind == "folder":
-            cfg = json.loads((Path(location) / "config.json").read_text(encoding="utf-8"))
-            value = cfg.get("num_hidden_layers") if isinstance(cfg, dict) else None
-            if value is None and isinstance(cfg.get("text_config"), dict):
-                value = cfg["text_config"].get("num_hidden_layers")
-        else:
-            return None
-    except UsageError:
-        raise
-    except Exception:  # noqa: BLE001 - unknown here; checked again once the model is loaded
-        return None
-    return int(value) if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
-
 
 def feature_layers_for(n_layers: int, given: tuple[int, ...] | None) -> tuple[int, int, int]:
     """The three target layers whose inputs an EAGLE-3 head reads: `given` (--feature-layers), else
@@ -108,15 +80,19 @@ def check_cache(cache: Any, folder: Path | str, layers: tuple[int, ...]) -> None
 
 # ----------------------------------------------------------------------------- draft vocabulary
 
+def response_ids(cache: Any) -> torch.Tensor:
+    """Every response token of the cache (the tokens its loss positions predict), concatenated."""
+    parts = [cache.tokens[int(cache.offsets[e]) + int(cache.starts[e]) + 1:int(cache.offsets[e + 1])]
+             for e in range(len(cache))]
+    return torch.cat(parts) if parts else torch.zeros(0, dtype=torch.long)
+
+
 def draft_vocabulary(cache: Any, vocab_size: int, size: int | None) -> torch.Tensor:
     """Sorted target ids [N] of the draft vocabulary: the `size` most frequent response tokens of
     the cache (ties: more frequent over all tokens first, then lower id); beyond the tokens the
     responses contain, the most frequent prompt tokens, then the lowest unused ids. `size` None:
     min(32000, vocab_size, distinct response tokens)."""
-    resp = torch.zeros(vocab_size, dtype=torch.long)
-    for e in range(len(cache)):
-        o, n = int(cache.offsets[e]), int(cache.offsets[e + 1] - cache.offsets[e])
-        resp += torch.bincount(cache.tokens[o + int(cache.starts[e]) + 1:o + n], minlength=vocab_size)[:vocab_size]
+    resp = torch.bincount(response_ids(cache), minlength=vocab_size)[:vocab_size]
     every = torch.bincount(cache.tokens, minlength=vocab_size)[:vocab_size]
     n = min(DEFAULT_DRAFT_VOCAB, vocab_size, max(1, int((resp > 0).sum()))) if size is None else size
     if n > vocab_size:

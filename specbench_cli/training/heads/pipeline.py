@@ -54,7 +54,8 @@ def run_heads(data: Path, out: Path, recipe: HeadsRecipe, features: Path | None,
         raise UsageError(f"{data} does not name one target model; pass --target")
     layers = None
     if eagle3:
-        from specbench_cli.training.heads.eagle3 import check_cache, declared_layers, feature_layers_for
+        from specbench_cli.models.load import declared_layers
+        from specbench_cli.training.heads.eagle3 import check_cache, feature_layers_for
 
         declared = declared_layers(target)
         if declared is not None:  # the layer check before the target loads, when its header tells

@@ -237,7 +237,13 @@ def _load_state(ck: Path, head, disc, opts) -> dict:
 
 def _eagle3_head(target: Any, cache: FeatureCache, recipe: HeadsRecipe, ck: Path | None):
     """(head, draft-vocabulary rows of the target LM head [N, h], summary fields) of an EAGLE-3 run."""
-    from specbench_cli.training.heads.eagle3 import build_eagle3, check_cache, draft_vocabulary, feature_layers_for
+    from specbench_cli.training.heads.eagle3 import (
+        build_eagle3,
+        check_cache,
+        draft_vocabulary,
+        feature_layers_for,
+        response_ids,
+    )
 
     layers = feature_layers_for(int(target.config.num_hidden_layers), recipe.feature_layers)
     check_cache(cache, "given to the trainer", layers)
@@ -248,14 +254,11 @@ def _eagle3_head(target: Any, cache: FeatureCache, recipe: HeadsRecipe, ck: Path
         if saved != int(ids.shape[0]):
             raise UsageError(f"--resume: checkpoint {ck.name} has a draft vocabulary of {saved} tokens, this run "
                              f"{ids.shape[0]}: give the same --draft-vocab")
-    resp = torch.cat([cache.tokens[int(cache.offsets[e]) + int(cache.starts[e]) + 1:int(cache.offsets[e + 1])]
-                      for e in range(len(cache))])
-    t2d = torch.zeros(vocab_size, dtype=torch.bool)
-    t2d[ids] = True
-    extra = {"draft_vocab": int(ids.shape[0]), "feature_layers": list(layers),
-             "draft_vocab_coverage": round(float(t2d[resp].float().mean()) if resp.numel() else 0.0, 4),
-             "ttt_steps": recipe.ttt_steps}
     head = build_eagle3(target, layers, ids, recipe.seed)
+    resp = response_ids(cache)
+    extra = {"draft_vocab": int(ids.shape[0]), "feature_layers": list(layers),
+             "draft_vocab_coverage": round(float(head.t2d[resp].float().mean()) if resp.numel() else 0.0, 4),
+             "ttt_steps": recipe.ttt_steps}
     return head, target.get_output_embeddings().weight[ids].float(), extra
 
 
