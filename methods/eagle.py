@@ -53,7 +53,8 @@ class Eagle(HeadsMethod):
     def plan_tree(self) -> None:
         from specbench_cli.methods.trees import read_paths
 
-        self.static = None if self.opts.tree == "dynamic" else read_paths(self.opts.tree, "eagle.tree")
+        self.static = None if self.opts.tree == "dynamic" else \
+            tuple(tuple(p) for p in read_paths(self.opts.tree, "eagle.tree"))  # hashable: the plan is cached
         n = max(1, self.ctx.budget - 1)
         # Capped at BC-1: deeper levels or wider frontiers can never make the kept BC-1 nodes.
         self.depth = min(n, 5 if self.opts.depth is None else self.opts.depth)

@@ -45,7 +45,7 @@ class Hydra(HeadsMethod):
     def plan_tree(self) -> None:
         from specbench_cli.methods.trees import read_paths
 
-        self.paths = read_paths(self.opts.choices, "hydra.choices")
+        self.paths = tuple(tuple(p) for p in read_paths(self.opts.choices, "hydra.choices"))  # hashable: the plan is cached
 
     def setup(self) -> None:
         super().setup()

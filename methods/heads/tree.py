@@ -7,6 +7,7 @@ accepted token; `parents[i] < i`), `scores[i]` is the node's cumulative draft lo
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 
 import torch
@@ -112,19 +113,18 @@ def eagle_static_tree(head: EagleHead, cache: HeadKV, features: torch.Tensor, to
     The cache is cropped back to the committed pairs."""
     if budget < 1:
         raise ValueError("budget must be >= 1")
-    kept = kept_paths(paths, budget, max_depth=max((len(p) for p in paths), default=0))
+    plan = static_plan(paths, budget, max_depth=max((len(p) for p in paths), default=0))
     base = cache.length
     pos0 = base + tokens.shape[0] - 1
     out, logits = head.step(cache, features, tokens, torch.arange(base, pos0 + 1, device=tokens.device))
     committed = cache.length
-    max_rank = 1 + max((k[-1] for k in kept), default=0)
+    max_rank = plan.max_rank
     node: dict[tuple[int, ...], int] = {}
     tree = HeadTree()
     parent_logits = {(): logits[-1]}
     state_of = {(): out[-1]}
     slot: dict[tuple[int, ...], int] = {}
-    for d in range(1, 1 + max((len(k) for k in kept), default=0)):
-        level = [k for k in kept if len(k) == d]
+    for d, level in enumerate(plan.levels, start=1):
         tops = {}
         for key in level:  # children of this level's parents, from the parents' logits
             par = key[:-1]
@@ -141,7 +141,7 @@ def eagle_static_tree(head: EagleHead, cache: HeadKV, features: torch.Tensor, to
             tree.parents.append(parent)
             tree.scores.append(vals[key[-1]] + (tree.scores[parent] if parent >= 0 else 0.0))
             tree.depths.append(d)
-        feed = [k for k in level if k in node and any(len(c) == d + 1 and c[:-1] == k for c in kept)]
+        feed = [k for k in level if k in node and k in plan.inner]
         if not feed:
             continue
         n = len(feed)
@@ -238,6 +238,40 @@ def kept_paths(paths: list[list[int]], budget: int, max_depth: int) -> list[tupl
     return kept
 
 
+@dataclass(frozen=True)
+class StaticPlan:
+    """What a static tree's shape fixes, computed once per (paths, budget, depth) rather than at
+    every decoding step: per depth the kept paths in order (`levels`) and grouped by parent in
+    order of first appearance (`groups`), the kept paths that have kept children (`inner`), and the
+    highest rank any path asks for + 1 (`max_rank`)."""
+
+    levels: tuple[tuple[tuple[int, ...], ...], ...]
+    groups: tuple[tuple[tuple[tuple[int, ...], tuple[tuple[int, ...], ...]], ...], ...]
+    inner: frozenset
+    max_rank: int
+
+
+def static_plan(paths, budget: int, max_depth: int) -> StaticPlan:
+    """The `StaticPlan` of `kept_paths(paths, budget, max_depth)`, cached (`paths` as lists or tuples)."""
+    key = paths if isinstance(paths, tuple) else tuple(tuple(p) for p in paths)
+    return _static_plan(key, budget, max_depth)
+
+
+@functools.lru_cache(maxsize=64)
+def _static_plan(paths: tuple[tuple[int, ...], ...], budget: int, max_depth: int) -> StaticPlan:
+    kept = kept_paths(list(paths), budget, max_depth)
+    depth = max((len(k) for k in kept), default=0)
+    levels = tuple(tuple(k for k in kept if len(k) == d) for d in range(1, depth + 1))
+    groups = []
+    for level in levels:
+        by_parent: dict[tuple[int, ...], list[tuple[int, ...]]] = {}
+        for k in level:
+            by_parent.setdefault(k[:-1], []).append(k)
+        groups.append(tuple((par, tuple(children)) for par, children in by_parent.items()))
+    return StaticPlan(levels, tuple(groups), frozenset(k[:-1] for k in kept),
+                      1 + max((k[-1] for k in kept), default=0))
+
+
 @torch.no_grad()
 def hydra_tree(head, base: torch.Tensor, root: int, paths: list[list[int]], budget: int) -> HeadTree:
     """Hydra's static tree: node (r_1, ..., r_d) is the r_d-th best token of head d - 1 given the
@@ -246,24 +280,24 @@ def hydra_tree(head, base: torch.Tensor, root: int, paths: list[list[int]], budg
     call per depth). `paths` as in `medusa_tree` (e.g. `mc_sim_7b_63`, Hydra's default)."""
     if budget < 1:
         raise ValueError("budget must be >= 1")
-    kept = kept_paths(paths, budget, head.n_heads)
-    have = set(kept)
+    plan = static_plan(paths, budget, head.n_heads)
     device = base.device
     root_emb = head.embed_tokens(torch.tensor([root], device=device))[0]
     tree = HeadTree()
     node: dict[tuple[int, ...], int] = {}
     embs: dict[tuple[int, ...], torch.Tensor] = {(): root_emb}  # path -> cat(emb(root), emb(ancestors..., self))
-    max_rank = 1 + max((k[-1] for k in kept), default=0)
-    for d in range(1, 1 + max((len(k) for k in kept), default=0)):
-        parents = list(dict.fromkeys(k[:-1] for k in kept if len(k) == d and (d == 1 or k[:-1] in node)))
-        if not parents:
+    for d, level in enumerate(plan.groups, start=1):
+        level = [(par, children) for par, children in level if d == 1 or par in node]
+        if not level:
             break
+        parents = [par for par, _ in level]
         logits = head.head_logits(d - 1, base.expand(len(parents), -1), torch.stack([embs[p] for p in parents]))
         logp = torch.log_softmax(logits.float(), -1)
-        top = logp.topk(min(max_rank, logp.shape[-1]), dim=-1)
+        top = logp.topk(min(plan.max_rank, logp.shape[-1]), dim=-1)
         ids, vals = head.to_target(top.indices).tolist(), top.values.tolist()
-        for r, par in enumerate(parents):
-            for key in (k for k in kept if len(k) == d and k[:-1] == par):
+        inner: list[tuple[int, ...]] = []
+        for r, (par, children) in enumerate(level):
+            for key in children:
                 if key[-1] >= len(ids[r]):
                     continue
                 parent = node.get(par, -1)
@@ -272,7 +306,10 @@ def hydra_tree(head, base: torch.Tensor, root: int, paths: list[list[int]], budg
                 tree.parents.append(parent)
                 tree.scores.append(vals[r][key[-1]] + (tree.scores[parent] if parent >= 0 else 0.0))
                 tree.depths.append(d)
-                if any(len(c) == d + 1 and c[:-1] == key for c in have):
-                    tok = head.embed_tokens(torch.tensor([tree.tokens[-1]], device=device))[0]
-                    embs[key] = torch.cat([embs[par], tok])
+                if key in plan.inner:
+                    inner.append(key)
+        if inner:  # the next level's inputs: one embedding call for the level
+            toks = head.embed_tokens(torch.tensor([tree.tokens[node[k]] for k in inner], device=device))
+            for key, tok in zip(inner, toks):
+                embs[key] = torch.cat([embs[key[:-1]], tok])
     return tree
