@@ -292,6 +292,13 @@ def load_tokenizer(ref: str = DEFAULT_MODEL, *, trust_remote_code: bool = False)
         raise UsageError(f"could not load the tokenizer of '{ref}' ({str(e).splitlines()[0]})") from e
 
 
+class _DropCacheRename:
+    """A logging filter: drops transformers' "`past_key_values`/`cache_params` are deprecated" notice."""
+
+    def filter(self, record) -> bool:
+        return "`past_key_values`/`cache_params` are deprecated" not in record.getMessage()
+
+
 def quiet_known_deprecations() -> None:
     """Silence transformers' notice that `past_key_values=` becomes `cache=` in 5.40: the engine,
     the cost curve and the heads pass their caches by the old name, which every supported version
@@ -300,13 +307,8 @@ def quiet_known_deprecations() -> None:
     import warnings
 
     warnings.filterwarnings("ignore", message=r"`past_key_values` is deprecated", category=FutureWarning)
-
-    class _DropCacheRename(logging.Filter):
-        def filter(self, record: logging.LogRecord) -> bool:
-            return "`past_key_values`/`cache_params` are deprecated" not in record.getMessage()
-
     log = logging.getLogger("transformers.utils.generic")
-    if not any(isinstance(f, _DropCacheRename) or type(f).__name__ == "_DropCacheRename" for f in log.filters):
+    if not any(isinstance(f, _DropCacheRename) for f in log.filters):
         log.addFilter(_DropCacheRename())
 
 
