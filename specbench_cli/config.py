@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any, Callable, List, Optional, Union
 
 from specbench_cli.engine.forward.modes import check as check_forward
+from specbench_cli.engine.forward.modes import check_kernels
 from specbench_cli.errors import UsageError, unknown
 from specbench_cli.models.load import DEFAULT_MODEL, DTYPES, check_device
 from specbench_cli.models.templates import check_template
@@ -365,6 +366,11 @@ class RunConfig:
                         "target on CPU, else sdpa), sdpa, eager, short (attention for few-token blocks) or lean "
                         "(fused Llama decoder + short); docs/performance.md. One for the whole run, AR included; "
                         "the manifest records the resolved one."), check=check_forward)
+    kernels: str = option(
+        "auto", cli=Cli(("--kernels",), "Matrix-product kernels of the lean forward: auto (each candidate timed "
+                        "once on this CPU per weight shape and block size, cached), or one of mkl, mkl-t, onednn, "
+                        "onednn-t, onednn-packed, mkl-packed everywhere; docs/performance.md. The manifest records "
+                        "the plan."), check=check_kernels)
 
     def validate(self) -> None:
         """Every field's own check (values are normalised in place: '10' -> 10), and options

@@ -22,9 +22,11 @@ def cost(
     context: int = typer.Option(400, "--context", help="Tokens already in the KV cache for every timed forward."),
     repeats: int = typer.Option(5, "--repeats", help="Timed rounds; each q's value is the median over rounds."),
     warmup: int = typer.Option(3, "--warmup", help="Untimed forwards before timing."),
-    refresh: bool = typer.Option(False, "--refresh", help="Measure again even if a cached curve exists."),
+    refresh: bool = typer.Option(False, "--refresh", help="Measure again (the curve and, under --kernels auto, the kernel plan) even if cached."),
     plot: Optional[Path] = typer.Option(None, "--plot", help="Where to write the plot (default: results/cost/<key>.png)."),
     forward: str = typer.Option("auto", "--forward", help="auto, sdpa, eager, short or lean (as for run)."),
+    kernels: str = typer.Option("auto", "--kernels", help="The lean forward's matrix kernels: auto (timed once on "
+                                "this CPU) or mkl, mkl-t, onednn, onednn-t, onednn-packed, mkl-packed (as for run)."),
 ) -> None:
     """Measure the device's cost curve t(q): one target forward over q tokens (cached per model/device/dtype/threads)."""
     from specbench_cli.models.load import check_device, torch_dtype
@@ -34,6 +36,9 @@ def cost(
     from specbench_cli.engine.forward.modes import check as check_forward
 
     check_forward(forward)
+    from specbench_cli.engine.forward.modes import check_kernels
+
+    check_kernels(kernels)
     torch_dtype(dtype)
     check_device(device)
     if threads is not None and threads < 1:
@@ -44,8 +49,9 @@ def cost(
     from specbench_cli.models.prompting import set_threads
 
     n_threads = set_threads(threads)
-    lm = load_model(model, device=device, dtype=dtype, forward=forward)
-    key = c.curve_key(model, lm.resolved, device, dtype, n_threads, context, lm.forward)
+    lm = load_model(model, device=device, dtype=dtype, forward=forward, kernels=kernels, refresh_kernels=refresh,
+                    note=lambda text: err.print(f"[dim]{text}[/dim]"))
+    key = c.curve_key(model, lm.resolved, device, dtype, n_threads, context, lm.forward, lm.kernels)
     curve = None if refresh else c.load_cached(key)
     if curve is not None and curve.max_q >= max_q:
         err.print(f"[dim]cached curve {c.cache_path(key)} (measured {curve.measured_at}; --refresh to measure again)[/dim]")
@@ -56,15 +62,44 @@ def cost(
             task = bar.add_task(f"timing q=1..{max_q}", total=repeats * max_q)
             curve = c.measure_curve(lm.model, max_q, context, repeats, warmup, key=key,
                                     progress=lambda done, total: bar.update(task, completed=done))
+    if curve.roofline is None and device.startswith("cpu"):  # measured with the curve, and for older cached ones
+        from specbench_cli.run.auto.roofline import measure as measure_roofline
+
+        roof = measure_roofline(lm.model, context)
+        curve.roofline = roof.to_dict() if roof else None
+        c.save_cached(curve)
+    elif curve.measured_at and not c.cache_path(key).exists():
         c.save_cached(curve)
     from rich.table import Table
 
-    t = Table("q", "ms", "t(q)/t(1)", title=f"cost of one forward: {model}, {device}, {dtype}, {n_threads} threads, "
+    from specbench_cli.engine.forward.cpuinfo import cpu_flags, cpu_model
+
+    cols = ["q", "ms", "t(q)/t(1)"] + (["floor ms", "t(q)/floor", "bound"] if curve.roofline else [])
+    t = Table(*cols, title=f"cost of one forward: {model}, {device}, {dtype}, {n_threads} threads, "
               f"context {context}, forward {lm.forward}")
     for q, ms, ratio in c.curve_rows(curve, every=4):
         if q <= max_q:
-            t.add_row(str(q), f"{ms:.1f}", f"{ratio:.2f}")
+            extra = []
+            if curve.roofline:
+                from specbench_cli.run.auto.roofline import Roofline
+
+                roof = Roofline.from_dict(curve.roofline)
+                extra = [f"{roof.floor_ms(q):.1f}", f"{ms / roof.floor_ms(q):.2f}", roof.bound(q)]
+            t.add_row(str(q), f"{ms:.1f}", f"{ratio:.2f}", *extra)
     out.print(t)
+    if device.startswith("cpu"):
+        flags = cpu_flags()
+        out.print(f"CPU: {cpu_model()} ({', '.join(flags) or 'instruction set unknown'})", highlight=False)
+    if curve.roofline:
+        r = curve.roofline
+        out.print(f"floor: read bandwidth {r['bandwidth_gbs']:.1f} GB/s over {r['weight_bytes'] / 1e6:.0f} MB of "
+                  f"weights, matmul peak {r['peak_gflops']:.0f} GFLOP/s ({dtype}, {n_threads} threads)",
+                  highlight=False)
+    if lm.kernels:
+        for shape, text in lm.kernels["plan"].items():
+            out.print(f"kernels {shape}: {text}", highlight=False)
+    if curve.remeasured:
+        err.print(f"[dim]re-timed spikes at q = {', '.join(map(str, curve.remeasured))}[/dim]")
     target = plot or Path("results") / "cost" / f"{c.cache_path(key).stem}.png"
     err.print(f"plot: {c.plot_curve(curve, target)}")
 

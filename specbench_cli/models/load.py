@@ -18,7 +18,7 @@ import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from specbench_cli.errors import RuntimeFailure, UsageError, unknown
 
@@ -47,10 +47,14 @@ class LoadedModel:
     params: int
     trust_remote_code: bool = False  # how it was loaded: a draft model loaded for it inherits this
     forward: str = "sdpa"  # the `--forward` it computes with (`auto` resolved)
+    kernels: Optional[dict] = None  # lean only: the matrix-product kernel per weight shape and q bucket
 
     def manifest(self) -> dict:
-        return {"ref": self.ref, "resolved": self.resolved, "name": self.name, "params": self.params,
-                "forward": self.forward}
+        out = {"ref": self.ref, "resolved": self.resolved, "name": self.name, "params": self.params,
+               "forward": self.forward}
+        if self.kernels is not None:
+            out["kernels"] = self.kernels
+        return out
 
 
 def cache_root() -> Path:
@@ -313,9 +317,12 @@ def quiet_known_deprecations() -> None:
 
 
 def load_model(ref: str = DEFAULT_MODEL, device: str = "cpu", dtype: str = "float32",
-               forward: str = "sdpa", *, trust_remote_code: bool = False) -> LoadedModel:
+               forward: str = "sdpa", *, trust_remote_code: bool = False, kernels: str = "auto",
+               note: Optional[Callable[[str], None]] = None, refresh_kernels: bool = False) -> LoadedModel:
     """Load a causal LM and its tokenizer, in eval mode on `device` with `dtype`, computing its
     forward as `forward` says (`sdpa`, `eager`, `short`, `lean` or `auto`, see engine/forward/modes.py).
+    Under `lean`, `kernels` picks the matrix-product kernels (`auto`: timed once on this CPU and
+    cached, models/kernel_plan.py; or one fixed name); `note` hears about a first-time timing.
 
     A model's own Python code (`auto_map`) runs only with `trust_remote_code`; without it such a
     model is refused with a UsageError (transformers is never left to ask on stdin). A hub id is
@@ -329,6 +336,7 @@ def load_model(ref: str = DEFAULT_MODEL, device: str = "cpu", dtype: str = "floa
     tdtype = torch_dtype(dtype)
     check_device(device)
     attention.check(forward)
+    attention.check_kernels(kernels)
     kind, location = resolve(ref)
     folder = str(converted_gguf_dir(location)) if kind == "gguf" else location
     if kind == "folder" and not trust_remote_code and (culprit := needs_remote_code(folder)):
@@ -371,6 +379,14 @@ def load_model(ref: str = DEFAULT_MODEL, device: str = "cpu", dtype: str = "floa
 
         if reason := lean.unsupported_reason(model):
             raise UsageError(f"--forward lean: {reason}; use --forward sdpa or short")
+        from specbench_cli.models.kernel_plan import plan_for
+
         lean.install(model)
+        plan = plan_for(model, kernels, dtype, refresh=refresh_kernels, note=note)
+        extra = lean.install(model, plan)
+        info = {"mode": kernels, "plan": plan.summary(), "extra_weight_bytes": extra}
+        if kernels == "auto":
+            info.update(measured_at=plan.measured_at, loadavg=[round(x, 2) for x in plan.loadavg])
     return LoadedModel(model=model, tokenizer=tokenizer, ref=ref, resolved=folder, name=name, params=params,
-                       trust_remote_code=trust_remote_code, forward=forward)
+                       trust_remote_code=trust_remote_code, forward=forward,
+                       kernels=info if forward == "lean" else None)

@@ -70,7 +70,8 @@ def _execute(cfg: RunConfig, store: Optional[RunFolder], report: bool, trust_rem
     threads = set_threads(cfg.threads, default_threads())
     err.print(f"[dim]loading {cfg.model} ({cfg.dtype}, {cfg.device}, {threads} threads, forward {cfg.forward})[/dim]")
     lm = load_model(cfg.model, device=cfg.device, dtype=cfg.dtype, forward=cfg.forward,
-                    trust_remote_code=trust_remote_code)
+                    trust_remote_code=trust_remote_code, kernels=cfg.kernels,
+                    note=lambda text: err.print(f"[dim]{text}[/dim]"))
     if lm.forward != cfg.forward:
         err.print(f"[dim]forward {cfg.forward}: {lm.forward}[/dim]")
     # the cost curve (recorded when cached; measured when `auto` needs it) and auto budgets

@@ -12,10 +12,11 @@ for such a run and `check` refuses to judge its speed unless told `--allow-busy`
 from __future__ import annotations
 
 import os
-import platform
 import shutil
 import subprocess
 from typing import Any, Optional
+
+from specbench_cli.engine.forward.cpuinfo import cpu_flags, cpu_model, isa_label  # noqa: F401 (re-exported)
 
 BUSY_MARGIN = 1.0  # one core's worth: the harness's own extra work (tokenizer, progress) stays below it
 
@@ -26,18 +27,6 @@ def load_average() -> Optional[list[float]]:
         return [round(x, 2) for x in os.getloadavg()]
     except (OSError, AttributeError):
         return None
-
-
-def cpu_model() -> str:
-    """The CPU's model name (Linux /proc/cpuinfo; elsewhere what `platform` knows)."""
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
-            for line in f:
-                if line.lower().startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def gpu() -> Optional[dict[str, Any]]:

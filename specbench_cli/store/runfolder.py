@@ -23,7 +23,7 @@ from typing import Any, Iterable, Optional
 
 from specbench_cli.errors import UsageError, check_output_folder
 from specbench_cli.jsonl import read_json_object
-from specbench_cli.store.conditions import cpu_model, gpu
+from specbench_cli.store.conditions import cpu_flags, cpu_model, gpu
 from specbench_cli.store.rows import row_key, validate_row
 
 MANIFEST = "manifest.json"
@@ -186,7 +186,7 @@ def environment() -> dict[str, Any]:
         "versions": {"python": platform.python_version(), "torch": torch.__version__,
                      "transformers": transformers.__version__, "specbench": __version__},
         "host": {"platform": platform.platform(), "processor": platform.processor() or platform.machine(),
-                 "cpu_model": cpu_model(), "cpu_count": os.cpu_count(),
+                 "cpu_model": cpu_model(), "cpu_flags": cpu_flags(), "cpu_count": os.cpu_count(),
                  "device_name": torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu",
                  "gpu": gpu()},
         "git_commit": git_commit(),

@@ -1,5 +1,8 @@
 """Every registered lossless method reproduces AR's greedy tokens exactly in float32, at
-several block complexities, and never exceeds its budget. New methods join automatically."""
+several block complexities, and never exceeds its budget, on transformers' forward and on the
+lean forward with kernel plans that give every bucket of block sizes another matrix kernel (AR's
+one-token steps and a method's blocks then run on different kernels, as a timed plan may
+choose). New methods join automatically."""
 
 from __future__ import annotations
 
@@ -8,6 +11,8 @@ import torch
 from helpers.tiny import EOS, make_model, make_tokenizer
 
 from specbench_cli import methods
+from specbench_cli.engine.forward import kernels, lean
+from specbench_cli.engine.forward.short import register as register_short
 from specbench_cli.engine.loop import Decoder
 from specbench_cli.methods.base import MethodContext
 
@@ -23,6 +28,26 @@ PROMPTS = [
 # Vanilla Jacobi only gets a guess accepted by luck: each refreshed guess is conditioned on a
 # rejected one (see docs/methods/jacobi.md); on the tiny model that luck does not come.
 NOT_EXPECTED_TO_ACCEPT_ON_TINY = {"ar", "jacobi"}
+
+
+KERNELS = kernels.available(torch.float32)
+BUCKETS = len(kernels.BUCKETS) + 1
+# each plan gives consecutive buckets different kernels; the second starts elsewhere, so AR's
+# q = 1 and the blocks' buckets meet other pairs of kernels
+MIXED_PLANS = {f"lean-mixed{r}": [KERNELS[(i + r) % len(KERNELS)] for i in range(BUCKETS)] for r in (0, 3)}
+
+
+@pytest.fixture(scope="module", params=["sdpa", *MIXED_PLANS])
+def target(request):
+    """The tiny target on transformers' forward, or on the lean forward with a mixed kernel plan."""
+    model = make_model(0)
+    if request.param != "sdpa":
+        register_short()
+        model.set_attn_implementation("short")
+        lean.install(model)
+        lean.install(model, kernels.Plan(choices={shape: MIXED_PLANS[request.param]
+                                                  for shape in lean.weight_groups(model)}))
+    return model
 
 
 @pytest.fixture(scope="module")
@@ -72,9 +97,9 @@ HEAD_METHODS = {"medusa", "eagle", "hydra"}
 
 @pytest.mark.parametrize("budget", [1, 4, 10, 30, 60])
 @pytest.mark.parametrize("name", LOSSLESS)
-def test_lossless_method_equals_ar_greedy(name, budget, tiny_model, tiny_tok, draft_dir, request):
-    dec = Decoder(tiny_model, {EOS})
-    ctx = MethodContext(tiny_model, tiny_tok, budget=budget, draft_model=draft_dir)
+def test_lossless_method_equals_ar_greedy(name, budget, target, tiny_tok, draft_dir, request):
+    dec = Decoder(target, {EOS})
+    ctx = MethodContext(target, tiny_tok, budget=budget, draft_model=draft_dir)
     ar = methods.get("ar").create(ctx)
     options = {"heads": request.getfixturevalue("tiny_heads")[name]} if name in HEAD_METHODS else {}
     if name == "eagle3":

@@ -29,6 +29,7 @@ from typing import Any, Optional
 import torch
 import torch.nn.functional as F
 
+from specbench_cli.engine.forward import kernels
 from specbench_cli.engine.forward.short import short_attention
 
 
@@ -50,47 +51,35 @@ def config_reason(cfg: Any) -> Optional[str]:
     return None
 
 
-def _onednn_available() -> bool:
-    try:
-        return torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")
-    except (AttributeError, RuntimeError):
-        return False
+def weight_groups(model: Any) -> dict[str, list[torch.Tensor]]:
+    """The matrices the lean forward multiplies, by shape `"OUTxIN"` (fused q/k/v and gate/up as
+    the forward uses them, then o, down and the output head), for `kernels.calibrate`."""
+    groups: dict[str, list[torch.Tensor]] = {}
+    for w in _matrices(model):
+        groups.setdefault(kernels.shape_key(w), []).append(w)
+    return groups
 
 
-_ONEDNN = _onednn_available()
+def _matrices(model: Any) -> list[torch.Tensor]:
+    body = model.model
+    out = []
+    for layer in body.layers:
+        a, m = layer.self_attn, layer.mlp
+        qkv = getattr(layer, "_qkv", None)
+        gate_up = getattr(layer, "_gate_up", None)
+        out += [qkv if qkv is not None else torch.cat([a.q_proj.weight, a.k_proj.weight, a.v_proj.weight]).detach(),
+                a.o_proj.weight.detach(),
+                gate_up if gate_up is not None else torch.cat([m.gate_proj.weight, m.up_proj.weight]).detach(),
+                m.down_proj.weight.detach()]
+    out.append(model.lm_head.weight.detach())
+    return out
 
 
-def _linear(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
-    """`x @ w.T` for `x` `[1, T, in]`, `w` `[out, in]` (float32: an `[in, out]`-ordered view).
-
-    float32 on a CPU: blocks of several rows go through oneDNN's matmul (2x faster than MKL
-    here with `[in, out]` storage); a single row goes through oneDNN too when torch has more
-    than one thread, because MKL's matrix-vector product runs on one thread only (quiet
-    machine, 2 threads: q=1 lean forward 29.0 ms with MKL vs 22.2 ms with oneDNN), and through
-    MKL with one thread, where MKL is slightly faster (29.3 vs 30.5 ms; docs/performance.md)."""
-    if _ONEDNN and x.dtype == torch.float32 and x.device.type == "cpu" and (
-            x.shape[-2] > 1 or torch.get_num_threads() > 1):
-        return torch.ops.mkldnn._linear_pointwise(x, w, None, "none", [], "")
-    return F.linear(x, w)
-
-
-def _head_forward(self: Any, hidden: torch.Tensor) -> torch.Tensor:
-    return _linear(hidden, self.weight)
-
-
-def _fuse(modules: list[torch.nn.Linear], transposed: bool) -> torch.Tensor:
+def _fuse(modules: list[torch.nn.Linear]) -> torch.Tensor:
     """One `[sum out_i, in]` weight for the modules' `[out_i, in]` weights; each module's weight
-    becomes a view of it, so nothing is stored twice.
-
-    transposed: keep the fused matrix in `[in, out]` memory order (the returned tensor is then
-    a transposed view). In float32 on this project's CPU, MKL's matrix-vector product reads a
-    weight stored that way ~1.3x faster than the usual `[out, in]` (measured in
-    docs/performance.md); in bfloat16 it is slower, so only float32 uses it."""
+    becomes a view of it, so nothing is stored twice."""
     weights = [m.weight.detach() for m in modules]
-    if transposed:
-        fused = torch.cat([w.t() for w in weights], dim=1).contiguous().t()
-    else:
-        fused = torch.cat(weights).contiguous()
+    fused = torch.cat(weights).contiguous()
     start = 0
     for m, w in zip(modules, weights):
         m.weight = torch.nn.Parameter(fused[start:start + w.shape[0]], requires_grad=False)
@@ -98,27 +87,34 @@ def _fuse(modules: list[torch.nn.Linear], transposed: bool) -> torch.Tensor:
     return fused
 
 
-def install(model: Any) -> None:
-    """Give `model` (a LlamaForCausalLM) the lean decoder forward. Idempotent.
-
-    In float32 on a CPU the output head gets its own `[in, out]`-ordered copy (it stops sharing
-    storage with a tied input embedding: +vocab x hidden floats, 113 MB for SmolLM2-135M)."""
+def install(model: Any, plan: Optional["kernels.Plan"] = None) -> int:
+    """Give `model` (a LlamaForCausalLM) the lean decoder forward, its matrix products through
+    `plan`'s kernels (None: `mkl`, i.e. `F.linear`, everywhere). Idempotent for the forward;
+    a second call with a plan re-plans the products. Returns the bytes of extra weight forms
+    the plan holds (packed or transposed copies; docs/performance.md)."""
     body = model.model
-    if getattr(body, "_specbench_lean", False):
-        return
-    w = model.lm_head.weight
-    transposed = w.dtype == torch.float32 and w.device.type == "cpu"
+    if not getattr(body, "_specbench_lean", False):
+        for layer in body.layers:
+            a, m = layer.self_attn, layer.mlp
+            layer._qkv = _fuse([a.q_proj, a.k_proj, a.v_proj])
+            layer._gate_up = _fuse([m.gate_proj, m.up_proj])
+        body.forward = MethodType(lean_decoder_forward, body)
+        body._specbench_lean = True
+    plan = plan or kernels.Plan(fixed="mkl")
+    extra = 0
     for layer in body.layers:
-        a, m = layer.self_attn, layer.mlp
-        layer._qkv = _fuse([a.q_proj, a.k_proj, a.v_proj], transposed)
-        layer._gate_up = _fuse([m.gate_proj, m.up_proj], transposed)
-        _fuse([a.o_proj], transposed)
-        _fuse([m.down_proj], transposed)
-    if transposed:
-        model.lm_head.weight = torch.nn.Parameter(w.detach().t().contiguous().t(), requires_grad=False)
-    model.lm_head.forward = MethodType(_head_forward, model.lm_head)
-    body.forward = MethodType(lean_decoder_forward, body)
-    body._specbench_lean = True
+        lin = {}
+        for name, w in (("qkv", layer._qkv), ("o", layer.self_attn.o_proj.weight.detach()),
+                        ("gate_up", layer._gate_up), ("down", layer.mlp.down_proj.weight.detach())):
+            lin[name] = kernels.PlannedLinear(w, plan.kernels_for(kernels.shape_key(w)))
+            extra += lin[name].extra_bytes
+        layer._lin = lin
+    head_w = model.lm_head.weight.detach()
+    head = kernels.PlannedLinear(head_w, plan.kernels_for(kernels.shape_key(head_w)))
+    extra += head.extra_bytes
+    model.lm_head.forward = head
+    body._specbench_kernels = plan
+    return extra
 
 
 def _rope_tables(body: Any, h: torch.Tensor, position_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -136,7 +132,8 @@ def _layer(layer: Any, h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, ma
     a = layer.self_attn
     b, t, hidden = h.shape
     x = F.rms_norm(h, (hidden,), layer.input_layernorm.weight, eps)
-    qkv = _linear(x, layer._qkv).view(b, t, heads + 2 * kv_heads, head_dim)
+    lin = layer._lin
+    qkv = lin["qkv"](x).view(b, t, heads + 2 * kv_heads, head_dim)
     qk = qkv[:, :, :heads + kv_heads]
     qk = qk * cos + qk.roll(head_dim // 2, dims=-1) * sin  # rope on queries and keys at once
     q = qk[:, :, :heads].transpose(1, 2)
@@ -145,10 +142,10 @@ def _layer(layer: Any, h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, ma
     if cache is not None:
         k, v = cache.update(k, v, a.layer_idx)
     out, _ = short_attention(a, q, k, v, mask, scaling=a.scaling)  # [1, T, heads, head_dim]
-    h = h + _linear(out.reshape(b, t, heads * head_dim), a.o_proj.weight)
+    h = h + lin["o"](out.reshape(b, t, heads * head_dim))
     x = F.rms_norm(h, (hidden,), layer.post_attention_layernorm.weight, eps)
-    gate, up = _linear(x, layer._gate_up).chunk(2, dim=-1)
-    return h + _linear(F.silu(gate) * up, layer.mlp.down_proj.weight)
+    gate, up = lin["gate_up"](x).chunk(2, dim=-1)
+    return h + lin["down"](F.silu(gate) * up)
 
 
 def lean_decoder_forward(self: Any, input_ids: Optional[torch.Tensor] = None,

@@ -23,6 +23,8 @@ from __future__ import annotations
 from typing import Any
 
 FORWARDS = ("auto", "sdpa", "eager", "short", "lean")
+# `--kernels`: how the lean forward multiplies (engine/forward/kernels.py); `auto` times them on this CPU
+KERNEL_CHOICES = ("auto", "mkl", "mkl-t", "onednn", "onednn-t", "onednn-packed", "mkl-packed")
 DEFAULT_FORWARD = "auto"  # of `run` and `cost`; load_model itself defaults to sdpa (training needs it)
 
 
@@ -43,3 +45,12 @@ def resolve(name: str, config: Any, device: str) -> str:
     from specbench_cli.engine.forward.lean import config_reason
 
     return "lean" if str(device).startswith("cpu") and config_reason(config) is None else "sdpa"
+
+
+def check_kernels(name: str) -> str:
+    """`name` if it is a known `--kernels`, else a UsageError (before any model loads)."""
+    if name not in KERNEL_CHOICES:
+        from specbench_cli.errors import unknown
+
+        raise unknown("kernels", name, KERNEL_CHOICES)
+    return name

@@ -25,7 +25,7 @@ def run_curve(cfg, lm, threads: int, need_q: int = 0) -> tuple[Optional[costmod.
     default), measured and cached first when `need_q` > 0 and the cache lacks q up to `need_q`.
     Returns (curve, manifest record), or (None, None) when none is cached and none is needed."""
     key = costmod.curve_key(cfg.model, lm.resolved, cfg.device, cfg.dtype, threads, bcauto.CURVE_CONTEXT,
-                            lm.forward)  # the key `specbench cost --forward` uses (`auto` resolved)
+                            lm.forward, lm.kernels)  # the key `specbench cost` uses (`auto` resolved)
     curve, source = costmod.load_cached(key), "cache"
     if need_q and (curve is None or curve.max_q < need_q):
         err.print(f"[dim]measuring the cost curve t(q), q = 1..{need_q} (cached for later runs)[/dim]")

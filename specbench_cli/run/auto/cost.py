@@ -40,6 +40,8 @@ class CostCurve:
     rounds: int
     measured_at: str = ""
     spread: list[float] = field(default_factory=list)  # (max - min) / median per q, a noise indicator
+    roofline: Optional[dict] = None  # run/auto/roofline.py: bandwidth, matmul peak, sizes (CPU only)
+    remeasured: list[int] = field(default_factory=list)  # q whose first value was a spike (t(q) > 1.2 t(q+1))
 
     @property
     def max_q(self) -> int:
@@ -68,16 +70,36 @@ class CostCurve:
         ms = data.get("ms")
         if not isinstance(ms, list) or not ms or not all(isinstance(v, (int, float)) and v > 0 for v in ms):
             raise ValueError("cost curve: 'ms' must be a non-empty list of positive numbers")
+        roof = data.get("roofline")
         return cls(ms=[float(v) for v in ms], key=dict(data.get("key") or {}), rounds=int(data.get("rounds", 0)),
-                   measured_at=str(data.get("measured_at", "")), spread=list(data.get("spread") or []))
+                   measured_at=str(data.get("measured_at", "")), spread=list(data.get("spread") or []),
+                   roofline=dict(roof) if isinstance(roof, dict) else None,
+                   remeasured=[int(q) for q in data.get("remeasured") or []])
+
+    def floor(self, q: int) -> Optional[float]:
+        """The machine's floor for a q-token forward in ms (None when not measured)."""
+        if not self.roofline:
+            return None
+        from specbench_cli.run.auto.roofline import Roofline
+
+        return Roofline.from_dict(self.roofline).floor_ms(q)
 
 
 def curve_key(model_ref: str, resolved: str, device: str, dtype: str, threads: int, context: int,
-              attn: str) -> dict[str, Any]:
+              attn: str, kernels: Optional[dict] = None) -> dict[str, Any]:
+    """What the curve depends on; `kernels` is the lean forward's plan (`LoadedModel.kernels`),
+    so a re-timed kernel plan or another instruction set never reuses an old curve."""
     import torch
 
-    return {"model": model_ref, "resolved": resolved, "device": device, "dtype": dtype, "threads": threads,
-            "context": context, "torch": torch.__version__, "attn": attn, "machine": platform.machine()}
+    from specbench_cli.engine.forward.cpuinfo import cpu_flags, cpu_model
+
+    key = {"model": model_ref, "resolved": resolved, "device": device, "dtype": dtype, "threads": threads,
+           "context": context, "torch": torch.__version__, "attn": attn, "machine": platform.machine()}
+    if kernels:
+        key["kernels"] = {"mode": kernels.get("mode"), "plan": kernels.get("plan")}
+    if str(device).startswith("cpu"):
+        key["cpu"] = {"model": cpu_model(), "flags": cpu_flags()}
+    return key
 
 
 def cache_path(key: dict[str, Any]) -> Path:
@@ -148,23 +170,57 @@ def measure_curve(model: Any, max_q: int, context: int = 400, rounds: int = 5, w
             model(input_ids=ids(1 + i % max_q), past_key_values=cache.hf, use_cache=True)
             cache.crop_to(context)
         total = rounds * max_q
+
+        def time_one(q: int) -> float:
+            block = ids(q)
+            sync()
+            start = time.perf_counter()
+            model(input_ids=block, past_key_values=cache.hf, use_cache=True)
+            sync()
+            elapsed = 1000 * (time.perf_counter() - start)
+            cache.crop_to(context)
+            return elapsed
+
         for r in range(rounds):
             order = list(range(1, max_q + 1))
             rng.shuffle(order)
             for j, q in enumerate(order):
-                block = ids(q)
-                sync()
-                start = time.perf_counter()
-                model(input_ids=block, past_key_values=cache.hf, use_cache=True)
-                sync()
-                samples[q].append(1000 * (time.perf_counter() - start))
-                cache.crop_to(context)
+                samples[q].append(time_one(q))
                 if progress:
                     progress(r * max_q + j + 1, total)
+        remeasured = remeasure_spikes(samples, time_one, rounds)
     ms = [statistics.median(samples[q]) for q in range(1, max_q + 1)]
     spread = [(max(samples[q]) - min(samples[q])) / m for q, m in zip(range(1, max_q + 1), ms)]
-    return CostCurve(ms=ms, key=key or {}, rounds=rounds, spread=spread,
+    return CostCurve(ms=ms, key=key or {}, rounds=rounds, spread=spread, remeasured=remeasured,
                      measured_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"))
+
+
+SPIKE = 1.2  # t(q) > SPIKE * t(q + 1): a forward cannot get cheaper by a fifth with one token more
+SPIKE_PASSES = 3
+
+
+def spikes(ms: list[float]) -> list[int]:
+    """The q (1-based) whose time exceeds SPIKE times the next q's."""
+    return [q for q in range(1, len(ms)) if ms[q - 1] > SPIKE * ms[q]]
+
+
+def remeasure_spikes(samples: dict[int, list[float]], time_one: Callable[[int], float], rounds: int) -> list[int]:
+    """Re-time every spike and its neighbour (a burst of load hits one q, or a shape the kernel
+    library handles badly once), replacing their samples, up to SPIKE_PASSES times, so `--bc
+    auto` never chases a spike. Returns the q re-timed; a spike that survives is real."""
+    touched: list[int] = []
+    for _ in range(SPIKE_PASSES):
+        qs = sorted(samples)
+        ms = [statistics.median(samples[q]) for q in qs]
+        found = spikes(ms)
+        if not found:
+            break
+        for q in found:
+            for qq in (q, q + 1):
+                samples[qq] = [time_one(qq) for _ in range(max(rounds, 3))]
+            if q not in touched:
+                touched.append(q)
+    return touched
 
 
 def curve_rows(curve: CostCurve, every: int = 1) -> list[tuple[int, float, float]]:
@@ -177,7 +233,7 @@ def curve_rows(curve: CostCurve, every: int = 1) -> list[tuple[int, float, float
 
 
 def plot_curve(curve: CostCurve, path: Path, title: str = "") -> Path:
-    """Two panels: ms vs q, and t(q)/t(1) vs q. PNG (or PDF by suffix)."""
+    """Two panels: ms vs q (with the machine's floor when measured), and t(q)/t(1) vs q. PNG."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -185,18 +241,32 @@ def plot_curve(curve: CostCurve, path: Path, title: str = "") -> Path:
 
     qs = list(range(1, curve.max_q + 1))
     fig, (a, b) = plt.subplots(1, 2, figsize=(9, 3.4))
-    a.plot(qs, curve.ms, marker=".", lw=1)
+    a.plot(qs, curve.ms, marker=".", lw=1, label="t(q), measured")
+    if curve.roofline:
+        a.plot(qs, [curve.floor(q) for q in qs], lw=1.2, ls="--", color="black",
+               label="floor: max(bytes/bandwidth, flops/peak)")
+        a.legend(fontsize=7, loc="upper left")
+    a.set_ylim(bottom=0)
     a.set_xlabel("tokens per forward (q)")
     a.set_ylabel("ms per forward")
     a.grid(alpha=0.3)
-    b.plot(qs, [curve.ratio(q) for q in qs], marker=".", lw=1, color="tab:orange")
+    b.plot(qs, [curve.ratio(q) for q in qs], marker=".", lw=1, color="tab:orange", label="t(q) / t(1)")
+    if curve.roofline:
+        b.plot(qs, [curve.floor(q) / curve.floor(1) for q in qs], lw=1.2, ls="--", color="black",
+               label="floor(q) / floor(1)")
+        b.legend(fontsize=7, loc="upper left")
     b.axhline(1.0, color="grey", lw=0.8, ls=":")
     b.set_xlabel("tokens per forward (q)")
     b.set_ylabel("t(q) / t(1)")
     b.grid(alpha=0.3)
     k = curve.key
-    fig.suptitle(title or f"{k.get('model', '')} · {k.get('device', '')} · {k.get('dtype', '')} · "
-                 f"{k.get('threads', '')} threads · context {k.get('context', '')}", fontsize=10)
+    cpu = k.get("cpu") or {}
+    from specbench_cli.engine.forward.cpuinfo import isa_label
+
+    isa = isa_label(cpu.get("flags")) if cpu else ""
+    fig.suptitle(title or f"{k.get('model', '')} · {k.get('device', '')}{f' ({isa})' if isa else ''} · "
+                 f"{k.get('dtype', '')} · {k.get('threads', '')} threads · context {k.get('context', '')}",
+                 fontsize=10)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     atomic_write(path, lambda tmp: fig.savefig(tmp, dpi=120, format="png"))
