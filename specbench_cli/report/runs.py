@@ -16,7 +16,7 @@ from specbench_cli.console import err
 from specbench_cli.errors import RuntimeFailure, UsageError
 from specbench_cli.report import metrics, render
 from specbench_cli.report import table as report
-from specbench_cli.store.conditions import busy_reason
+from specbench_cli.store.conditions import busy_reason, machine_line
 from specbench_cli.store.runfolder import Run, all_rows, load_runs
 
 
@@ -62,6 +62,8 @@ def write_report(run_dirs: List[Path], fmt: Optional[str] = None, output: Option
     except ValueError as exc:
         raise UsageError(str(exc)) from exc
     busy = busy_runs(runs)
+    table.notes += list(dict.fromkeys(f"{run.run_id}: {machine_line(run.manifest)}" if len(runs) > 1
+                                      else machine_line(run.manifest) for run in runs))
     table.notes += [f"timed on a busy machine: {run.run_id} ({why}); its speedups are not a quiet machine's"
                     for run, why in busy]
     directory = output or Path(run_dirs[0]) / "report"

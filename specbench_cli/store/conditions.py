@@ -81,3 +81,31 @@ def busy_reason(manifest: dict) -> Optional[str]:
     if worst is None:
         return None
     return f"1-minute load average up to {worst[0]:.1f} with {worst[1]} thread(s)"
+
+
+def machine_line(manifest: dict) -> str:
+    """'measured on <CPU> (<ISA>: flags), N threads, dtype, forward F': printed under every table,
+    because speedups on a CPU depend on its instruction set (module doc of engine/forward/cpuinfo.py)."""
+    host = manifest.get("host") if isinstance(manifest.get("host"), dict) else {}
+    cfg = manifest.get("config") if isinstance(manifest.get("config"), dict) else {}
+    model = manifest.get("model") if isinstance(manifest.get("model"), dict) else {}
+    device = str(host.get("device_name") or "cpu")
+    where = str(host.get("cpu_model") or "unknown CPU")
+    flags = host.get("cpu_flags")
+    if isinstance(flags, list) and all(isinstance(f, str) for f in flags):
+        label = isa_label(flags)
+        where += f" ({label}: {', '.join(flags)})" if flags else " (instruction set unknown)"
+    else:
+        where += " (instruction set not recorded)"
+    if device != "cpu":
+        where = f"{device}, host {where}"
+    parts = [f"measured on {where}"]
+    if isinstance(cfg.get("threads"), int):
+        parts.append(f"{cfg['threads']} threads")
+    if isinstance(cfg.get("dtype"), str):
+        parts.append(cfg["dtype"])
+    forward = model.get("forward") or cfg.get("forward")
+    if isinstance(forward, str):
+        kernels = model.get("kernels") if isinstance(model.get("kernels"), dict) else None
+        parts.append(f"forward {forward}" + (f" (kernels {kernels.get('mode')})" if kernels else ""))
+    return ", ".join(parts)

@@ -102,3 +102,25 @@ def test_live_tok_s_is_the_mean_of_per_question_throughput():
                                           for r in rows + [{**rows[-1], "question_id": "c", "new_tokens": 100,
                                                             "wall_time": 1.0}]])
     assert frame["throughput"].mean() == pytest.approx(live.tokens_per_s("pld"))
+
+
+def test_reports_name_the_cpu_and_its_instruction_set():
+    from specbench_cli.store.conditions import machine_line
+
+    manifest = {"host": {"cpu_model": "Some EPYC", "cpu_flags": ["avx2", "fma"], "device_name": "cpu"},
+                "config": {"threads": 2, "dtype": "float32", "forward": "auto"},
+                "model": {"forward": "lean", "kernels": {"mode": "auto"}}}
+    line = machine_line(manifest)
+    assert line == "measured on Some EPYC (AVX2: avx2, fma), 2 threads, float32, forward lean (kernels auto)"
+    manifest["host"]["cpu_flags"] = ["avx2", "avx512f", "avx512_bf16", "amx_tile"]
+    assert "(AVX-512+AMX: avx2, avx512f, avx512_bf16, amx_tile)" in machine_line(manifest)
+    del manifest["host"]["cpu_flags"]  # a run made before the flags were recorded
+    assert "Some EPYC (instruction set not recorded)" in machine_line(manifest)
+    assert machine_line({}) == "measured on unknown CPU (instruction set not recorded)"
+
+
+def test_a_new_manifest_records_the_cpu_flags():
+    from specbench_cli.store.runfolder import environment
+
+    host = environment()["host"]
+    assert isinstance(host["cpu_flags"], list) and all(isinstance(f, str) for f in host["cpu_flags"])
