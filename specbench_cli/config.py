@@ -240,6 +240,28 @@ def _preset(value: Any) -> Any:
     return value
 
 
+# `specbench run` with no --tasks (README command 1) is a quick tour of the default suite: every
+# training-free method on one `mini` question per category at 64 new tokens, a few minutes on a
+# 2-core CPU; naming the suite (`--tasks mini`) runs all of it at the usual 128 tokens.
+TOUR = {"limit": 1, "max_new_tokens": 64}
+
+
+def apply_tour(cfg: "RunConfig", given: set[str]) -> bool:
+    """Give a run without --tasks the tour's limit and length where the user set neither
+    (CLI parameter names in `given`); True when anything changed."""
+    changed = False
+    for name, value in TOUR.items():
+        if name not in given and getattr(cfg, name) == field_default_of(name):
+            setattr(cfg, name, value)
+            changed = True
+    return changed
+
+
+def field_default_of(name: str) -> Any:
+    f = next(f for f in dataclasses.fields(RunConfig) if f.name == name)
+    return f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[misc]
+
+
 def apply_preset(cfg: "RunConfig", given: set[str]) -> None:
     """Fill `cfg` from its preset where the user gave nothing: run fields not in `given` (field
     names set explicitly), each listed method's BC (as NAME@BC, unless --bc or NAME@BC was given)

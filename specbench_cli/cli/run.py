@@ -78,11 +78,18 @@ def run(ctx: typer.Context, **params: Any) -> None:
             names = {f.metadata["cli"].name: f.name for f in dataclasses.fields(RunConfig)}
             apply_preset(cfg, {names[n] for n in ctx.params if n in names
                                and ctx.get_parameter_source(n).name not in ("DEFAULT", "DEFAULT_MAP")})
+        explicit = {n for n in ctx.params if ctx.get_parameter_source(n).name not in ("DEFAULT", "DEFAULT_MAP")}
+        from specbench_cli.config import apply_tour
+
+        tour = not cfg.preset and not explicit & {"tasks", "question_ids"} and apply_tour(cfg, explicit)
         if extra["heads"]:
             from specbench_cli.methods.heads.common import apply_heads_flag
 
             apply_heads_flag(cfg.methods, cfg.method_options, extra["heads"])
         check_config(cfg)
+        if tour:
+            err.print(f"note: quick tour: {cfg.limit} mini question per category, {cfg.max_new_tokens} new tokens "
+                      f"(the whole suite: --tasks mini)", highlight=False, soft_wrap=True)
     execute(cfg, store, report=not extra["no_report"], trust_remote_code=extra["trust_remote_code"],
             retry_errors=extra["retry_errors"])
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import time
 from pathlib import Path
 from typing import Optional
 
@@ -95,6 +96,14 @@ def _execute(cfg: RunConfig, store: Optional[RunFolder], report: bool, trust_rem
               f", BC={cfg.block_complexity}, max {cfg.max_new_tokens} new tokens)")
 
     watch, started = LoadWatch(threads), now_iso()
+    clock = time.monotonic()
+
+    def eta(done: int, total: int) -> str:
+        """', eta M:SS' from this session's pace (units differ in length: a rough guide)."""
+        if not total or done >= total:
+            return ""
+        left = (time.monotonic() - clock) / done * (total - done)
+        return f", eta {int(left // 60)}:{int(left % 60):02d}"
     runner.on_row = lambda row, live: watch.sample()
     columns = [TextColumn("[progress.description]{task.description}"), BarColumn(), MofNCompleteColumn(),
                TimeElapsedColumn(), TimeRemainingColumn()]
@@ -105,7 +114,7 @@ def _execute(cfg: RunConfig, store: Optional[RunFolder], report: bool, trust_rem
             bar.stats = runner.live.line().replace(" | ", "\n")
             bar.update(task, completed=done, total=total)
             if not err.is_terminal and done:  # logs (CI, nohup) get one plain line per finished unit
-                err.print(f"[{done}/{total}] {runner.live.line()}", highlight=False, soft_wrap=True)
+                err.print(f"[{done}/{total}{eta(done, total)}] {runner.live.line()}", highlight=False, soft_wrap=True)
 
         try:
             errors = runner.run(questions, progress=on_progress)

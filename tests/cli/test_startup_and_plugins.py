@@ -239,3 +239,23 @@ def test_options_annotated_with_real_types_are_coerced_too():
     assert parse_options("m", opts_cls, {"depth": "3", "rate": "0.25"}) == opts_cls(depth=3, rate=0.25)
     with pytest.raises(UsageError, match="expects int"):
         parse_options("m", opts_cls, {"depth": "x"})
+
+
+def test_a_run_without_tasks_is_the_quick_tour_and_naming_the_suite_runs_all_of_it(tmp_path, capsys, tiny_model_dir):
+    """README command 1 (`specbench run`) must finish in minutes on a 2-core CPU: one mini question
+    per category at 64 tokens; `--tasks mini` is the whole suite at 128, and explicit flags win."""
+    import json
+
+    from helpers.cli import cli, only_run_dir
+
+    base = ["run", "--model", str(tiny_model_dir), "--methods", "ar", "--categories", "qa", "--threads", "1",
+            "--no-report"]
+    cases = [([], 1, 64, True), (["--tasks", "mini"], None, 128, False), (["--max-new-tokens", "8"], 1, 8, True),
+             (["--limit", "2"], 2, 64, True)]
+    for i, (extra, limit, tokens, note) in enumerate(cases):
+        out = tmp_path / f"runs{i}"
+        code, _, err = cli([*base, "--output-dir", str(out), *extra], capsys)
+        assert code == 0, err
+        config = json.loads((only_run_dir(out) / "manifest.json").read_text())["config"]
+        assert (config["limit"], config["max_new_tokens"]) == (limit, tokens), extra
+        assert ("quick tour" in err) == note
