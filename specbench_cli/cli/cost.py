@@ -24,6 +24,8 @@ def cost(
     warmup: int = typer.Option(3, "--warmup", help="Untimed forwards before timing."),
     refresh: bool = typer.Option(False, "--refresh", help="Measure again (the curve and, under --kernels auto, the kernel plan) even if cached."),
     plot: Optional[Path] = typer.Option(None, "--plot", help="Where to write the plot (default: results/cost/<key>.png)."),
+    json_out: Optional[Path] = typer.Option(None, "--json", help="Also write the curve, its floor and the kernel "
+                                            "plan (with every candidate's timings) as JSON here."),
     forward: str = typer.Option("auto", "--forward", help="auto, sdpa, eager, short or lean (as for run)."),
     kernels: str = typer.Option("auto", "--kernels", help="The lean forward's matrix kernels: auto (timed once on "
                                 "this CPU) or mkl, mkl-t, onednn, onednn-t, onednn-packed, mkl-packed (as for run)."),
@@ -43,8 +45,9 @@ def cost(
     check_device(device)
     if threads is not None and threads < 1:
         raise UsageError(f"--threads must be at least 1, got {threads}")
-    if plot is not None and (problem := output_problem(plot, folder=False)):  # before measuring
-        raise UsageError(f"--plot: {problem}")
+    for flag, path in (("--plot", plot), ("--json", json_out)):
+        if path is not None and (problem := output_problem(path, folder=False)):  # before measuring
+            raise UsageError(f"{flag}: {problem}")
     from specbench_cli.models.load import load_model
     from specbench_cli.models.prompting import set_threads
 
@@ -100,6 +103,17 @@ def cost(
             out.print(f"kernels {shape}: {text}", highlight=False)
     if curve.remeasured:
         err.print(f"[dim]re-timed spikes at q = {', '.join(map(str, curve.remeasured))}[/dim]")
+    if json_out is not None:
+        import json
+
+        from specbench_cli.atomic import atomic_write
+        from specbench_cli.engine.forward.cpuinfo import isa_label
+
+        plan = getattr(lm.model.model, "_specbench_kernels", None)
+        record = {**curve.to_dict(), "cpu": {"model": cpu_model(), "flags": cpu_flags(), "isa": isa_label(cpu_flags())},
+                  "kernels": lm.kernels, "kernel_plan": plan.to_dict() if plan is not None else None}
+        atomic_write(json_out, lambda tmp: tmp.write_text(json.dumps(record, indent=1), encoding="utf-8"))
+        err.print(f"json: {json_out}")
     target = plot or Path("results") / "cost" / f"{c.cache_path(key).stem}.png"
     err.print(f"plot: {c.plot_curve(curve, target)}")
 
