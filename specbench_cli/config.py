@@ -390,7 +390,7 @@ class RunConfig:
                         "the manifest records the resolved one."), check=check_forward)
     kernels: str = option(
         "auto", cli=Cli(("--kernels",), "Matrix-product kernels of the lean forward: auto (each candidate timed "
-                        "once on this CPU per weight shape and block size, cached), or one of mkl, mkl-t, onednn, "
+                        "once on this CPU per weight shape and block size, cached), or one of mkl, mkl-t, mkl-wx, onednn, "
                         "onednn-t, onednn-packed, mkl-packed everywhere; docs/performance.md. The manifest records "
                         "the plan."), check=check_kernels)
 

@@ -28,7 +28,7 @@ def cost(
                                             "plan (with every candidate's timings) as JSON here."),
     forward: str = typer.Option("auto", "--forward", help="auto, sdpa, eager, short or lean (as for run)."),
     kernels: str = typer.Option("auto", "--kernels", help="The lean forward's matrix kernels: auto (timed once on "
-                                "this CPU) or mkl, mkl-t, onednn, onednn-t, onednn-packed, mkl-packed (as for run)."),
+                                "this CPU) or mkl, mkl-t, mkl-wx, onednn, onednn-t, onednn-packed, mkl-packed (as for run)."),
 ) -> None:
     """Measure the device's cost curve t(q): one target forward over q tokens (cached per model/device/dtype/threads)."""
     from specbench_cli.models.load import check_device, torch_dtype

@@ -18,7 +18,7 @@ from typing import Any, Callable, Optional
 from specbench_cli.engine.forward.cpuinfo import cpu_flags, cpu_model
 from specbench_cli.errors import UsageError
 
-PLAN_VERSION = 1
+PLAN_VERSION = 2  # bumped when the candidate kernels change: older cached plans are timed again
 
 
 def plan_key(groups: dict[str, list[Any]], dtype: str, threads: int) -> dict[str, Any]:

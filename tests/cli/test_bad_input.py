@@ -223,6 +223,7 @@ CASES = [
     ("run --top-p nan", 2, "--top-p must be a finite number >= 0 (got nan)"),
     ("run --repeats 0", 2, "--repeats must be at least 1"),
     ("run --threads 0", 2, "--threads must be at least 1"),
+    ("run --kernels cublas", 2, "unknown kernels 'cublas'"),
     ("run --max-new-tokens 0", 2, "--max-new-tokens must be at least 1"),
     ("run --limit 0", 2, "--limit must be at least 1"),
     ("run --question-ids 999999", 2, "question ids not found: 999999"),
@@ -309,6 +310,8 @@ CASES = [
     ("cost --device cpu:abc", 2, "--device 'cpu:abc'"),
     ("cost --dtype float8", 2, "unknown dtype 'float8'"),
     ("cost --threads 0", 2, "--threads must be at least 1"),
+    ("cost --kernels packed", 2, "unknown kernels 'packed'"),
+    ("cost --json {folder}", 2, "is a folder, not a file"),
     # --- train
     ("train drafter finetune --drafter d --data {latin1.jsonl} -o {folder}/ft", 2, "{latin1.jsonl}:1: not UTF-8 text"),
     ("train drafter finetune --drafter d --data {array.json} -o {folder}/ft", 2, "expected a JSON object, got list"),

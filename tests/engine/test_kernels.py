@@ -44,7 +44,7 @@ def test_bfloat16_kernels_multiply_like_f_linear(kernel):
 
 def test_a_plan_dispatches_each_row_count_to_its_buckets_kernel():
     w = torch.randn(8, 4)
-    names = ["mkl", "mkl-t", "onednn", "onednn-packed", "mkl-packed", "mkl", "mkl-t", "onednn", "mkl"]
+    names = ["mkl", "mkl-t", "onednn", "onednn-packed", "mkl-packed", "mkl-wx", "mkl-t", "onednn", "mkl"]
     lin = k.PlannedLinear(w, names)
     for (lo, hi), name in zip(k.BUCKETS, names):
         for q in (lo, hi):

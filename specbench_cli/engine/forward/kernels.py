@@ -15,6 +15,7 @@ every other form is an extra copy made once at load):
 | --------------- | ------------- | --------------- | ------------------------------------------------ |
 | `mkl`           | plain         | all             | `F.linear` (MKL's sgemm/sgemv in float32)        |
 | `mkl-t`         | `[in, out]`   | float32         | `F.linear` on the transposed copy                |
+| `mkl-wx`        | plain         | float32         | `(W @ x^T)^T`: the weight as the tall left operand (MKL's kernels for a wide M and a narrow N) |
 | `onednn`        | plain         | all             | oneDNN matmul on the plain weight                |
 | `onednn-t`      | `[in, out]`   | float32         | oneDNN matmul on the transposed copy             |
 | `onednn-packed` | oneDNN blocks | all             | oneDNN matmul, weight reordered once (inductor's freezing does the same) |
@@ -42,7 +43,7 @@ import torch.nn.functional as F
 
 BUCKETS: tuple[tuple[int, int], ...] = ((1, 1), (2, 2), (3, 4), (5, 8), (9, 16), (17, 32), (33, 64), (65, 128))
 PREFILL_M = 256  # where the > 128 bucket is measured
-KERNELS = ("mkl", "mkl-t", "onednn", "onednn-t", "onednn-packed", "mkl-packed")
+KERNELS = ("mkl", "mkl-t", "mkl-wx", "onednn", "onednn-t", "onednn-packed", "mkl-packed")
 DEFAULT_MAX_FORMS = 2
 
 
@@ -72,7 +73,7 @@ def available(dtype: torch.dtype) -> tuple[str, ...]:
     """The kernels this torch build offers for weights of `dtype` on a CPU."""
     names = ["mkl"]
     if dtype == torch.float32:
-        names.append("mkl-t")
+        names += ["mkl-t", "mkl-wx"]
     if _onednn():
         names.append("onednn")
         if dtype == torch.float32:
@@ -85,7 +86,7 @@ def available(dtype: torch.dtype) -> tuple[str, ...]:
 
 def form_of(kernel: str, m: int) -> str:
     """The weight form `kernel` needs for rows padded to `m` (only mkl-packed depends on m)."""
-    return {"mkl": "plain", "onednn": "plain", "mkl-t": "t", "onednn-t": "t",
+    return {"mkl": "plain", "mkl-wx": "plain", "onednn": "plain", "mkl-t": "t", "onednn-t": "t",
             "onednn-packed": "onednn"}.get(kernel, f"mkl@{m}")
 
 
@@ -115,6 +116,11 @@ def call_for(kernel: str, w: torch.Tensor, form: Any, m: int) -> Callable[[torch
     if kernel == "mkl-t":
         wt = form.t()
         return lambda x: F.linear(x, wt)
+    if kernel == "mkl-wx":
+        def weight_left(x: torch.Tensor) -> torch.Tensor:
+            flat = x.reshape(-1, x.shape[-1])
+            return torch.mm(w, flat.t()).t().contiguous().view(*x.shape[:-1], w.shape[0])
+        return weight_left
     pointwise = torch.ops.mkldnn._linear_pointwise if _onednn() else None
     if kernel == "onednn":
         return lambda x: pointwise(x, w, None, "none", [], "")

@@ -24,7 +24,7 @@ from typing import Any
 
 FORWARDS = ("auto", "sdpa", "eager", "short", "lean")
 # `--kernels`: how the lean forward multiplies (engine/forward/kernels.py); `auto` times them on this CPU
-KERNEL_CHOICES = ("auto", "mkl", "mkl-t", "onednn", "onednn-t", "onednn-packed", "mkl-packed")
+KERNEL_CHOICES = ("auto", "mkl", "mkl-t", "mkl-wx", "onednn", "onednn-t", "onednn-packed", "mkl-packed")
 DEFAULT_FORWARD = "auto"  # of `run` and `cost`; load_model itself defaults to sdpa (training needs it)
 
 
