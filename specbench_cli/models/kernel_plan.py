@@ -18,7 +18,7 @@ from typing import Any, Callable, Optional
 from specbench_cli.engine.forward.cpuinfo import cpu_flags, cpu_model
 from specbench_cli.errors import UsageError
 
-PLAN_VERSION = 2  # bumped when the candidate kernels change: older cached plans are timed again
+PLAN_VERSION = 3  # bumped when the candidate kernels change: older cached plans are timed again
 
 
 def plan_key(groups: dict[str, list[Any]], dtype: str, threads: int) -> dict[str, Any]:
@@ -75,6 +75,11 @@ def plan_for(model: Any, kernels: str, dtype: str, refresh: bool = False,
         if note:
             note("timing the matrix-product kernels on this CPU once (cached for this model, dtype and threads)")
         plan = k.calibrate(groups)
+        cfg = model.config
+        heads = cfg.num_attention_heads
+        plan.attention, plan.attention_timings = k.calibrate_attention(
+            heads, getattr(cfg, "num_key_value_heads", None) or heads,
+            getattr(cfg, "head_dim", None) or cfg.hidden_size // heads, cfg.num_hidden_layers, tdtype)
         plan.key = key
         try:
             save_cached(plan)

@@ -174,3 +174,28 @@ def test_the_floor_is_the_larger_of_bandwidth_and_arithmetic():
     per_layer = 32 * 32 * 2 + 2 * 16 * 32 + 3 * 64 * 32  # q, o; k, v (2 kv heads x 8); gate, up, down
     assert sizes["matmul_params"] == 2 * per_layer + 128 * 32  # the tied head counted once
     assert sizes["kv_bytes_per_token"] == 2 * 2 * 2 * 8 * 4
+
+
+def test_attention_is_timed_per_bucket_and_either_choice_gives_sdpa_logits():
+    from specbench_cli.engine.cache import KVCache
+
+    choices, times = k.calibrate_attention(heads=4, kv_heads=2, head_dim=8, layers=2, dtype=torch.float32,
+                                           context=20, rounds=1)
+    assert len(choices) == len(k.BUCKETS) + 1 and set(choices) <= set(k.ATTENTION)
+    assert all(len(v) == len(choices) and all(t > 0 for t in v) for v in times.values())
+    ref, fast = make_model(0), make_model(0)
+    register_short()
+    fast.set_attn_implementation("short")
+    lean.install(fast)
+    prompt = torch.tensor([[2, 5, 9, 14, 7, 3, 2, 6, 30, 31]])
+    block = torch.tensor([[32, 33, 9, 14, 40, 41, 42, 40, 41, 42, 11, 12]])
+    with torch.inference_mode():
+        cache = KVCache()
+        ref(input_ids=prompt, past_key_values=cache.hf, use_cache=True)
+        want = ref(input_ids=block, past_key_values=cache.hf, use_cache=True).logits
+        for name in k.ATTENTION:
+            lean.install(fast, k.Plan(fixed="mkl", attention=[name] * (len(k.BUCKETS) + 1)))
+            cache = KVCache()
+            fast(input_ids=prompt, past_key_values=cache.hf, use_cache=True)
+            got = fast(input_ids=block, past_key_values=cache.hf, use_cache=True).logits  # causal block after a cache
+            torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)

@@ -45,8 +45,10 @@ def target(request):
         register_short()
         model.set_attn_implementation("short")
         lean.install(model)
+        r = int(request.param[-1])  # attention alternates between short and sdpa across buckets too
+        attention = [kernels.ATTENTION[(i + r) % 2] for i in range(BUCKETS)]
         lean.install(model, kernels.Plan(choices={shape: MIXED_PLANS[request.param]
-                                                  for shape in lean.weight_groups(model)}))
+                                                  for shape in lean.weight_groups(model)}, attention=attention))
     return model
 
 

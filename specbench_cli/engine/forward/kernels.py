@@ -43,6 +43,7 @@ import torch.nn.functional as F
 
 BUCKETS: tuple[tuple[int, int], ...] = ((1, 1), (2, 2), (3, 4), (5, 8), (9, 16), (17, 32), (33, 64), (65, 128))
 PREFILL_M = 256  # where the > 128 bucket is measured
+ATTENTION = ("short", "sdpa")
 KERNELS = ("mkl", "mkl-t", "mkl-wx", "onednn", "onednn-t", "onednn-packed", "mkl-packed")
 DEFAULT_MAX_FORMS = 2
 
@@ -155,6 +156,9 @@ class Plan:
     measured_at: str = ""
     loadavg: list[float] = field(default_factory=list)
     max_forms: int = DEFAULT_MAX_FORMS
+    # per bucket "short" (engine/forward/short.py) or "sdpa"; None: short up to SHORT_MAX_Q rows, then sdpa
+    attention: Optional[list[str]] = None
+    attention_timings: dict[str, list[float]] = field(default_factory=dict)
 
     def kernels_for(self, shape: str) -> list[str]:
         if self.fixed:
@@ -166,7 +170,8 @@ class Plan:
     def to_dict(self) -> dict:
         return {"choices": self.choices, "fixed": self.fixed, "timings": self.timings, "key": self.key,
                 "measured_at": self.measured_at, "loadavg": self.loadavg, "max_forms": self.max_forms,
-                "buckets": [list(b) for b in BUCKETS]}
+                "buckets": [list(b) for b in BUCKETS], "attention": self.attention,
+                "attention_timings": self.attention_timings}
 
     @classmethod
     def from_dict(cls, data: dict) -> "Plan":
@@ -177,9 +182,24 @@ class Plan:
             raise ValueError("kernel plan: 'choices' must map shapes to one known kernel per bucket")
         if [list(b) for b in BUCKETS] != data.get("buckets"):
             raise ValueError("kernel plan: made for other buckets")
+        attention = data.get("attention")
+        if attention is not None and (not isinstance(attention, list) or len(attention) != len(BUCKETS) + 1
+                                      or not all(a in ATTENTION for a in attention)):
+            raise ValueError("kernel plan: 'attention' must name short or sdpa per bucket")
         return cls(choices=choices, fixed=data.get("fixed"), timings=dict(data.get("timings") or {}),
                    key=dict(data.get("key") or {}), measured_at=str(data.get("measured_at", "")),
-                   loadavg=list(data.get("loadavg") or []), max_forms=int(data.get("max_forms", DEFAULT_MAX_FORMS)))
+                   loadavg=list(data.get("loadavg") or []), max_forms=int(data.get("max_forms", DEFAULT_MAX_FORMS)),
+                   attention=attention, attention_timings=dict(data.get("attention_timings") or {}))
+
+    def attention_by_q(self) -> list[str]:
+        """Index q (1..128) -> "short" or "sdpa"; index 0 is the choice for longer blocks."""
+        from specbench_cli.engine.forward.short import SHORT_MAX_Q
+
+        names = self.attention or [("short" if hi <= SHORT_MAX_Q else "sdpa") for _, hi in BUCKETS] + ["sdpa"]
+        by_q = [names[-1]]
+        for b, (lo, hi) in enumerate(BUCKETS):
+            by_q.extend([names[b]] * (hi - lo + 1))
+        return by_q
 
     def summary(self) -> dict[str, str]:
         """Shape -> 'q1:mkl q2-8:mkl-t q9+:onednn-packed' (runs of one kernel merged), for manifests."""
@@ -195,6 +215,15 @@ class Plan:
                     parts.append(f"q{label}:{ks[start]}")
                     start = i
             out[shape] = " ".join(parts)
+        if self.attention:
+            runs, start = [], 0
+            for i in range(1, len(self.attention) + 1):
+                if i == len(self.attention) or self.attention[i] != self.attention[start]:
+                    lo, hi = bounds[start][0], bounds[i - 1][1]
+                    label = f"{lo}+" if hi is None else (f"{lo}" if lo == hi else f"{lo}-{hi}")
+                    runs.append(f"q{label}:{self.attention[start]}")
+                    start = i
+            out["attention"] = " ".join(runs)
         return out
 
 
@@ -256,6 +285,37 @@ def calibrate(groups: dict[str, list[torch.Tensor]], rounds: int = 5, max_forms:
     choices = {shape: choose(t, max_forms) for shape, t in timings.items()}
     return Plan(choices=choices, timings=timings, measured_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
                 loadavg=list(os.getloadavg()) if hasattr(os, "getloadavg") else [], max_forms=max_forms)
+
+
+def calibrate_attention(heads: int, kv_heads: int, head_dim: int, layers: int, dtype: torch.dtype,
+                        context: int = 400, rounds: int = 5) -> tuple[list[str], dict[str, list[float]]]:
+    """Per bucket, the faster of this project's few-row attention (`short`) and SDPA, timed for
+    `layers` calls over `context` cached tokens with an additive tree mask (what a verify step
+    passes; AR's single row needs none). Returns (choices, ms per bucket for each)."""
+    from specbench_cli.engine.forward.short import long_attention, short_attention
+
+    gen = torch.Generator().manual_seed(0)
+    points = [(lo, hi) for lo, hi in BUCKETS] + [(PREFILL_M, PREFILL_M)]
+    times: dict[str, list[float]] = {"short": [], "sdpa": []}
+    with torch.inference_mode():
+        for lo, hi in points:
+            cost = {"short": 0.0, "sdpa": 0.0}
+            for m in sorted({lo, hi}):
+                length = context + m
+                q = torch.randn(1, heads, m, head_dim, generator=gen).to(dtype)
+                k = torch.randn(1, kv_heads, length, head_dim, generator=gen).to(dtype)
+                v = torch.randn(1, kv_heads, length, head_dim, generator=gen).to(dtype)
+                mask = None
+                if m > 1:
+                    mask = torch.zeros(1, 1, m, length, dtype=dtype)
+                    mask[..., context:] = torch.full((m, m), torch.finfo(dtype).min, dtype=dtype).triu(1)
+                cost["short"] += _time(lambda: [short_attention(None, q, k, v, mask, 1.0, force=True)
+                                                for _ in range(layers)], rounds)
+                cost["sdpa"] += _time(lambda: [long_attention(q, k, v, mask, 1.0) for _ in range(layers)], rounds)
+            for name in times:
+                times[name].append(cost[name] / len({lo, hi}))
+    choices = [min(ATTENTION, key=lambda a: times[a][b]) for b in range(len(points))]
+    return choices, times
 
 
 def choose(timing: dict[str, list[Optional[float]]], max_forms: int) -> list[str]:

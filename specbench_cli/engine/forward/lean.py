@@ -30,7 +30,7 @@ import torch
 import torch.nn.functional as F
 
 from specbench_cli.engine.forward import kernels
-from specbench_cli.engine.forward.short import short_attention
+from specbench_cli.engine.forward.short import long_attention, short_attention
 
 
 def unsupported_reason(model: Any) -> Optional[str]:
@@ -114,6 +114,7 @@ def install(model: Any, plan: Optional["kernels.Plan"] = None) -> int:
     extra += head.extra_bytes
     model.lm_head.forward = head
     body._specbench_kernels = plan
+    body._specbench_attention = [name == "short" for name in plan.attention_by_q()]
     return extra
 
 
@@ -127,7 +128,7 @@ def _rope_tables(body: Any, h: torch.Tensor, position_ids: torch.Tensor) -> tupl
 
 
 def _layer(layer: Any, h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, mask: Optional[torch.Tensor],
-           cache: Any, heads: int, kv_heads: int, head_dim: int, eps: float) -> torch.Tensor:
+           cache: Any, heads: int, kv_heads: int, head_dim: int, eps: float, short: bool) -> torch.Tensor:
     """One decoder layer: `h` `[1, T, hidden]` -> `[1, T, hidden]`; writes this layer's keys/values to `cache`."""
     a = layer.self_attn
     b, t, hidden = h.shape
@@ -141,7 +142,10 @@ def _layer(layer: Any, h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, ma
     v = qkv[:, :, heads + kv_heads:].transpose(1, 2)
     if cache is not None:
         k, v = cache.update(k, v, a.layer_idx)
-    out, _ = short_attention(a, q, k, v, mask, scaling=a.scaling)  # [1, T, heads, head_dim]
+    if short:
+        out, _ = short_attention(a, q, k, v, mask, scaling=a.scaling, force=True)  # [1, T, heads, head_dim]
+    else:
+        out = long_attention(q, k, v, mask, a.scaling)
     h = h + lin["o"](out.reshape(b, t, heads * head_dim))
     x = F.rms_norm(h, (hidden,), layer.post_attention_layernorm.weight, eps)
     gate, up = lin["gate_up"](x).chunk(2, dim=-1)
@@ -182,11 +186,17 @@ def lean_decoder_forward(self: Any, input_ids: Optional[torch.Tensor] = None,
     heads, kv_heads = cfg.num_attention_heads, cfg.num_key_value_heads
     head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // heads
     eps = cfg.rms_norm_eps
+    t = h.shape[1]
+    by_q = self._specbench_attention
+    short = by_q[t] if t < len(by_q) else by_q[0]  # the plan's attention for this block size
+    if not short and attention_mask is None and t > 1 and past > 0:
+        # causal block after a cache: one bool mask for every layer (SDPA's is_causal aligns top-left)
+        attention_mask = torch.ones((t, past + t), dtype=torch.bool, device=h.device).tril_(past)
     states = []
     for layer in self.layers[: cfg.num_hidden_layers]:
         if keep_all:
             states.append(h)
-        h = _layer(layer, h, cos, sin, attention_mask, cache, heads, kv_heads, head_dim, eps)
+        h = _layer(layer, h, cos, sin, attention_mask, cache, heads, kv_heads, head_dim, eps, short)
     h = F.rms_norm(h, (h.shape[-1],), self.norm.weight, eps)
     return BaseModelOutputWithPast(last_hidden_state=h, past_key_values=cache,
                                    hidden_states=tuple(states) + (h,) if keep_all else None)

@@ -19,16 +19,17 @@ SHORT_MAX_Q = 64  # above this the score matrix is big enough for SDPA's blocked
 
 def short_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
                     attention_mask: Optional[torch.Tensor], scaling: float, dropout: float = 0.0,
-                    **kwargs) -> tuple[torch.Tensor, None]:
+                    force: bool = False, **kwargs) -> tuple[torch.Tensor, None]:
     """Grouped-query attention for short inputs.
 
     query: `[b, H, q, d]`; key, value: `[b, Hkv, L, d]` (the cache, new tokens last);
     attention_mask: None (causal), bool `[b, 1, q, L]` (True = visible) or additive float
     `[b, 1, q, L]` (the engine's tree mask). Returns `[b, q, H, d]` and no weights.
+    `force`: this kernel even past SHORT_MAX_Q rows (the lean forward's timed plan decides).
     """
     b, h, q, d = query.shape
     hkv, length = key.shape[1], key.shape[2]
-    if q > SHORT_MAX_Q or dropout > 0.0:
+    if (q > SHORT_MAX_Q and not force) or dropout > 0.0:
         return _long_attention(query, key, value, attention_mask, scaling, dropout)
     g = h // hkv
     # Query heads i*g .. i*g+g-1 share key/value head i (repeat_kv's order), so a reshape groups them.
@@ -51,6 +52,13 @@ def short_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.Ten
 def _causal_hide(q: int, device: Any) -> torch.Tensor:
     """`[q, q]` bool, True above the diagonal. Called by every layer of every forward: built once per q."""
     return torch.ones((q, q), dtype=torch.bool, device=device).triu_(1)
+
+
+def long_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, mask: Optional[torch.Tensor],
+                   scaling: float) -> torch.Tensor:
+    """SDPA over `[b, H, q, d]` queries and the `[b, Hkv, L, d]` cache, `[b, q, H, d]` out (mask as
+    for `short_attention`; None: causal with the new rows last)."""
+    return _long_attention(query, key, value, mask, scaling, 0.0)[0]
 
 
 def _long_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, mask: Optional[torch.Tensor],
