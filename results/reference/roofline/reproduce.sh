@@ -37,3 +37,5 @@ specbench run --tasks spec_bench --limit 3 --max-new-tokens 128 --bc auto --dtyp
   --methods ar,pld,samd --output-dir "$OUT/runs/auto-auto" --no-report
 uptime > "$OUT/load-after.txt"
 for d in "$OUT"/runs/*/*/; do specbench report "$d" --format markdown --columns bc > "$d/../$(basename "$d").md"; done
+# lean (timed plan) vs transformers' forward, interleaved in one process, q = 1..128
+python results/reference/roofline/forward_vs_sdpa.py --max-q 128 --rounds 5 -o "$OUT/forward-vs-sdpa.json" > "$OUT/forward-vs-sdpa.txt"
