@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import hashlib
 import json
-import time
 from pathlib import Path
 from typing import Any, Callable, Optional
 
+from specbench_cli.atomic import atomic_write
 from specbench_cli.engine.forward.cpuinfo import cpu_flags, cpu_model
 from specbench_cli.errors import UsageError
 
@@ -48,10 +48,7 @@ def load_cached(key: dict[str, Any]):
 def save_cached(plan) -> Path:
     path = plan_path(plan.key)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f"{path.name}.{time.time_ns()}.tmp")
-    tmp.write_text(json.dumps(plan.to_dict(), indent=1), encoding="utf-8")
-    tmp.replace(path)
-    return path
+    return atomic_write(path, json.dumps(plan.to_dict(), indent=1))
 
 
 def plan_for(model: Any, kernels: str, dtype: str, refresh: bool = False,

@@ -123,10 +123,7 @@ def load_cached(key: dict[str, Any]) -> Optional[CostCurve]:
 def save_cached(curve: CostCurve) -> Path:
     path = cache_path(curve.key)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f"{path.name}.{time.time_ns()}.tmp")
-    tmp.write_text(json.dumps(curve.to_dict(), indent=1), encoding="utf-8")
-    tmp.replace(path)
-    return path
+    return atomic_write(path, json.dumps(curve.to_dict(), indent=1))
 
 
 def validate(max_q: int, context: int, rounds: int, warmup: int) -> None:
