@@ -28,32 +28,31 @@ def plan_key(groups: dict[str, list[Any]], dtype: str, threads: int) -> dict[str
             "dtype": dtype, "threads": threads, "shapes": {s: len(ws) for s, ws in sorted(groups.items())}}
 
 
-def plan_path(key: dict[str, Any]) -> Path:
-    from specbench_cli.models.load import cache_root
-
+def plan_path(key: dict[str, Any], cache: Path) -> Path:
     digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
-    return cache_root() / "kernels" / f"{digest}.json"
+    return cache / "kernels" / f"{digest}.json"
 
 
-def load_cached(key: dict[str, Any]):
+def load_cached(key: dict[str, Any], cache: Path):
     from specbench_cli.engine.forward.kernels import Plan
 
     try:
-        plan = Plan.from_dict(json.loads(plan_path(key).read_text(encoding="utf-8")))
+        plan = Plan.from_dict(json.loads(plan_path(key, cache).read_text(encoding="utf-8")))
     except (OSError, ValueError, TypeError, KeyError):
         return None
     return plan if plan.key == key else None
 
 
-def save_cached(plan) -> Path:
-    path = plan_path(plan.key)
+def save_cached(plan, cache: Path) -> Path:
+    path = plan_path(plan.key, cache)
     path.parent.mkdir(parents=True, exist_ok=True)
     return atomic_write(path, json.dumps(plan.to_dict(), indent=1))
 
 
-def plan_for(model: Any, kernels: str, dtype: str, refresh: bool = False,
+def plan_for(model: Any, kernels: str, dtype: str, cache: Path, refresh: bool = False,
              note: Optional[Callable[[str], None]] = None):
-    """The kernel plan for `model` (already in its dtype, on the CPU) under `--kernels kernels`."""
+    """The kernel plan for `model` (already in its dtype, on the CPU) under `--kernels kernels`;
+    `cache` is the tool's cache folder (plans live in its `kernels/`)."""
     import torch
 
     from specbench_cli.engine.forward import kernels as k
@@ -67,7 +66,7 @@ def plan_for(model: Any, kernels: str, dtype: str, refresh: bool = False,
                              f"(available: {', '.join(k.available(tdtype))})")
         return k.Plan(fixed=kernels)
     key = plan_key(groups, dtype, torch.get_num_threads())
-    plan = None if refresh else load_cached(key)
+    plan = None if refresh else load_cached(key, cache)
     if plan is None:
         if note:
             note("timing the matrix-product kernels on this CPU once (cached for this model, dtype and threads)")
@@ -79,7 +78,7 @@ def plan_for(model: Any, kernels: str, dtype: str, refresh: bool = False,
             getattr(cfg, "head_dim", None) or cfg.hidden_size // heads, cfg.num_hidden_layers, tdtype)
         plan.key = key
         try:
-            save_cached(plan)
+            save_cached(plan, cache)
         except OSError:
             pass  # a read-only cache: use the plan, measure again next time
     return plan

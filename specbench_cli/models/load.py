@@ -382,7 +382,7 @@ def load_model(ref: str = DEFAULT_MODEL, device: str = "cpu", dtype: str = "floa
         from specbench_cli.models.kernel_plan import plan_for
 
         lean.install(model)
-        plan = plan_for(model, kernels, dtype, refresh=refresh_kernels, note=note)
+        plan = plan_for(model, kernels, dtype, cache_root(), refresh=refresh_kernels, note=note)
         extra = lean.install(model, plan)
         info = {"mode": kernels, "plan": plan.summary(), "extra_weight_bytes": extra}
         if kernels == "auto":

@@ -123,12 +123,12 @@ def test_plan_for_calibrates_once_then_reads_the_cache(tmp_path, monkeypatch, is
     model.set_attn_implementation("short")
     lean.install(model)
     notes = []
-    first = kernel_plan.plan_for(model, "auto", "float32", note=notes.append)
+    first = kernel_plan.plan_for(model, "auto", "float32", isolated_cache, note=notes.append)
     assert notes and list(isolated_cache.glob("kernels/*.json"))
     monkeypatch.setattr(k, "calibrate", lambda *a, **kw: pytest.fail("calibrated again despite a cached plan"))
-    second = kernel_plan.plan_for(model, "auto", "float32", note=notes.append)
+    second = kernel_plan.plan_for(model, "auto", "float32", isolated_cache, note=notes.append)
     assert second.choices == first.choices and len(notes) == 1
-    assert kernel_plan.plan_for(model, "onednn", "float32").fixed == "onednn"
+    assert kernel_plan.plan_for(model, "onednn", "float32", isolated_cache).fixed == "onednn"
 
 
 def test_a_damaged_cached_plan_is_measured_again(isolated_cache, monkeypatch):
@@ -138,13 +138,13 @@ def test_a_damaged_cached_plan_is_measured_again(isolated_cache, monkeypatch):
     register_short()
     model.set_attn_implementation("short")
     lean.install(model)
-    kernel_plan.plan_for(model, "auto", "float32")
+    kernel_plan.plan_for(model, "auto", "float32", isolated_cache)
     (path,) = isolated_cache.glob("kernels/*.json")
     path.write_text("{not json", encoding="utf-8")
     calls = []
     real = k.calibrate
     monkeypatch.setattr(k, "calibrate", lambda *a, **kw: calls.append(1) or real(*a, **kw))
-    kernel_plan.plan_for(model, "auto", "float32")
+    kernel_plan.plan_for(model, "auto", "float32", isolated_cache)
     assert calls == [1] and json.loads(path.read_text(encoding="utf-8"))["choices"]
 
 
