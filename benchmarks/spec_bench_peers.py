@@ -76,7 +76,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from eagle_medusa_peers import compat_target, cut, save_json, stop_rule  # noqa: E402 (stdlib-only helpers)
+from eagle_medusa_peers import compat_target, cut, save_json  # noqa: E402 (stdlib-only helpers)
 
 SPEC_BENCH_COMMIT = "fd2c1cd7d2201ef71db4c5f4e455008f017967bf"
 RECYCLING_TREE = "2.2.2"  # Spec-Bench's recycling template (its --tree_version default)
@@ -407,7 +407,7 @@ def cmd_theirs(args) -> None:
             node_path[child] = node_path[node] + [rank]
     trees = {"recycling": [list(p) for p in rec_mod.choose_tree_template(RECYCLING_TREE)],
              "samd": [node_path[k] for k in sorted(node_path) if k]}
-    commit = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
+    commit = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True, check=False).stdout.strip()
     save_json(args.out, {"side": "theirs", "spec_bench_commit": commit,
                          "versions": {"torch": torch.__version__, "transformers": transformers.__version__,
                                       **{d: version(d) for d in ("accelerate", "fschat")}},

@@ -46,14 +46,15 @@ fi
 # 2. its environment: the pins of its requirements.txt that its code paths here import
 #    (transformers, accelerate, fschat, openai, anthropic, datasets); not gradio (web UI),
 #    maturin (REST's Rust build), sentencepiece / protobuf (Llama's slow tokenizer). fschat
-#    without its server dependencies; numpy < 2 as in the pins' time.
+#    without its server dependencies; numpy < 2 as in the pins' time, and pyarrow < 20 (newer
+#    releases need numpy 2).
 VENV=$WORK/venv
 if [ ! -x "$VENV/bin/python" ] || ! "$VENV/bin/python" -c \
     'import transformers, fastchat, datasets, openai, anthropic; assert transformers.__version__ == "4.37.1"' 2>/dev/null; then
   "${PEER_PYTHON:-python3}" -m venv "$VENV"
   "$VENV/bin/pip" install -q $TORCH_SPEC ${PEER_PIP_ARGS:-}
   "$VENV/bin/pip" install -q transformers==4.37.1 accelerate==0.21.0 openai==0.28.0 anthropic==0.5.0 \
-      datasets==3.4.1 "numpy<2" shortuuid psutil requests tqdm
+      datasets==3.4.1 "numpy<2" "pyarrow<20" shortuuid psutil requests tqdm
   "$VENV/bin/pip" install -q --no-deps fschat==0.2.31
 fi
 
