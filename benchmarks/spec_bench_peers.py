@@ -123,16 +123,18 @@ def cmd_prompts(args) -> None:
     qs = select(tasks.get("spec_bench").load(args.questions), limit=args.per_category, question_ids=ids)
     rows = [{"question_id": q.id, "category": q.category, "text": q.turns[0],
              "ids": encode_chat(lm.tokenizer, user_turn(q.turns[0]), "auto")} for q in qs]
-    # the same questions with their first turn only, in Spec-Bench's format, for `specbench run`
+    # the same questions with their first turn only, in Spec-Bench's format and in this order (the
+    # warm-up question and the order of the hot recycling matrices' updates), for `specbench run`
     out = Path(args.out)
-    wanted = {q.id for q in qs}
-    lines = []
+    by_id = {}
     for line in find_questions(args.questions).read_text(encoding="utf-8").splitlines():
         if line.strip():
             row = json.loads(line)
-            if str(row["question_id"]) in wanted:
-                row["turns"] = row["turns"][:1]
-                lines.append(json.dumps(row, ensure_ascii=False))
+            by_id[str(row["question_id"])] = row
+    lines = []
+    for q in qs:
+        row = dict(by_id[q.id], turns=by_id[q.id]["turns"][:1])
+        lines.append(json.dumps(row, ensure_ascii=False))
     qfile = out.parent / "questions-first-turns.jsonl"
     qfile.parent.mkdir(parents=True, exist_ok=True)
     qfile.write_text("\n".join(lines) + "\n", encoding="utf-8")
@@ -170,6 +172,9 @@ def cmd_ours(args) -> None:
         raise SystemExit(f"expected one new run folder under {run_dir}, found {len(new)}")
     rows = [json.loads(line) for line in (new[0] / "samples.jsonl").read_text().splitlines() if line.strip()]
     want = {p["question_id"]: p for p in doc["prompts"]}
+    order = [r["question_id"] for r in rows if r["method"].split("@")[0] == "ar" and r["turn"] == 0]
+    if order != [p["question_id"] for p in doc["prompts"]]:
+        raise SystemExit(f"the run took the questions in another order than prompts.json: {order}")
     records = []
     for r in rows:
         if r["turn"] != 0:
