@@ -7,9 +7,13 @@ skipped, and `Result.missing` names it so reports can say so):
 - session: its own session and process group, killed as a group at the timeout;
 - pid: PID 1 of its own PID namespace, so every process it starts (double-forked, setsid or
   not) is killed by the kernel when it ends, at the timeout, or if the caller dies;
-- net: its own network namespace with the loopback down: no TCP or UDP, not even to 127.0.0.1;
-- mount / disk: a private tmpfs of `disk_mb` as its working folder (the total it can write);
-- unprivileged: uid/gid 65534 and no capabilities when the caller is root;
+- net: its own network namespace with the loopback down: no TCP or UDP, not even to 127.0.0.1,
+  and no abstract UNIX socket outside it;
+- mount / view / disk: a private filesystem view: the Python runtime read-only, four character
+  devices, and a private tmpfs of `disk_mb` as its working folder (the total it can write);
+  no host temporary folder, no home folder, no socket file of the machine;
+- unprivileged: uid/gid 65534 and no capabilities, inside and out: a user namespace maps it to
+  65534 (nobody) outside when the caller is root, to the caller's own uid otherwise;
 - nproc: at most `nproc` processes; rlimits on address space (`memory_mb`), CPU seconds, file
   size, open files, no core dumps; a scrubbed environment and `python -I -S` (no PYTHON*
   variables, no site packages, so neither specbench nor the project's files are importable);
@@ -43,7 +47,7 @@ class Result:
     missing: tuple = ()   # layers (LAYERS) the kernel refused for this run
 
 
-LAYERS = ("session", "pid", "net", "mount", "disk", "unprivileged", "nproc", "landlock")
+LAYERS = ("session", "pid", "net", "mount", "view", "disk", "unprivileged", "nproc", "landlock")
 
 
 def _landlock_abi() -> int:
@@ -55,10 +59,12 @@ def _landlock_abi() -> int:
 
 
 def _read_roots() -> list[str]:
-    """What the interpreter needs to start: its installation and the system libraries."""
+    """What the interpreter needs to start: its installation and the system libraries (and,
+    for a path that is a symbolic link such as /lib -> usr/lib, where it leads)."""
     roots = {sys.base_prefix, sys.base_exec_prefix, os.path.dirname(os.path.realpath(sys.executable)),
              sysconfig.get_paths()["stdlib"], "/usr/lib", "/usr/lib64", "/lib", "/lib64",
              "/etc/ld.so.cache", "/etc/localtime", "/dev/null", "/dev/urandom"}
+    roots |= {os.path.realpath(r) for r in roots if r}
     return sorted(r for r in roots if r and os.path.exists(r))
 
 
@@ -110,12 +116,14 @@ def run_untrusted(program: str, timeout: float = 10.0, memory_mb: int = 1024, la
         os.chmod(base, 0o711)  # the program's uid may pass through to its folder, not list ours
         workdir = Path(base) / "work"
         workdir.mkdir()
+        (Path(base) / "view").mkdir()  # where the launcher mounts the program's private root
         (workdir / "prog.py").write_text(program, encoding="utf-8")
         spec, layers_out = Path(base) / "spec.json", Path(base) / "layers.json"
         spec.write_text(json.dumps({
             "workdir": str(workdir), "python": os.path.realpath(sys.executable), "memory_mb": memory_mb,
             "cpu_s": int(timeout) + 1, "file_mb": min(16, disk_mb), "disk_mb": disk_mb, "nproc": nproc,
-            "landlock_abi": abi, "read_roots": _read_roots(), "layers_out": str(layers_out)}))
+            "landlock_abi": abi, "read_roots": _read_roots(), "layers_out": str(layers_out),
+            "view": str(Path(base) / "view")}))
         jail = Path(__file__).with_name("jail.py")
         group = _pids_cgroup(nproc + 1)  # + the launcher
 
@@ -144,8 +152,9 @@ def run_untrusted(program: str, timeout: float = 10.0, memory_mb: int = 1024, la
             layers = json.loads(layers_out.read_text())
         except (OSError, ValueError):
             layers = {}
-        # RLIMIT_NPROC binds a non-root caller; a root caller needs the cgroup
-        layers["nproc"] = group is not None or os.geteuid() != 0
+        # RLIMIT_NPROC binds the program's uid outside unless that is root (a root caller
+        # without user namespaces keeps the cgroup alone)
+        layers["nproc"] = group is not None or os.geteuid() != 0 or bool(layers.get("unprivileged"))
         text = out.decode("utf-8", "replace")[-2000:]
     missing = tuple(name for name in LAYERS if not layers.get(name))
     return Result(status == "passed", status, proc.returncode, text, bool(layers.get("landlock")), missing)

@@ -6,8 +6,11 @@ from __future__ import annotations
 
 import os
 import socket
+import struct
 import sys
+import tempfile
 import textwrap
+import threading
 import time
 import uuid
 
@@ -107,6 +110,124 @@ def test_a_raw_socket_is_refused(missing):
         socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_ICMP)
     """)
     assert res.status == "failed" and "PermissionError" in res.output
+
+
+# --- UNIX sockets and the filesystem view: nothing of the host's temporary folder ---------------
+
+@pytest.fixture
+def host_socket():
+    """A listener on a UNIX socket file in the host's temporary folder that anyone may connect
+    to (mode 0777, so only the sandbox can stop a connection); yields (path, connections seen)."""
+    path = os.path.join(tempfile.gettempdir(), f"specbench-probe-{uuid.uuid4().hex[:12]}.sock")
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(path)
+    os.chmod(path, 0o777)
+    server.listen(8)
+    server.settimeout(0.2)
+    seen: list = []
+    stop = threading.Event()
+
+    def accept() -> None:
+        while not stop.is_set():
+            try:
+                conn, _ = server.accept()
+            except (socket.timeout, OSError):
+                continue
+            creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+            seen.append((struct.unpack("3i", creds), conn.recv(64)))
+            conn.close()
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    yield path, seen
+    stop.set()
+    thread.join(2)
+    server.close()
+    os.unlink(path)
+
+
+@pytest.mark.parametrize("landlock", [True, False], ids=["with-landlock", "view-alone"])
+def test_a_unix_socket_in_the_host_temp_folder_receives_nothing(missing, host_socket, landlock):
+    """The escape: a program connecting to a socket file outside its sandbox. Its private view
+    has no host temporary folder, so the path does not exist there (with or without Landlock)."""
+    need(missing, "view")
+    path, seen = host_socket
+    res = run(f"""
+        import socket
+        for kind in (socket.SOCK_STREAM, socket.SOCK_DGRAM):
+            s = socket.socket(socket.AF_UNIX, kind)
+            try:
+                s.connect({path!r})
+                s.sendall(b"escaped")
+                print("connected")
+            except OSError as e:
+                print("refused", type(e).__name__)
+    """, landlock=landlock)
+    time.sleep(0.3)
+    assert seen == [] and "connected" not in res.output and res.output.count("refused FileNotFoundError") == 2
+
+
+def test_the_host_temp_folder_is_not_in_the_view_and_takes_no_socket_file(missing, tmp_path):
+    need(missing, "view")
+    marker = os.path.join(tempfile.gettempdir(), f"specbench-marker-{uuid.uuid4().hex[:12]}")
+    planted = os.path.join(tempfile.gettempdir(), f"specbench-planted-{uuid.uuid4().hex[:12]}.sock")
+    open(marker, "w").close()
+    try:
+        res = run(f"""
+            import os, socket
+            print("sees marker", os.path.exists({marker!r}))
+            print("sees pytest", os.path.exists({str(tmp_path)!r}))
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            try:
+                s.bind({planted!r})
+                print("planted")
+            except OSError as e:
+                print("bind refused", e.errno)
+        """, landlock=False)
+        assert "sees marker False" in res.output and "sees pytest False" in res.output
+        assert "planted" not in res.output.replace("bind refused", "") and not os.path.exists(planted)
+    finally:
+        os.unlink(marker)
+
+
+def test_the_program_is_never_root_outside(missing):
+    """Seen from outside (the host's /proc), every id of the program is unprivileged: 65534
+    (nobody) when the caller is root, the caller's own uid otherwise; no supplementary group."""
+    need(missing, "unprivileged")
+    marker = f"whoami-{uuid.uuid4().hex}"
+    done = threading.Event()
+    result: list = []
+
+    def sandboxed() -> None:
+        result.append(run(f"""
+            import os, sys
+            {_sleeper(marker)}
+        """, timeout=8))
+        done.set()
+
+    threading.Thread(target=sandboxed, daemon=True).start()
+    status = None
+    deadline = time.monotonic() + 6
+    while status is None and time.monotonic() < deadline:
+        for pid in filter(str.isdigit, os.listdir("/proc")):
+            try:
+                with open(f"/proc/{pid}/cmdline", "rb") as f:
+                    if marker.encode() not in f.read():
+                        continue
+                with open(f"/proc/{pid}/status") as f:
+                    status = dict(line.split(":", 1) for line in f if ":" in line)
+                break
+            except OSError:
+                continue
+        time.sleep(0.05)
+    done.wait(15)
+    assert status is not None, "the sandboxed program was not found"
+    want_uid = 65534 if os.geteuid() == 0 else os.getuid()
+    want_gid = 65534 if os.geteuid() == 0 else os.getgid()
+    assert [int(x) for x in status["Uid"].split()] == [want_uid] * 4
+    assert [int(x) for x in status["Gid"].split()] == [want_gid] * 4
+    assert 0 not in [int(x) for x in status["Groups"].split()]
+    assert int(status["CapEff"], 16) == 0
 
 
 # --- processes: none outlives the program, a cap on how many ------------------------------------
