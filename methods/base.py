@@ -46,6 +46,9 @@ def opt(default: Any, *, lo: Optional[float] = None, hi: Optional[float] = None,
     return field(default=default, metadata={"lo": lo, "hi": hi, "choices": choices})
 
 
+INT64 = (-(1 << 63), (1 << 63) - 1)
+
+
 def option_bounds(f: dataclasses.Field) -> tuple[Optional[float], Optional[float], Optional[tuple]]:
     """(lo, hi, choices) declared for an option field (None where not declared)."""
     return f.metadata.get("lo"), f.metadata.get("hi"), f.metadata.get("choices")
@@ -174,12 +177,16 @@ def check_option(method: str, f: dataclasses.Field, value: Any) -> Any:
             value = int(value)
         if not isinstance(value, int) or isinstance(value, bool):
             raise UsageError(f"{where} expects a whole number, got '{value}'")
+        if not INT64[0] <= value <= INT64[1]:  # what torch and numpy take (seeds have no other bound)
+            raise UsageError(f"{where} must be a 64-bit integer, between {INT64[0]} and {INT64[1]} (got {value})")
     elif t == "float":
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
             raise UsageError(f"{where} expects a finite number, got '{value}'")
         value = float(value)
     elif t == "str" and not isinstance(value, str):
         raise UsageError(f"{where} expects text, got '{value}'")
+    elif t == "str" and not value.strip():
+        raise UsageError(f"{where} needs a value (got an empty one)")
     lo, hi, choices = option_bounds(f)
     if choices is not None and value not in choices:
         raise UsageError(f"{where} must be one of {', '.join(map(str, choices))} (got '{value}')")

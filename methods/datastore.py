@@ -2,7 +2,7 @@
 authors' suffix-array library), plus a JSON record of what it was built from.
 
 A datastore is a folder:
-    datastore.idx    draftretriever's index (chunks of int32 tokens and their suffix arrays)
+    datastore.idx    draftretriever's index, as the installed library writes it (`index_format`)
     datastore.json   {"format", "version", "tokenizer": {"vocab_size", "sha256", "name"},
                       "sources", "entries", "tokens", "index_bytes"}
 
@@ -10,6 +10,11 @@ A datastore is a folder:
 built with another tokenizer is refused: before the target loads when the vocabulary sizes
 differ (read from the model's header), after its tokenizer loads and before any decoding when
 only the fingerprint does.
+
+The index itself is validated before the library opens it (`check_index`, one linear pass):
+draftretriever trusts every length and value in it and aborts the whole process (a Rust panic)
+on a damaged one, so lengths that do not add up to the file, a token outside the vocabulary, or
+values its Writer never writes are one line, exit 2.
 """
 
 from __future__ import annotations
@@ -20,7 +25,8 @@ import json
 from pathlib import Path
 from typing import Any, Callable, Iterable, Optional
 
-from specbench_cli.errors import UsageError
+from specbench_cli.errors import UsageError, check_not_special
+from specbench_cli.jsonl import loads
 
 FORMAT = "specbench-rest-datastore"
 VERSION = 1
@@ -138,11 +144,13 @@ def read_meta(folder: Path) -> dict:
     if not folder.is_dir():
         raise UsageError(f"rest datastore {folder}: not a folder (build one with `specbench datastore build`)")
     meta_path, index = folder / META, folder / INDEX
+    for path in (meta_path, index):
+        check_not_special(path, f"rest datastore {folder}:")
     try:
-        meta = json.loads(meta_path.read_text(encoding="utf-8"))
+        meta = loads(meta_path.read_text(encoding="utf-8"), str(meta_path))
     except FileNotFoundError:
         raise UsageError(f"rest datastore {folder}: no {META} (build one with `specbench datastore build`)") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+    except (OSError, UnicodeDecodeError) as e:
         raise UsageError(f"{meta_path}: not readable JSON ({str(e).splitlines()[0]})") from None
     if not isinstance(meta, dict) or meta.get("format") != FORMAT:
         raise UsageError(f"{meta_path}: not a specbench REST datastore record")
@@ -157,6 +165,187 @@ def read_meta(folder: Path) -> dict:
         raise UsageError(f"rest datastore {folder}: {INDEX} has {index.stat().st_size} bytes, the record says "
                          f"{meta.get('index_bytes')} (a damaged or replaced index)")
     return meta
+
+
+def index_format() -> str:
+    """How the installed draftretriever writes an index, found by writing a three-token one:
+    'trigram' (the PyPI wheel: a bincode map (token, token) -> {next token: probability}),
+    'suffix-array' (the REST repository's library: chunks of int32 tokens and their suffix
+    arrays), or 'unknown'."""
+    global _FORMAT
+    if _FORMAT is None:
+        import struct
+        import tempfile
+
+        lib = require_library()
+        with tempfile.TemporaryDirectory() as d:
+            probe = str(Path(d) / "probe.idx")
+            writer = lib.Writer(probe, vocab_size=8)
+            writer.add_entry([1, 2, 3])
+            writer.finalize()
+            del writer  # inside the folder's life: the library aborts if it closes a writer whose file is gone
+            raw = Path(probe).read_bytes()
+        if raw == struct.pack("<QiiQif", 1, 1, 2, 1, 3, 1.0):
+            _FORMAT = "trigram"
+        elif raw[:16] == struct.pack("<Iiii", 12, 1, 2, 3):
+            _FORMAT = "suffix-array"
+        else:
+            _FORMAT = "unknown"
+    return _FORMAT
+
+
+_FORMAT: Optional[str] = None
+_VALID: set = set()
+
+
+def check_index(folder: Path, meta: dict) -> None:
+    """Validate `datastore.idx` in the format the installed library writes (`index_format`)
+    before the library opens it: draftretriever trusts the file and aborts the whole process (a
+    Rust panic) on a damaged one. One linear pass, remembered per file for the process;
+    UsageError naming what is damaged. An index of an unknown format is opened and searched once
+    in a child process instead, where an abort cannot take the run down."""
+    path = Path(folder) / INDEX
+    st = path.stat()
+    size, vocab = st.st_size, int(meta["tokenizer"]["vocab_size"])
+    key = (str(path.resolve()), size, st.st_mtime_ns, vocab)
+    if key in _VALID:  # a run plans each method more than once (and `auto` at every candidate)
+        return
+
+    def damaged(why: str) -> UsageError:
+        return UsageError(f"rest datastore {folder}: {INDEX} is damaged ({why}); rebuild it with "
+                          f"`specbench datastore build`")
+
+    if size == 0:
+        raise damaged("it is empty")
+    fmt = index_format()
+    if fmt == "trigram":
+        _check_trigram(path, size, vocab, damaged)
+    elif fmt == "suffix-array":
+        _check_suffix_array(path, size, vocab, damaged)
+    else:
+        _probe_in_child(path, damaged)
+    _VALID.add(key)
+
+
+def _check_trigram(path: Path, size: int, vocab: int, damaged: Callable[[str], UsageError]) -> None:
+    """bincode of HashMap<(i32, i32), HashMap<i32, f32>> as the Writer leaves it: a u64 count of
+    pairs; per pair two i32 tokens, a u64 count (>= 1) and that many (i32 token, f32 share);
+    nothing after. Every token in [0, vocab); the pairs distinct; each share finite in (0, 1],
+    a pair's shares summing to 1 (the Reader sorts them and panics on NaN)."""
+    import struct
+
+    import numpy as np
+
+    data = path.read_bytes()
+    if size < 8:
+        raise damaged("shorter than its 8-byte header")
+    (n,) = struct.unpack_from("<Q", data, 0)
+    if n > (size - 8) // 24:
+        raise damaged(f"it claims {n} token pairs, more than {size} bytes can hold")
+    pairs, starts, counts = [], [], []
+    pos = 8
+    unpack = struct.Struct("<iiQ").unpack_from
+    for i in range(n):
+        if pos + 16 > size:
+            raise damaged(f"it ends inside pair {i} of {n}")
+        a, b, m = unpack(data, pos)
+        pos += 16
+        if m == 0 or pos + 8 * m > size:
+            raise damaged(f"pair {i} claims {m} successors, the file has room for {(size - pos) // 8}")
+        pairs.append((a, b))
+        starts.append(pos)
+        counts.append(m)
+        pos += 8 * m
+    if pos != size:
+        raise damaged(f"{size - pos} bytes follow its last entry")
+    if not n:
+        return
+    keys = np.array(pairs, dtype=np.int64)
+    if int(keys.min()) < 0 or int(keys.max()) >= vocab:
+        raise damaged(f"a token pair holds ids outside the {vocab}-token vocabulary")
+    if len(np.unique(keys[:, 0] * vocab + keys[:, 1])) != n:
+        raise damaged("a token pair appears twice")
+    counts_a = np.array(counts, dtype=np.int64)
+    first = np.cumsum(counts_a) - counts_a
+    offsets = np.repeat(np.array(starts, dtype=np.int64) - 8 * first, counts_a) + 8 * np.arange(int(counts_a.sum()))
+    raw = np.frombuffer(data, dtype=np.uint8)
+    tokens = raw[offsets[:, None] + np.arange(4)].copy().view("<i4").ravel()
+    shares = raw[offsets[:, None] + 4 + np.arange(4)].copy().view("<f4").ravel()
+    if int(tokens.min()) < 0 or int(tokens.max()) >= vocab:
+        raise damaged(f"a successor id is outside the {vocab}-token vocabulary")
+    if not bool(np.isfinite(shares).all()) or not bool(((shares > 0) & (shares <= 1)).all()):
+        raise damaged("a successor's share is not a number in (0, 1]")
+    if not bool(np.allclose(np.add.reduceat(shares.astype(np.float64), first), 1.0, atol=1e-3)):
+        raise damaged("a pair's successor shares do not sum to 1")
+
+
+def _check_suffix_array(path: Path, size: int, vocab: int, damaged: Callable[[str], UsageError]) -> None:
+    """Chunks as the repository's Reader walks them: a u32 byte count, that many bytes of int32
+    tokens (each in [0, vocab)), a u32 count equal to it, and the chunk's suffix array: every
+    position once, in suffix order (adjacent suffixes compared by first token, then by the rank
+    of the suffix after it)."""
+    import numpy as np
+
+    raw = np.memmap(path, dtype=np.uint8, mode="r")
+    pos, chunk = 0, 0
+    while pos < size:
+        counts = []
+        for what in ("tokens", "suffix array"):
+            if pos + 4 > size:
+                raise damaged(f"chunk {chunk} ends inside the length of its {what}")
+            n_bytes = int(np.frombuffer(raw, "<u4", count=1, offset=pos)[0])
+            pos += 4
+            if n_bytes % 4 or pos + n_bytes > size:
+                raise damaged(f"chunk {chunk} claims {n_bytes} bytes of {what}, the file has {size - pos} left")
+            counts.append((pos, n_bytes // 4))
+            pos += n_bytes
+        (t_at, n), (s_at, n_sa) = counts
+        if n_sa != n:
+            raise damaged(f"chunk {chunk} has {n} tokens but a suffix array of {n_sa}")
+        if n:
+            tokens = np.frombuffer(raw, "<i4", count=n, offset=t_at)
+            sa = np.frombuffer(raw, "<i4", count=n, offset=s_at)
+            if int(tokens.min()) < 0 or int(tokens.max()) >= vocab:
+                raise damaged(f"chunk {chunk} holds token ids outside the {vocab}-token vocabulary")
+            if int(sa.min()) < 0 or int(sa.max()) >= n:
+                raise damaged(f"chunk {chunk}'s suffix array points outside its {n} tokens")
+            seen = np.zeros(n, dtype=bool)
+            seen[sa] = True
+            if not seen.all():
+                raise damaged(f"chunk {chunk}'s suffix array repeats positions")
+            rank = np.empty(n + 1, dtype=np.int64)
+            rank[sa] = np.arange(n)
+            rank[n] = -1  # the empty suffix sorts first
+            a, b = sa[:-1].astype(np.int64), sa[1:].astype(np.int64)
+            ta, tb = tokens[a], tokens[b]
+            if not bool(((ta < tb) | ((ta == tb) & (rank[a + 1] < rank[b + 1]))).all()):
+                raise damaged(f"chunk {chunk}'s suffix array is not in suffix order")
+        chunk += 1
+    del raw
+
+
+_PROBE = """
+import sys, draftretriever
+reader = draftretriever.Reader(sys.argv[1])
+for query in ([1, 2], [3, 4, 5, 6]):
+    try:
+        reader.search(query, k=64, choices=8, long=4)
+    except ValueError:
+        pass
+print("ok")
+"""
+
+
+def _probe_in_child(path: Path, damaged: Callable[[str], UsageError]) -> None:
+    import subprocess
+    import sys
+
+    try:
+        res = subprocess.run([sys.executable, "-c", _PROBE, str(path)], capture_output=True, text=True, timeout=600)
+    except subprocess.TimeoutExpired:
+        raise damaged("the library's reader did not open it in 10 minutes") from None
+    if res.returncode != 0 or "ok" not in res.stdout:
+        raise damaged(f"the library's reader failed on it, exit status {res.returncode}")
 
 
 def check_vocab_size(meta: dict, folder: Path, declared: Optional[int]) -> None:

@@ -71,6 +71,7 @@ class REST(Method):
             except UsageError:
                 declared = None  # the model reference itself is checked (and named) by the run
             store.check_vocab_size(self.meta, self.folder, declared)
+        store.check_index(self.folder, self.meta)  # the library aborts the process on a damaged one
         self.nodes = max(0, self.ctx.budget - 1)
 
     def setup(self) -> None:

@@ -87,9 +87,10 @@ class SpeculativeSampling(Method):
         if not self.draft_ref:
             raise UsageError("method sps needs a draft model: pass --draft-model (a model folder, .gguf file "
                              "or alias with the target's tokenizer) or --option sps.draft_model=REF")
-        from specbench_cli.models.load import declared_context
+        from specbench_cli.models.load import check_hub_model, declared_context
 
         declared_context(str(self.draft_ref))  # a missing or damaged draft model: before the target loads
+        check_hub_model(str(self.draft_ref), "draft model")  # a hub id: cached, or known to a reachable hub
         g = self.opts.gamma
         self.gamma = max(0, ctx.budget - 1) if g is None else min(g, max(0, ctx.budget - 1))
         self.draft_name = Path(str(self.draft_ref)).name or str(self.draft_ref)

@@ -39,6 +39,8 @@ DEFAULT_BUDGET = 10
 # memory bounded whatever is typed; the model's context is checked once it is read (run/limits.py).
 MAX_BUDGET = 4096                   # tokens per forward (Spec-Bench's largest trees use 64)
 MAX_NEW_TOKENS = 1_000_000          # per turn
+MAX_REPEATS = 10_000
+MAX_THREADS = 4096
 DEFAULT_CALIBRATION_QUESTIONS = 6   # one per mini category: acceptance differs by kind of text
 CALIBRATION_TOKENS = 32             # new tokens per calibration question (first turn only)
 
@@ -110,6 +112,8 @@ def parse_method_options(values: Optional[List[str]]) -> dict[str, dict[str, str
             raise UsageError(f"--option expects METHOD.KEY=VALUE, got '{raw}'")
         lhs, value = raw.split("=", 1)
         method, key = lhs.split(".", 1)
+        if not value.strip():
+            raise UsageError(f"--option {raw}: no value after '=' (METHOD.KEY=VALUE)")
         opts.setdefault(method.strip(), {})[key.strip()] = value.strip()
     return opts
 
@@ -181,6 +185,15 @@ def _temperature(value: Any) -> Any:
 def _top_p(value: Any) -> Any:
     if not isinstance(value, (int, float)) or not 0 < value <= 1:
         raise UsageError(f"--top-p must be in (0, 1] (got {value})")
+    return value
+
+
+SEED_RANGE = (-(1 << 63), (1 << 64) - 1)  # what torch.manual_seed accepts
+
+
+def _seed(value: Any) -> Any:
+    if not _is_int(value) or not SEED_RANGE[0] <= value <= SEED_RANGE[1]:
+        raise UsageError(f"--seed must be an integer between {SEED_RANGE[0]} and {SEED_RANGE[1]} (got {value})")
     return value
 
 
@@ -343,7 +356,8 @@ class RunConfig:
         grid=Grid("bcs", "a non-empty list of integers >= 1 or \"auto\" (docs/block-complexity-auto.md)",
                   expands=True))
     max_new_tokens: int = option(128, cli=Cli(("--max-new-tokens",), "Generation cap per turn."),
-                                 check=_at_least(1, "--max-new-tokens", MAX_NEW_TOKENS), grid=Grid("max_new_tokens", "an integer >= 1"))
+                                 check=_at_least(1, "--max-new-tokens", MAX_NEW_TOKENS),
+                                 grid=Grid("max_new_tokens", f"an integer between 1 and {MAX_NEW_TOKENS}"))
     dtype: str = option("float32", cli=Cli(("--dtype",), "float32 (exact lossless check), bfloat16 or float16."),
                         check=_one_of(DTYPES, "dtype"),
                         grid=Grid("dtypes", f"a list drawn from {', '.join(DTYPES)}", expands=True))
@@ -352,12 +366,15 @@ class RunConfig:
                                    check=lambda v: isinstance(v, str) and bool(v.strip())))
     threads: Optional[int] = option(
         None, cli=Cli(("--threads",), "torch intra-op threads (default: min(cores, 2))."),
-        check=_at_least(1, "--threads", 4096), grid=Grid("threads", "an integer >= 1", default=1))
+        check=_at_least(1, "--threads", MAX_THREADS), grid=Grid("threads", f"an integer between 1 and {MAX_THREADS}",
+                                                                  default=1))
     temperature: float = option(0.0, cli=Cli(("--temperature",), "0 = greedy."), check=_temperature)
     top_p: float = option(1.0, cli=Cli(("--top-p",), "Nucleus sampling mass (with --temperature > 0)."), check=_top_p)
-    seed: int = option(0, cli=Cli(("--seed",), "Sampling seed."), grid=Grid("seed", "an integer"))
+    seed: int = option(0, cli=Cli(("--seed",), "Sampling seed."), check=_seed,
+                       grid=Grid("seed", f"an integer between {SEED_RANGE[0]} and {SEED_RANGE[1]}"))
     repeats: int = option(1, cli=Cli(("--repeats",), "Run everything N times (mean ± std of speedups in reports)."),
-                          check=_at_least(1, "--repeats", 10_000), grid=Grid("repeats", "an integer >= 1"))
+                          check=_at_least(1, "--repeats", MAX_REPEATS),
+                          grid=Grid("repeats", f"an integer between 1 and {MAX_REPEATS}"))
     warmup: bool = option(True, cli=Cli(("--no-warmup",), "Skip the untimed warm-up generation.", type=bool,
                                         default=False, to_config=lambda v: not v, param="no_warmup"))
     draft_model: Optional[str] = option(

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import difflib
 import os
+import stat
 from pathlib import Path
-from typing import Iterable
+from typing import Iterable, Optional
 
 
 class SpecBenchError(Exception):
@@ -67,4 +68,37 @@ def check_output_file(path: str | Path, option: str) -> Path:
     if file.exists() and not os.access(file, os.W_OK):
         raise UsageError(f"{option} {file} is not writable")
     check_output_folder(file.parent, option)
+    return file
+
+
+_SPECIAL = ((stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a character device"),
+            (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
+
+
+def special_kind(path: str | Path) -> Optional[str]:
+    """'a FIFO (named pipe)', 'a character device', ... when `path` (links followed) is a special
+    file; None for a regular file, a folder or a missing path. Decided by `stat`, never by opening."""
+    try:
+        mode = os.stat(Path(path).expanduser()).st_mode
+    except OSError:
+        return None
+    return next((name for test, name in _SPECIAL if test(mode)), None)
+
+
+def check_not_special(path: str | Path, what: str) -> Path:
+    """UsageError when `path` is a special file: reading a FIFO blocks until a writer comes, a
+    device can be endless. Checked by type before the file is opened."""
+    if kind := special_kind(path):
+        raise UsageError(f"{what} {Path(path).expanduser()} is {kind}, not a regular file")
+    return Path(path).expanduser()
+
+
+def check_input_file(path: str | Path, what: str) -> Path:
+    """An existing regular file to read; UsageError naming `what` for a missing path, a folder,
+    or a special file (refused by type, before opening)."""
+    file = check_not_special(path, what)
+    if not file.exists():
+        raise UsageError(f"{what} not found: {file}")
+    if file.is_dir():
+        raise UsageError(f"{what} {file} is a folder, not a file")
     return file

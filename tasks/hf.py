@@ -8,15 +8,25 @@ answer, its category and its id. Without a mapping the prompt column is the firs
 `{"role", "content"}` messages) gives one turn per user message.
 
 No code from the dataset runs: `datasets` (>= 4) reads data files only, never loading scripts.
+
+Bounded before `datasets` reads anything (`check_local_data`): a local data file is a regular
+file (a FIFO or device is refused by type) of at most `MAX_DATA_BYTES`; JSON and JSONL files
+nest at most `MAX_JSON_DEPTH` levels (deeper ones crash the JSON reader `datasets` uses); CSV,
+JSON, Parquet and Arrow files have at most `MAX_COLUMNS` columns. After loading, at most
+`MAX_ROWS` rows are turned into questions (a split slice such as `hf:ID::train[:1000]` takes
+fewer). A hub id with the hub unreachable is looked up in the local datasets cache only: one
+line, no retries.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
-from specbench_cli.errors import UsageError
+from specbench_cli.errors import UsageError, check_not_special
+from specbench_cli.jsonl import MAX_JSON_DEPTH, file_too_deep
 from specbench_cli.tasks.base import Question, Task
 
 PREFIX = "hf:"
@@ -26,6 +36,11 @@ ID_FIELDS = ("question_id", "id")
 FILE_BUILDERS = {".parquet": "parquet", ".json": "json", ".jsonl": "json", ".csv": "csv", ".arrow": "arrow"}
 USER_ROLES = {"human", "user"}
 INSTALL = "pip install 'specbench-cli[hf]'"
+MAX_COLUMNS = 4096                 # columns of a data file (the widest real datasets have a few hundred)
+MAX_ROWS = 1_000_000               # rows turned into questions or training examples
+MAX_DATA_BYTES = 8 << 30           # all local data files of one hf: name together
+MAX_HEADER_BYTES = 1 << 20         # a CSV header line
+MAX_DATA_FILES = 10_000            # data files in a local folder
 
 
 def is_hf(name: str) -> bool:
@@ -73,7 +88,7 @@ def parse(name: str) -> Source:
     """'hf:PATH_OR_ID[:CONFIG][:SPLIT]' -> Source; UsageError on a malformed name. Empty parts
     take their defaults ('hf:data.parquet::test' = no config, split test)."""
     body = name[len(PREFIX):]
-    parts = body.split(":")
+    parts = re.split(r":(?![^\[\]]*\])", body)  # a split slice (train[:100]) keeps its colon
     if not parts[0].strip() or len(parts) > 3:
         raise UsageError(f"--tasks {name}: expected hf:PATH_OR_ID[:CONFIG][:SPLIT]")
     parts += [""] * (3 - len(parts))
@@ -87,6 +102,7 @@ def check_source(name: str) -> Source:
         import datasets  # noqa: F401
     except ImportError:
         raise UsageError(f"--tasks {name} reads datasets through the `datasets` library: {INSTALL}") from None
+    check_not_special(src.path, f"--tasks {name}:")
     local = src.local
     if local is None and (src.path.startswith((".", "/", "~")) or Path(src.path).suffix in FILE_BUILDERS):
         raise UsageError(f"--tasks {name}: file or folder not found: {src.path}")
@@ -96,41 +112,168 @@ def check_source(name: str) -> Source:
     return src
 
 
+def data_files(local: Path) -> list[Path]:
+    """The data files `datasets` would read from a local file or folder (by suffix)."""
+    if local.is_file():
+        return [local]
+    files = []
+    for p in sorted(local.rglob("*")):
+        if p.suffix in FILE_BUILDERS and not any(part.startswith(".") for part in p.relative_to(local).parts):
+            files.append(p)
+            if len(files) > MAX_DATA_FILES:
+                raise UsageError(f"{local}: more than {MAX_DATA_FILES} data files")
+    return files
+
+
+def _columns(path: Path) -> int | None:
+    """How many columns a data file has, read from its header alone (None: not knowable cheaply)."""
+    suffix = path.suffix
+    if suffix == ".csv":
+        import csv
+
+        with open(path, newline="", encoding="utf-8", errors="replace") as f:
+            header = f.readline(MAX_HEADER_BYTES + 1)
+        if len(header) > MAX_HEADER_BYTES:
+            raise UsageError(f"{path}: the CSV header line is longer than {MAX_HEADER_BYTES >> 20} MB")
+        return len(next(csv.reader([header]), []))
+    if suffix in (".json", ".jsonl"):
+        import json
+
+        with open(path, encoding="utf-8", errors="replace") as f:
+            text = f.read(8 << 20)
+        start = text.lstrip()
+        if start.startswith("["):
+            start = start[1:].lstrip()
+        try:
+            first, _ = json.JSONDecoder().raw_decode(start)
+        except ValueError:
+            return None
+        return len(first) if isinstance(first, dict) else None
+    try:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        if suffix == ".parquet":
+            return pq.ParquetFile(str(path)).metadata.num_columns
+        if suffix == ".arrow":
+            with pa.memory_map(str(path)) as source:
+                return len(pa.ipc.open_stream(source).schema)
+    except Exception:  # noqa: BLE001 - damaged files are named by `datasets` when it reads them
+        return None
+    return None
+
+
+def check_local_data(name: str, local: Path) -> None:
+    """Before `datasets` reads a local file or folder: regular files only, their total size,
+    JSON nesting and column counts (see the module doc); one UsageError naming the file."""
+    files = data_files(local)
+    total = 0
+    for path in files:
+        check_not_special(path, f"--tasks {name}:")
+        total += path.stat().st_size
+        if total > MAX_DATA_BYTES:
+            raise UsageError(f"--tasks {name}: the data files hold more than {MAX_DATA_BYTES >> 30} GB")
+    for path in files:
+        if path.suffix in (".json", ".jsonl") and file_too_deep(path):
+            raise UsageError(f"--tasks {name}: {path} nests JSON deeper than {MAX_JSON_DEPTH} levels")
+        columns = _columns(path)
+        if columns is not None and columns > MAX_COLUMNS:
+            raise UsageError(f"--tasks {name}: {path} has {columns} columns, more than {MAX_COLUMNS}")
+
+
+class _Offline:
+    """`datasets` and `huggingface_hub` in offline mode for the duration (the local cache only)."""
+
+    def __enter__(self):
+        import datasets
+        from huggingface_hub import constants
+
+        self.saved = (datasets.config.HF_HUB_OFFLINE, constants.HF_HUB_OFFLINE)
+        datasets.config.HF_HUB_OFFLINE = constants.HF_HUB_OFFLINE = True
+        return self
+
+    def __exit__(self, *exc):
+        import datasets
+        from huggingface_hub import constants
+
+        datasets.config.HF_HUB_OFFLINE, constants.HF_HUB_OFFLINE = self.saved
+
+
 def load_rows(name: str) -> tuple[list[dict], str]:
     """The rows of the dataset `name` names, and a short label for it (its file or id)."""
+    import contextlib
+
     src = check_source(name)
     import datasets
 
     local = src.local
     label = (local.stem if local and local.is_file() else (local.name if local else src.path.rsplit("/", 1)[-1]))
+    if local is not None:
+        check_local_data(name, local)
+    offline = False
+    if local is None:
+        from specbench_cli.models.load import hub_reachable
+
+        offline = not hub_reachable()
+    quiet = local is not None and datasets.is_progress_bar_enabled()
+    if quiet:  # "Generating train split" bars for a local file are noise around a one-line error
+        datasets.disable_progress_bars()
     try:
-        if local is not None and local.is_dir() and ((local / "dataset_info.json").is_file()
-                                                     or (local / "state.json").is_file()):
-            ds = datasets.load_from_disk(str(local))
-            if isinstance(ds, datasets.DatasetDict):
-                ds = _pick_split(ds, src, name)
-        elif local is not None and local.is_file():
-            ds = datasets.load_dataset(FILE_BUILDERS[local.suffix], data_files=str(local),
-                                       split=src.split or "train")
-        else:
-            ds = datasets.load_dataset(str(local) if local else src.path, src.config)
-            ds = _pick_split(ds, src, name) if isinstance(ds, datasets.DatasetDict) else ds
+        with _Offline() if offline else contextlib.nullcontext():
+            if local is not None and local.is_dir() and ((local / "dataset_info.json").is_file()
+                                                         or (local / "state.json").is_file()):
+                ds = datasets.load_from_disk(str(local))
+                if isinstance(ds, datasets.DatasetDict):
+                    ds = _pick_split(ds, src, name)
+                elif src.split and (m := SLICE.fullmatch(src.split)):  # one saved split: its slice
+                    ds = _slice(ds, m)
+            elif local is not None and local.is_file():
+                ds = datasets.load_dataset(FILE_BUILDERS[local.suffix], data_files=str(local),
+                                           split=src.split or "train")
+            elif src.split and "[" in src.split:  # a slice: `datasets` takes it as the split
+                ds = datasets.load_dataset(str(local) if local else src.path, src.config, split=src.split)
+            else:
+                ds = datasets.load_dataset(str(local) if local else src.path, src.config)
+                ds = _pick_split(ds, src, name) if isinstance(ds, datasets.DatasetDict) else ds
     except UsageError:
         raise
-    except FileNotFoundError as e:
-        raise UsageError(f"--tasks {name}: not found ({_first_line(e)})") from None
-    except ValueError as e:  # unknown split or config, unreadable file
-        raise UsageError(f"--tasks {name}: {_first_line(e)}") from None
-    except Exception as e:  # offline hub, parse errors in the data files
+    except Exception as e:
+        if offline:
+            raise UsageError(f"--tasks {name}: {src.path} is not in the local datasets cache and the Hugging Face "
+                             f"hub is unreachable; pass a local data file or folder (hf:PATH)") from None
+        if isinstance(e, FileNotFoundError):
+            raise UsageError(f"--tasks {name}: not found ({_first_line(e)})") from None
+        if isinstance(e, ValueError):  # unknown split or config, unreadable file
+            raise UsageError(f"--tasks {name}: {_first_line(e)}") from None
+        # offline hub, parse errors in the data files
         raise UsageError(f"--tasks {name}: cannot load ({type(e).__name__}: {_first_line(e)})") from None
+    finally:
+        if quiet:
+            datasets.enable_progress_bars()
+    if ds.num_rows > MAX_ROWS:
+        raise UsageError(f"--tasks {name}: {ds.num_rows} rows, more than {MAX_ROWS}; take a slice of a split, "
+                         f"e.g. hf:{src.path}:{src.config or ''}:{src.split or 'train'}[:1000]")
+    if len(ds.column_names) > MAX_COLUMNS:
+        raise UsageError(f"--tasks {name}: {len(ds.column_names)} columns, more than {MAX_COLUMNS}")
     return [dict(r) for r in ds], label
+
+
+SLICE = re.compile(r"([^\[]+)\[(\d*):(\d*)\]")  # train[:1000], train[10:20]
+
+
+def _slice(ds: Any, m: "re.Match") -> Any:
+    n = ds.num_rows
+    start, stop = int(m.group(2) or 0), min(n, int(m.group(3) or n))
+    return ds.select(range(min(start, stop), stop))
 
 
 def _pick_split(ds: Any, src: Source, name: str):
     if src.split:
-        if src.split not in ds:
-            raise UsageError(f"--tasks {name}: no split '{src.split}' (has {', '.join(ds)})")
-        return ds[src.split]
+        m = SLICE.fullmatch(src.split)
+        split = m.group(1) if m else src.split
+        if split not in ds:
+            raise UsageError(f"--tasks {name}: no split '{split}' (has {', '.join(ds)})")
+        return _slice(ds[split], m) if m else ds[split]
     if len(ds) == 1:
         return next(iter(ds.values()))
     for preferred in ("test", "validation", "train"):

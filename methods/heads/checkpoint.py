@@ -87,12 +87,15 @@ def read_heads_config(folder: Path) -> tuple[str, dict]:
         cfg = json.loads(path.read_text(encoding="utf-8"))
     except UnicodeDecodeError:
         raise UsageError(f"{path} is not UTF-8 text") from None
-    except json.JSONDecodeError as e:
-        raise UsageError(f"{path} is not valid JSON: {e}") from None
+    except (json.JSONDecodeError, RecursionError) as e:
+        raise UsageError(f"{path} is not valid JSON: {e or 'nested too deeply'}") from None
     except OSError as e:
         raise UsageError(f"cannot read {path}: {e.strerror or e}") from None
     if not isinstance(cfg, dict):
         raise UsageError(f"{path} must hold a JSON object, not {type(cfg).__name__}")
+    from specbench_cli.models.weights import check_config_sizes
+
+    check_config_sizes(cfg, path)
     if not isinstance(cfg.get("specbench", {}), dict):
         raise UsageError(f"{path}: 'specbench' must be an object")
     if not any((folder / f).is_file() for f in (MEDUSA_FILE, EAGLE_FILE, HYDRA_FILE)):
@@ -224,6 +227,9 @@ def load_heads(folder: Path, target: Any | None = None, dtype: torch.dtype = tor
     kind, cfg = inspect_heads(folder)
     path = folder / FILES[kind]
     state = {k: v for k, v in load_file(str(path)).items() if not k.startswith("embed_tokens.")}
+    from specbench_cli.models.weights import check_finite
+
+    check_finite(state, path)
     layout = _medusa_layout(path, {k: (str(v.dtype), tuple(v.shape)) for k, v in state.items()}) \
         if kind == "medusa" else None
     head = _build(kind, cfg, layout, target_config=getattr(target, "config", None),

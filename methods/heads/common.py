@@ -66,6 +66,25 @@ def _same_target(a: str, b: str) -> bool:
     return a == b or key(a) == key(b)
 
 
+def check_sizes_against_header(kind: str, config: dict, target: str, folder: Path) -> None:
+    """Before the target loads: the widths a heads config declares against the target's header
+    (its hidden size, and the vocabulary of heads that carry one). Medusa's widths come from its
+    tensors, checked once the target is loaded; an unreadable header checks nothing."""
+    from specbench_cli.models.load import declared_field, declared_vocab
+
+    try:
+        vocab, hidden = declared_vocab(target), declared_field(target, "embedding_length", "hidden_size")
+    except UsageError:
+        return  # the target reference itself is checked (and named) by the run
+    hidden_key = "target_hidden_size" if kind == "eagle3" and "target_hidden_size" in config else "hidden_size"
+    pairs = [] if kind == "medusa" else [(hidden_key, hidden), ("vocab_size", vocab)]
+    for key, want in pairs:
+        have = config.get(key)
+        if want is not None and isinstance(have, int) and not isinstance(have, bool) and have != want:
+            raise UsageError(f"heads {folder}: config.json's '{key}' is {have}, the target '{target}' declares "
+                             f"{want} (heads made for another model)")
+
+
 VOCAB_MODES = ("auto", "full")
 
 
@@ -88,6 +107,8 @@ class HeadsCheckpoint:
             raise UsageError(f"{self.folder} holds {found} heads, not {kind} heads: "
                              f"run them with method {found} (-o {found}.heads={ref})")
         self.meta: dict = self.config.get("specbench", {})
+        if target:
+            check_sizes_against_header(kind, self.config, str(target), self.folder)
         trained_for = self.meta.get("target")
         if trained_for and target and not _same_target(str(trained_for), str(target)):
             raise UsageError(f"heads {self.folder} were trained for target '{trained_for}', this run's target is "

@@ -146,6 +146,8 @@ def export_command(
     check_output_folder(output, "--output")
     _, rows = load([run_dir])
     files, skipped = spec_bench_answers(rows)
+    if not files:  # an empty folder would look like a successful export
+        raise UsageError(f"{run_dir}: nothing to export: all {skipped} question(s) have an errored or missing turn")
     if not any(row["method"] == metrics.AR_METHOD for row in rows):
         err.print("[yellow]warning:[/] no `ar` rows: Spec-Bench's speed.py needs an AR baseline file")
     if skipped:

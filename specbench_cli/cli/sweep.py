@@ -20,13 +20,15 @@ from specbench_cli.errors import RuntimeFailure, UsageError
 from specbench_cli.store.lock import SweepLock
 from specbench_cli.sweep import backends, merge
 from specbench_cli.sweep import jobs as jobmod
-from specbench_cli.sweep.grid import DEFAULT_MAX_JOBS, Job, expand, load_grid
+from specbench_cli.sweep.grid import DEFAULT_MAX_JOBS, MAX_JOBS, Job, expand, load_grid
 
 # Dry-run estimate when no job of the sweep has finished yet: the default 18-question run
 # (21 question-turns x 6 methods x 128 tokens = 16k budgeted tokens) took 11 min on this 2-core
 # CPU with SmolLM2-135M in float32, about 25 budgeted tokens/s, plus model load and warm-up.
 ASSUMED_TOKENS_PER_S = 25.0
 ASSUMED_STARTUP_S = 15.0
+MAX_PARALLEL = 1024   # --jobs: local worker processes at once
+MAX_RETRIES = 100     # --retries per job
 
 
 def register(app: typer.Typer) -> None:
@@ -43,15 +45,20 @@ def sweep_command(
     retries: int = typer.Option(2, "--retries", help="Extra attempts for a job that failed (each resumes its run folder)."),
     dry_run: bool = typer.Option(False, "--dry-run", help="List the jobs and an estimated duration; run nothing."),
     no_report: bool = typer.Option(False, "--no-report", help="Do not merge the report at the end."),
-    max_jobs: int = typer.Option(DEFAULT_MAX_JOBS, "--max-jobs", help="Refuse a grid that expands to more jobs."),
+    max_jobs: int = typer.Option(DEFAULT_MAX_JOBS, "--max-jobs", help=f"Refuse a grid that expands to more jobs "
+                                 f"(at most {MAX_JOBS})."),
 ) -> None:
     """Run a grid of models x method sets x BCs x dtypes x task shards as jobs; merge one report."""
     if jobs < 1:
         raise UsageError(f"--jobs must be at least 1 (got {jobs})")
+    if jobs > MAX_PARALLEL:
+        raise UsageError(f"--jobs must be at most {MAX_PARALLEL} (got {jobs})")
     if max_jobs < 1:
         raise UsageError(f"--max-jobs must be at least 1 (got {max_jobs})")
-    if retries < 0:
-        raise UsageError(f"--retries must be >= 0 (got {retries})")
+    if max_jobs > MAX_JOBS:  # the cap itself is bounded: a grid is expanded in memory before it runs
+        raise UsageError(f"--max-jobs must be at most {MAX_JOBS} (got {max_jobs}); split the grid into several")
+    if not 0 <= retries <= MAX_RETRIES:
+        raise UsageError(f"--retries must be between 0 and {MAX_RETRIES} (got {retries})")
     if gpus_per_job < 0 or (cpus_per_job is not None and cpus_per_job <= 0):
         raise UsageError("--cpus-per-job must be > 0 and --gpus-per-job >= 0")
     if ray_address is not None:

@@ -276,6 +276,41 @@ def hub_reachable(timeout: float = 1.5) -> bool:
     return bool(ok)
 
 
+def check_hub_model(ref: str, what: str = "model") -> None:
+    """A reference that names a Hugging Face id (no local folder, file or alias) can be had:
+    in the local Hugging Face cache, or on a reachable hub that knows it. UsageError before
+    anything loads otherwise (a drafter is checked this way before the target loads)."""
+    kind, _ = resolve(ref)
+    if kind != "hub":
+        return
+    from huggingface_hub import try_to_load_from_cache
+    from huggingface_hub.utils import HFValidationError, validate_repo_id
+
+    try:
+        validate_repo_id(ref)
+    except HFValidationError as e:
+        raise UsageError(f"{what} '{ref}' is not a local folder, a .gguf file, an alias or a Hugging Face id "
+                         f"({str(e).splitlines()[0][:120]})") from None
+    try:
+        if isinstance(try_to_load_from_cache(ref, "config.json"), str):
+            return
+    except Exception:  # noqa: BLE001 - an unreadable cache is a cache miss
+        pass
+    if not hub_reachable():
+        raise UsageError(f"{what} '{ref}' is not in the local Hugging Face cache and the hub is unreachable; "
+                         f"pass a local model folder or .gguf file instead")
+    from huggingface_hub import HfApi
+    from huggingface_hub.errors import RepositoryNotFoundError
+
+    try:
+        HfApi().model_info(ref, timeout=10)
+    except RepositoryNotFoundError:
+        raise UsageError(f"{what} '{ref}' is not a local path, and the Hugging Face hub has no model of that name "
+                         f"(or it is private)") from None
+    except Exception:  # noqa: BLE001 - anything else (rate limits, a gated model) is the loader's to report
+        return
+
+
 def remote_code_refused(where: str) -> UsageError:
     return UsageError(f"model {where} ships its own Python code; specbench does not run it unless you pass "
                       f"--trust-remote-code (only do so if you trust its author)")

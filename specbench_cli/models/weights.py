@@ -53,8 +53,8 @@ def safetensors_header(path: Path) -> dict[str, tuple[str, tuple[int, ...]]]:
         with open(path, "rb") as f:
             n = struct.unpack("<Q", f.read(8))[0]
             header = json.loads(f.read(n).decode("utf-8"))
-    except (OSError, ValueError, UnicodeDecodeError) as e:
-        raise UsageError(f"{path}: unreadable safetensors header ({e})") from None
+    except (OSError, ValueError, UnicodeDecodeError, RecursionError) as e:
+        raise UsageError(f"{path}: unreadable safetensors header ({e or 'nested too deeply'})") from None
     if not isinstance(header, dict):
         raise UsageError(f"{path}: unreadable safetensors header (not a JSON object)")
     out, end = {}, 0
@@ -92,3 +92,42 @@ def check_state_shapes(path: Path, found: dict[str, tuple[str, tuple[int, ...]]]
     extra = [k for k in found if k not in expected and not k.startswith(ignore)]
     if extra:
         raise UsageError(f"{path}: unexpected tensor '{extra[0]}'" + (f" (and {len(extra) - 1} more)" if len(extra) > 1 else ""))
+
+
+# Ceilings on the sizes a model or head config declares: above any real model by far, so a
+# damaged or hostile config (`"vocab_size": 1000000000000000`) is refused before anything is built.
+CONFIG_CEILINGS = {"vocab_size": 1 << 24, "draft_vocab_size": 1 << 24, "hidden_size": 1 << 17,
+                   "target_hidden_size": 1 << 17, "intermediate_size": 1 << 20, "num_hidden_layers": 1024,
+                   "num_attention_heads": 4096, "num_key_value_heads": 4096, "head_dim": 1 << 14,
+                   "max_position_embeddings": 1 << 24, "medusa_num_heads": 256, "medusa_num_layers": 256,
+                   "hydra_num_heads": 256, "hydra_num_layers": 256}
+
+
+def check_config_sizes(config: dict, where: Any) -> None:
+    """Every size `config` declares is at most its ceiling (CONFIG_CEILINGS); UsageError naming
+    `where` and the key otherwise."""
+    for key, ceiling in CONFIG_CEILINGS.items():
+        value = config.get(key)
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and value > ceiling:
+            raise UsageError(f"{where}: '{key}' is {value}, more than any model has (at most {ceiling})")
+
+
+def check_finite(state: dict, where: Any) -> None:
+    """Every floating-point tensor of `state` ({key: tensor}) is finite; UsageError naming
+    `where` and the first tensor holding NaN or infinity (such weights would draft garbage, or
+    NaN logits, without a word)."""
+    import torch
+
+    for key, tensor in state.items():
+        if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
+            what = "NaN" if bool(torch.isnan(tensor).any()) else "infinite"
+            raise UsageError(f"{where}: tensor '{key}' holds {what} values")
+
+
+def check_finite_file(path: Path, where: Any = None) -> None:
+    """`check_finite` for a safetensors file, one tensor at a time."""
+    from safetensors import safe_open
+
+    with safe_open(str(path), framework="pt") as f:
+        for key in f.keys():
+            check_finite({key: f.get_tensor(key)}, where or path)

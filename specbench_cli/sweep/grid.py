@@ -22,7 +22,8 @@ from typing import Any, Callable, Optional
 import tomllib
 
 from specbench_cli.config import grid_schema
-from specbench_cli.errors import UsageError
+from specbench_cli.errors import UsageError, check_not_special
+from specbench_cli.jsonl import MAX_JSON_DEPTH, too_deep
 
 
 def _is_int(v: Any) -> bool:
@@ -67,15 +68,18 @@ class Grid:
 
 def load_grid(path: Path) -> Grid:
     """Parse and validate GRID.toml; any problem is one `UsageError` naming the file and key."""
-    path = Path(path)
+    path = check_not_special(path, "grid file")
     try:
-        doc = tomllib.loads(path.read_text(encoding="utf-8"))
+        text = path.read_text(encoding="utf-8")
+        if too_deep(text):  # tomllib recurses into nested arrays and inline tables too
+            raise UsageError(f"{path}: not valid TOML (nested deeper than {MAX_JSON_DEPTH} levels)")
+        doc = tomllib.loads(text)
     except FileNotFoundError:
         raise UsageError(f"grid file not found: {path}") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise UsageError(f"{path}: cannot read: {exc}") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise UsageError(f"{path}: not valid TOML: {exc}") from None
+    except (tomllib.TOMLDecodeError, RecursionError) as exc:
+        raise UsageError(f"{path}: not valid TOML: {exc or 'nested too deeply'}") from None
     for key in doc:
         if key not in SCHEMA:
             from specbench_cli.errors import did_you_mean
@@ -143,6 +147,7 @@ def shards(grid: Grid, questions: list[tuple[str, str, int]]) -> list[tuple[list
 
 
 DEFAULT_MAX_JOBS = 1000
+MAX_JOBS = 100_000  # the highest --max-jobs: jobs are built in memory (and listed) before any runs
 
 
 def expand(grid: Grid, select: Callable[[str], list[tuple[str, str, int]]],

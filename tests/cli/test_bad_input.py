@@ -22,6 +22,16 @@ from specbench_cli.cli.main import main
 
 
 @pytest.fixture(autouse=True)
+def offline_hub(monkeypatch, tmp_path):
+    """No case may reach the network: the hub is unreachable and its cache empty."""
+    import huggingface_hub.constants
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "hf-hub"))
+    monkeypatch.setenv("HF_DATASETS_CACHE", str(tmp_path / "hf-datasets"))
+
+
+@pytest.fixture(autouse=True)
 def no_model_loads(monkeypatch):
     """Loading a model is a test failure here: every case must be decided before that."""
     def refuse(*args, **kwargs):
@@ -137,7 +147,82 @@ def files(tmp_path_factory) -> dict[str, str]:
     (f["two_layers"] / "model.safetensors").write_bytes(b"")
     cells = ", ".join(f'"m{i}"' for i in range(40))
     write("grid_huge.toml", f'methods = ["pld"]\nmodels = [{cells}]\nbcs = [{", ".join(map(str, range(1, 41)))}]\n')
+    write("grid_repeats.toml", 'methods = ["pld"]\nrepeats = 100000000\n')
+    _special_files(d, f)
+    _deep_files(d, f, write)
+    _templates(write)
+    write("wide.csv", ",".join(f"c{i}" for i in range(5000)) + "\n" + ",".join("x" * 5000) + "\n")
+    errored = [{**r, "status": "error", "error": "RuntimeError: boom"} for r in rows]
+    f["run_all_errors"] = _run(d / "run_all_errors", rows=errored)
+    _datastores(d, f)
     return {k: str(v) for k, v in f.items()}
+
+
+def _special_files(d: Path, f: dict) -> None:
+    """FIFOs (reading one blocks until a writer comes) and a character device under every name a
+    user could give; each must be refused by its type, before it is opened."""
+    import os
+
+    for name in ("fifo.jinja", "fifo.toml", "fifo.jsonl", "fifo.csv", "fifo.json"):
+        f[name] = d / name
+        os.mkfifo(f[name])
+    f["zero.jinja"] = d / "zero.jinja"
+    os.symlink("/dev/zero", f["zero.jinja"])
+    f["ds_fifo"] = d / "ds_fifo"
+    f["ds_fifo"].mkdir()
+    os.mkfifo(f["ds_fifo"] / "datastore.json")
+
+
+def _deep_files(d: Path, f: dict, write) -> None:
+    """JSON nested 60,000 levels deep: the JSON reader under `datasets` crashed on it (exit 139)."""
+    deep = "[" * 60_000 + "]" * 60_000
+    write("deep.jsonl", '{"question": ' + deep + '}\n')
+    write("deep.json", deep)
+    write("deep_questions.jsonl", '{"question_id": 1, "turns": ' + deep + '}\n')
+    write("deep.toml", 'methods = ["pld"]\nbcs = ' + "[" * 5000 + "]" * 5000 + "\n")
+
+
+def _templates(write) -> None:
+    write("syntax.jinja", "{% for m in messages %}\n{{ m.content }\n{% endfor %}")
+    write("raise.jinja", "{% if messages[0].role == 'system' %}{{ raise_exception('no system role here') }}{% endif %}")
+    write("include.jinja", "{% include 'other.jinja' %}{{ messages[0].content }}")
+    write("mro.jinja", "{{ ''.__class__.__mro__[1].__subclasses__() }}")
+    write("cycler.jinja", "{{ cycler.__init__.__globals__.os.popen('id').read() }}")
+    write("joiner.jinja", "{{ joiner.__init__.__globals__ }}")
+    write("lipsum.jinja", "{{ lipsum.__globals__['os'].popen('id').read() }}")
+    write("empty.jinja", "")
+    write("blank.jinja", "{% for m in messages %}  {% endfor %}\n")
+    write("repeat.jinja", "{{ 'a' * 30000000 }}")
+    write("long.jinja", "{% for i in range(100000) %}{{ messages[1].content }}{% endfor %}")
+
+
+def _datastores(d: Path, f: dict) -> None:
+    """REST datastores for the default target's 49152-token vocabulary: the index replaced by
+    random bytes of the same size (the record intact), and one with a NaN share in it."""
+    import random
+    import struct
+
+    from specbench_cli.methods.datastore import INDEX, write
+
+    class Tok:
+        name_or_path = "fake"
+
+        def get_vocab(self):
+            return {f"t{i}": i for i in range(49152)}
+
+        def __len__(self):
+            return 49152
+
+    rng = random.Random(7)
+    seqs = [[rng.randrange(200) for _ in range(rng.randint(3, 30))] for _ in range(40)]
+    for name in ("ds_random", "ds_nan"):
+        write(seqs, Tok(), d / name, ["random"])
+        f[name] = d / name
+    index = f["ds_random"] / INDEX
+    index.write_bytes(random.Random(3).randbytes(index.stat().st_size))
+    raw = bytearray((f["ds_nan"] / INDEX).read_bytes())
+    raw[28:32] = struct.pack("<f", float("nan"))  # the first successor's share (trigram layout)
+    (f["ds_nan"] / INDEX).write_bytes(bytes(raw))
 
 
 def _heads_folders(d: Path, f: dict) -> None:
@@ -175,6 +260,8 @@ def _heads_folders(d: Path, f: dict) -> None:
     heads("heads_shape", tensors={**state, "fc.weight": torch.zeros(32, 32)})
     heads("heads_missing", tensors={k: v for k, v in state.items() if k != "fc.weight"})
     heads("heads_cut", raw=(d / "heads_list" / "model.safetensors").read_bytes()[:-40])
+    heads("heads_good")  # made for a hidden-32 / vocab-128 target, not the default one
+    heads("heads_vocab_huge", json.dumps({**config, "vocab_size": 10 ** 15}))
 
 
 @pytest.fixture(scope="module")
@@ -370,6 +457,55 @@ CASES = [
     ("run --model {pickled_target}", 2, "holds only pickled weights (pytorch_model.bin)"),
     ("cost --plot {a_file}/x.png", 2, "--plot: "),
     ("cost --plot {folder}", 2, "is a folder, not a file"),
+    # --- special files: refused by type before they are opened (a FIFO would block forever)
+    ("run --prompt-template {fifo.jinja}", 2, "{fifo.jinja} is a FIFO (named pipe), not a regular file"),
+    ("run --prompt-template {zero.jinja}", 2, "{zero.jinja} is a character device, not a regular file"),
+    ("sweep {fifo.toml} --dry-run", 2, "grid file {fifo.toml} is a FIFO (named pipe)"),
+    ("run --tasks jsonl --questions {fifo.jsonl}", 2, "{fifo.jsonl} is a FIFO (named pipe)"),
+    ("run --tasks hf:{fifo.csv}", 2, "{fifo.csv} is a FIFO (named pipe)"),
+    ("run --methods rest -o rest.datastore={ds_fifo}", 2, "datastore.json is a FIFO (named pipe)"),
+    ("check {run} --baseline {fifo.json}", 2, "{fifo.json} is a FIFO (named pipe)"),
+    # --- JSON nested 60,000 deep: bounded for every reader, hf: included (it crashed with exit 139)
+    ("run --tasks hf:{deep.jsonl}", 2, "{deep.jsonl} nests JSON deeper than 100 levels"),
+    ("run --tasks hf:{deep.json}", 2, "{deep.json} nests JSON deeper than 100 levels"),
+    ("run --tasks jsonl --questions {deep_questions.jsonl}", 2, "{deep_questions.jsonl}:1: not valid JSON (nested deeper"),
+    ("check {run} --baseline {deep.json}", 2, "{deep.json}: not valid JSON (nested deeper than 100 levels)"),
+    ("sweep {deep.toml} --dry-run", 2, "{deep.toml}: not valid TOML (nested deeper than 100 levels)"),
+    # --- prompt templates: parsed and rendered on a sample conversation before the model loads
+    ("run --prompt-template {syntax.jinja}", 2, "--prompt-template {syntax.jinja}:2: syntax error"),
+    ("run --prompt-template {raise.jinja}", 2, "TemplateError: no system role here"),
+    ("run --prompt-template {include.jinja}", 2, "no loader for this environment specified"),
+    ("run --prompt-template {mro.jinja}", 2, "SecurityError"),
+    ("run --prompt-template {cycler.jinja}", 2, "SecurityError"),
+    ("run --prompt-template {joiner.jinja}", 2, "SecurityError"),
+    ("run --prompt-template {lipsum.jinja}", 2, "SecurityError"),
+    ("run --prompt-template {empty.jinja}", 2, "renders an empty prompt for a sample conversation"),
+    ("run --prompt-template {blank.jinja}", 2, "renders an empty prompt for a sample conversation"),
+    ("run --prompt-template {repeat.jinja}", 2, "a repetition longer than 100000 characters"),
+    ("run --prompt-template {long.jinja}", 2, "renders more than 100000 characters"),
+    ("train drafter distill-data -o {folder}/d.jsonl --prompt-template {empty.jinja}", 2, "renders an empty prompt"),
+    # --- the drafter is resolved before the target loads (here: a hub id, no hub, empty cache)
+    ("run --methods sps --draft-model abc", 2, "draft model 'abc' is not in the local Hugging Face cache"),
+    ("run --methods sps -o sps.draft_model=abc", 2, "draft model 'abc' is not in the local Hugging Face cache"),
+    # --- head configs' sizes: ceilings, and against the target's header
+    ("run --methods eagle --heads {heads_vocab_huge}", 2, "'vocab_size' is 1000000000000000, more than any model has"),
+    ("run --methods eagle --heads {heads_good}", 2, "'hidden_size' is 32, the target 'smollm2-135m' declares 576"),
+    # --- integers bounded to their machine type; empty values refused
+    ("run --methods mask-probe -o mask-probe.seed=99999999999999999999999", 2,
+     "option mask-probe.seed must be a 64-bit integer"),
+    ("run --seed 99999999999999999999999", 2, "--seed must be an integer between"),
+    ("run --methods recycling -o recycling.tree=", 2, "--option recycling.tree=: no value after '='"),
+    ("run --methods samd -o samd.heads=", 2, "--option samd.heads=: no value after '='"),
+    # --- nothing to export is not a success
+    ("export {run_all_errors} -o {folder}/exported", 2, "nothing to export: all 12 question(s) have an errored"),
+    # --- sizes: columns, the hub without a network, the job cap itself, the repeats bound
+    ("run --tasks hf:{wide.csv}", 2, "{wide.csv} has 5000 columns, more than 4096"),
+    ("run --tasks hf:nobody-x/nothing-y", 2, "nobody-x/nothing-y is not in the local datasets cache and the Hugging Face hub is unreachable"),
+    ("sweep {grid_huge.toml} --dry-run --max-jobs 100000000000", 2, "--max-jobs must be at most 100000"),
+    ("sweep {grid_repeats.toml} --dry-run", 2, "'repeats' must be an integer between 1 and 10000"),
+    # --- a damaged REST index never reaches draftretriever (which aborts the process on one)
+    ("run --methods rest -o rest.datastore={ds_random}", 2, "datastore.idx is damaged"),
+    ("run --methods rest -o rest.datastore={ds_nan}", 2, "datastore.idx is damaged (a successor's share is not a number"),
 ]
 
 

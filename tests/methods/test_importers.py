@@ -197,6 +197,10 @@ def damage(src: Path, dst: Path, how: str) -> Path:
         state.pop("fc.weight" if "fc.weight" in state else "0.0.linear.weight")
     elif how == "shape":
         state[key] = torch.zeros(3, 3)
+    elif how in ("nan", "inf"):  # one poisoned weight in an otherwise whole checkpoint
+        name = "fc.weight" if "fc.weight" in state else "0.0.linear.weight"
+        state[name] = state[name].clone()
+        state[name].view(-1)[5] = float(how)
     elif how == "code":  # a pickle that would run code when loaded without weights_only
         import os
 
@@ -211,7 +215,9 @@ def damage(src: Path, dst: Path, how: str) -> Path:
 
 @pytest.mark.parametrize("how, message", [("missing", "missing tensor"), ("shape", "has shape"),
                                           ("renamed", "is a PyTorch pickle, not safetensors"),
-                                          ("code", "not a plain tensor checkpoint")])
+                                          ("code", "not a plain tensor checkpoint"),
+                                          ("nan", r"tensor '(fc|0\.0\.linear)\.weight' holds NaN values"),
+                                          ("inf", r"tensor '(fc|0\.0\.linear)\.weight' holds infinite values")])
 @pytest.mark.parametrize("kind", ["eagle", "medusa"])
 def test_a_damaged_published_folder_is_one_line_exit_2(kind, how, message, published, tmp_path, capsys):
     src = damage(published[kind], tmp_path / "src", how)
@@ -232,3 +238,37 @@ def test_cli_import_then_run_help_line(published, tmp_path, capsys):
     assert code == 0 and "imported medusa heads" in err and "note: config.json said medusa_num_heads 2" in err
     code, _, err = cli(["heads", "import", str(published["medusa"]), "--out", str(tmp_path / "m")], capsys)
     assert code == 2 and "--force" in err
+
+
+def test_an_absurd_vocabulary_size_is_refused_at_import(published, tmp_path, capsys):
+    src = tmp_path / "src"
+    shutil.copytree(published["eagle"], src)
+    cfg = json.loads((src / "config.json").read_text())
+    (src / "config.json").write_text(json.dumps({**cfg, "vocab_size": 10 ** 15}))
+    code, _, err = cli(["heads", "import", str(src), "--out", str(tmp_path / "out")], capsys)
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert code == 2 and len(lines) == 1 and "'vocab_size' is 1000000000000000, more than any model has" in err
+    assert str(src) in err and not (tmp_path / "out").exists()
+
+
+def test_heads_with_nan_weights_are_refused_when_they_load(tiny_heads, tiny_model, tiny_model_dir, tmp_path, capsys):
+    """Written by something else than `heads import` (which refuses them): `load_heads`, and so a
+    run, refuses the folder naming the tensor instead of drafting from NaN logits."""
+    from helpers.cli import tiny_run_args
+    from safetensors.torch import save_file
+
+    folder = tmp_path / "nan-heads"
+    shutil.copytree(tiny_heads["eagle"], folder)
+    state = load_file(str(folder / "model.safetensors"))
+    state["fc.weight"] = state["fc.weight"].clone()
+    state["fc.weight"][0, 0] = float("nan")
+    save_file(state, str(folder / "model.safetensors"), metadata={"format": "pt"})
+    cfg = json.loads((folder / "config.json").read_text())
+    cfg["specbench"].pop("target", None)  # made for this target under another name
+    (folder / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(UsageError, match="tensor 'fc.weight' holds NaN values"):
+        load_heads(folder, tiny_model)
+    args = tiny_run_args(tiny_model_dir, tmp_path / "runs")
+    args[args.index("ar,pld")] = "ar,eagle"
+    code, _, err = cli([*args, "--heads", str(folder)], capsys)
+    assert code == 2 and "model.safetensors: tensor 'fc.weight' holds NaN values" in err, err

@@ -159,3 +159,109 @@ def test_retrieval_never_aborts_the_process(tiny_tok, tmp_path):
     res = subprocess.run([sys.executable, "-c", FUZZ, str(tmp_path / "ds")], capture_output=True, text=True,
                          timeout=300)
     assert res.returncode == 0 and "ok" in res.stdout, res.stderr[-2000:]
+
+
+def _damage(folder, how: str) -> None:
+    """Damage a (trigram-format) index in place, keeping its size (the record stays intact)."""
+    import random
+    import struct
+
+    index = folder / store.INDEX
+    raw = bytearray(index.read_bytes())
+    # u64 pairs; pair 0: i32 a, i32 b, u64 m, then m x (i32 token, f32 share)
+    first_token, first_share = 24, 28
+    if how == "random":
+        raw = bytearray(random.Random(5).randbytes(len(raw)))
+    elif how == "count":  # one pair more than the file holds
+        raw[:8] = struct.pack("<Q", struct.unpack("<Q", raw[:8])[0] + 1)
+    elif how == "key":  # a pair token past the vocabulary
+        raw[8:12] = struct.pack("<i", 10 ** 6)
+    elif how == "token":  # a successor token below zero
+        raw[first_token:first_token + 4] = struct.pack("<i", -1)
+    elif how == "nan":  # the Reader sorts shares and panics on NaN
+        raw[first_share:first_share + 4] = struct.pack("<f", float("nan"))
+    elif how == "share":  # a share no Writer writes
+        raw[first_share:first_share + 4] = struct.pack("<f", 7.0)
+    elif how == "successors":  # pair 0 claims more successors than the file holds
+        raw[16:24] = struct.pack("<Q", 10 ** 9)
+    index.write_bytes(bytes(raw))
+
+
+@pytest.mark.parametrize("how, message", [
+    ("random", "claims"), ("count", "(token pairs, more than|ends inside pair)"), ("key", "token pair holds ids outside the 128-token"),
+    ("token", "successor id is outside"), ("nan", "share is not a number in"), ("share", "share is not a number in"),
+    ("successors", "claims 1000000000 successors"),
+])
+def test_a_damaged_index_is_refused_before_the_library_opens_it(how, message, tiny_tok, tmp_path):
+    if store.index_format() != "trigram":
+        pytest.skip("the installed draftretriever writes another index format")
+    store.build(CORPUS, tiny_tok, tmp_path / "ds", ["corpus"])
+    meta = store.read_meta(tmp_path / "ds")
+    store.check_index(tmp_path / "ds", meta)  # as built: valid
+    _damage(tmp_path / "ds", how)
+    meta = store.read_meta(tmp_path / "ds")  # the size is intact: the record alone cannot tell
+    with pytest.raises(UsageError, match=f"datastore.idx is damaged .*{message}"):
+        store.check_index(tmp_path / "ds", meta)
+
+
+def _suffix_array_index(chunks: list[list[int]]) -> bytes:
+    """The REST repository's index layout, built here: per chunk its tokens and suffix array."""
+    import struct
+
+    out = b""
+    for tokens in chunks:
+        sa = sorted(range(len(tokens)), key=lambda i: tokens[i:])
+        out += struct.pack(f"<I{len(tokens)}i", 4 * len(tokens), *tokens)
+        out += struct.pack(f"<I{len(sa)}i", 4 * len(sa), *sa)
+    return out
+
+
+@pytest.mark.parametrize("damage, message", [
+    (None, None), ("swap", "not in suffix order"), ("repeat", "repeats positions"), ("outside", "points outside"),
+    ("token", "token ids outside the 50-token vocabulary"), ("length", "claims"),
+])
+def test_the_suffix_array_layout_is_validated_too(damage, message, tmp_path, monkeypatch):
+    """With the REST repository's build of draftretriever (suffix arrays), the same promise."""
+    import struct
+
+    monkeypatch.setattr(store, "_FORMAT", "suffix-array")
+    raw = bytearray(_suffix_array_index([[5, 3, 5, 3, 9, 1, 5], [7, 7, 7, 2]]))
+    sa0 = 4 + 4 * 7 + 4  # the first chunk's suffix array
+    if damage == "swap":
+        raw[sa0:sa0 + 8] = raw[sa0 + 4:sa0 + 8] + raw[sa0:sa0 + 4]
+    elif damage == "repeat":
+        raw[sa0 + 4:sa0 + 8] = raw[sa0:sa0 + 4]
+    elif damage == "outside":
+        raw[sa0:sa0 + 4] = struct.pack("<i", 7)
+    elif damage == "token":
+        raw[4:8] = struct.pack("<i", 50)
+    elif damage == "length":
+        raw[0:4] = struct.pack("<I", 4000)
+    folder = tmp_path / "ds"
+    folder.mkdir()
+    (folder / store.INDEX).write_bytes(bytes(raw))
+    meta = {"tokenizer": {"vocab_size": 50}}
+    if damage is None:
+        store.check_index(folder, meta)
+    else:
+        with pytest.raises(UsageError, match=f"datastore.idx is damaged .*{message}"):
+            store.check_index(folder, meta)
+
+
+def test_random_index_bytes_never_abort_the_process(tmp_path):
+    """The whole command in its own process: a datastore whose index holds random bytes (record
+    and size intact) is one line and exit 2 before the target loads, never the abort (exit 134)
+    the draftretriever extension ends the process with when it trusts such an index."""
+    import random
+    import subprocess
+    import sys
+
+    folder = _cli_store(tmp_path, 49152)  # the default target's vocabulary: only the index is wrong
+    index = folder / store.INDEX
+    index.write_bytes(random.Random(11).randbytes(index.stat().st_size))
+    res = subprocess.run([sys.executable, "-m", "specbench_cli", "run", "--methods", "rest", "-o",
+                          f"rest.datastore={folder}", "--output-dir", str(tmp_path / "runs")],
+                         capture_output=True, text=True, timeout=120)
+    lines = [ln for ln in res.stderr.splitlines() if ln.strip()]
+    assert res.returncode == 2, res.stderr[-2000:]
+    assert len(lines) == 1 and "datastore.idx is damaged" in lines[0] and not (tmp_path / "runs").exists()

@@ -51,6 +51,75 @@ def test_bad_templates_are_usage_errors(tmp_path):
         check_template(str(latin))
 
 
+# A chat template of the kind tokenizers ship (ChatML with a default system turn, loop controls,
+# the generation prompt): it must pass the check unchanged.
+CHATML = """{% for message in messages %}{% if loop.first and message['role'] != 'system' %}<|im_start|>system
+You are a helpful assistant.<|im_end|>
+{% endif %}{{ '<|im_start|>' + message['role'] + '\n' + message['content'] | trim + '<|im_end|>' + '\n' }}{% endfor %}
+{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"""
+
+
+def test_a_real_chat_template_passes_the_check_and_renders_as_checked(tiny_tok, tmp_path):
+    jinja = tmp_path / "chatml.jinja"
+    jinja.write_text(CHATML)
+    assert check_template(str(jinja)) == str(jinja)
+    generation = tmp_path / "generation.jinja"  # transformers' {% generation %} tag parses too
+    generation.write_text("{% for m in messages %}{% if m.role == 'assistant' %}{% generation %}{{ m.content }}"
+                          "{% endgeneration %}{% else %}{{ m.content }}{% endif %}{% endfor %}")
+    assert check_template(str(generation)) == str(generation)
+    assert encode(tiny_tok, CONVERSATION, str(jinja))
+
+
+def test_a_template_that_renders_forever_is_stopped_at_the_time_cap(tmp_path, monkeypatch):
+    import time
+
+    import specbench_cli.models.templates as templates
+
+    monkeypatch.setattr(templates, "RENDER_SECONDS", 1.0)
+    slow = tmp_path / "slow.jinja"
+    slow.write_text("{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}x")
+    start = time.monotonic()
+    with pytest.raises(UsageError, match="rendering a sample conversation took more than 1 s"):
+        check_template(str(slow))
+    assert time.monotonic() - start < 10
+
+
+def test_a_template_that_needs_too_much_memory_is_stopped(tmp_path, monkeypatch):
+    import specbench_cli.models.templates as templates
+
+    monkeypatch.setattr(templates, "RENDER_MEMORY_MB", 256)
+    greedy = tmp_path / "greedy.jinja"  # 20 x 20 MB strings kept alive, each under the repetition cap
+    greedy.write_text("{% set ns = namespace(keep=[]) %}{% for i in range(20) %}"
+                      "{% set ns.keep = ns.keep + [(i|string) * 1 ~ ('%20000000s' % 'x')] %}{% endfor %}x")
+    with pytest.raises(UsageError, match="needs more than 256 MB"):
+        check_template(str(greedy))
+
+
+def test_the_template_check_needs_no_torch_or_transformers(tmp_path):
+    """The check runs with the option checks, before torch is imported: in a fresh process it
+    imports neither torch nor transformers (the render is a child process with jinja2 alone)."""
+    import subprocess
+    import sys
+
+    jinja = tmp_path / "t.jinja"
+    jinja.write_text(CHATML)
+    code = ("import sys\nfrom specbench_cli.models.templates import check_template\n"
+            f"check_template({str(jinja)!r})\nprint(sorted(m for m in ('torch', 'transformers') if m in sys.modules))")
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0 and res.stdout.strip() == "[]", res.stderr
+
+
+def test_an_empty_prompt_is_refused_at_encode_time_too(tiny_tok):
+    class Empty:
+        chat_template = None
+
+        def __call__(self, text):
+            return {"input_ids": []}
+
+    with pytest.raises(UsageError, match="renders no tokens"):
+        encode(Empty(), CONVERSATION, "none")
+
+
 def test_the_run_config_records_and_checks_it():
     cfg = RunConfig(prompt_template="vicuna")
     cfg.validate()

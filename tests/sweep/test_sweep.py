@@ -26,7 +26,7 @@ from specbench_cli.sweep.questions import selector
     ('methods = ["pld"]\nbcs = 10\n', "'bcs' must be a non-empty list of integers >= 1 or \"auto\""),
     ('methods = ["pld"]\nbcs = [0]\n', "'bcs' must be a non-empty list of integers >= 1"),
     ('methods = ["pld"]\ndtypes = ["float8"]\n', "'dtypes' must be a list drawn from float32"),
-    ('methods = ["pld"]\nrepeats = true\n', "'repeats' must be an integer >= 1, got true"),
+    ('methods = ["pld"]\nrepeats = true\n', "'repeats' must be an integer between 1 and 10000, got true"),
     ('methods = ["pld"]\nshard = "task"\n', "'shard' must be 'category', 'none' or a number"),
     ('methods = [["pld"], "jacobi"]\n', "'methods' must be a list of method names, or a list of such lists"),
     ('models = ["x"]\n', "'methods' is required"),

@@ -126,3 +126,46 @@ def test_heads_training_takes_a_dataset(files, tiny_model_dir, tmp_path, capsys)
     assert code == 0, err
     assert (tmp_path / "h" / "config.json").is_file()
     assert json.loads((tmp_path / "f" / "features.json").read_text())["prompt_template"] == "auto"
+
+
+def test_rows_are_capped_and_a_slice_takes_fewer(files, monkeypatch):
+    import specbench_cli.tasks.hf as hf
+
+    monkeypatch.setattr(hf, "MAX_ROWS", 3)
+    with pytest.raises(UsageError, match=r"4 rows, more than 3; take a slice of a split, e.g\. hf:.*rows\.jsonl::train\[:1000\]"):
+        hf_task(f"hf:{files}/rows.jsonl").load()
+    assert [q.id for q in hf_task(f"hf:{files}/rows.jsonl::train[:2]").load()] == ["0", "1"]
+    assert [q.turns for q in hf_task(f"hf:{files}/saved::train[1:2]").load()] == [["What is 7*6?"]]
+
+
+def test_columns_are_counted_from_the_header_before_loading(files, monkeypatch):
+    import specbench_cli.tasks.hf as hf
+
+    loads = []
+    monkeypatch.setattr(datasets, "load_dataset", lambda *a, **k: loads.append(a))
+    monkeypatch.setattr(hf, "MAX_COLUMNS", 2)
+    (files / "wide.csv").write_text("a,b,c\n1,2,3\n")
+    for name, count in (("gsm.parquet", 3), ("wide.csv", 3)):
+        with pytest.raises(UsageError, match=f"{name} has {count} columns, more than 2"):
+            hf_task(f"hf:{files}/{name}").load()
+    with pytest.raises(UsageError, match="gsm.parquet has 3 columns, more than 2"):
+        hf_task(f"hf:{files}").load()  # a folder: every data file in it
+    assert loads == []
+
+
+def test_an_unreachable_hub_is_one_line_at_once(monkeypatch, tmp_path, capsys):
+    """A hub id with no network: the local datasets cache only, no retries, one line."""
+    import time
+
+    from helpers.cli import cli
+
+    import specbench_cli.models.load
+
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.setenv("HF_DATASETS_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(specbench_cli.models.load, "hub_reachable", lambda timeout=1.5: False)
+    start = time.monotonic()
+    code, _, err = cli(["run", "--tasks", "hf:nobody-x/nothing-y"], capsys)
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert code == 2 and len(lines) == 1 and "not in the local datasets cache and the Hugging Face hub is unreachable" in err
+    assert time.monotonic() - start < 5 and "Retry" not in err

@@ -48,6 +48,10 @@ def import_heads(src: Path, out: Path, force: bool = False) -> dict:
         summary = found[0].convert(src, tmp)
         try:
             inspect_heads(tmp)  # what was written loads: keys and shapes against its own config
+            from specbench_cli.models.weights import check_finite_file
+
+            for weights in sorted(tmp.glob("*.safetensors")):  # no NaN or infinity in any tensor
+                check_finite_file(weights, src)
         except UsageError as e:  # name the source folder, not the temporary copy
             raise UsageError(str(e).replace(str(tmp), str(src))) from None
         if out.exists():
