@@ -12,10 +12,8 @@ These lists are the published trees' data, reproduced so Spec-Bench's settings c
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
-from specbench_cli.errors import UsageError
+from specbench_cli.errors import UsageError, check_not_special
+from specbench_cli.jsonl import loads
 
 MC_SIM_7B_63 = [
     [0], [0, 0], [1], [0, 1], [2], [0, 0, 0], [1, 0], [0, 2], [3], [0, 3], [4], [0, 4], [2, 0], [0, 5], [0, 0, 1],
@@ -45,9 +43,11 @@ def read_paths(value: str, option: str) -> list[list[int]]:
     """A named tree or a JSON file of rank paths, in its own order (best first), prefix-closed."""
     if value in NAMED:
         return [list(p) for p in NAMED[value]]
-    p = Path(value).expanduser()
+    p = check_not_special(value, f"{option}:")
     try:
-        doc = json.loads(p.read_text(encoding="utf-8"))
+        if p.stat().st_size > 16 << 20:  # 4096 paths of ranks fit in far less
+            raise UsageError(f"{option}: {p} is larger than a tree file can be (16 MB)")
+        doc = loads(p.read_text(encoding="utf-8"), f"{option}: {p}")
     except FileNotFoundError:
         raise UsageError(f"{option}: '{value}' is neither a known tree ({', '.join(NAMED)}) nor a file") from None
     except (OSError, UnicodeDecodeError, ValueError) as exc:

@@ -8,7 +8,7 @@ from typing import List
 import typer
 
 from specbench_cli.console import err
-from specbench_cli.errors import UsageError
+from specbench_cli.errors import UsageError, check_not_special
 from specbench_cli.models.load import DEFAULT_MODEL
 
 datastore_app = typer.Typer(no_args_is_help=True, help="Datastores for retrieval drafting (rest).")
@@ -21,15 +21,15 @@ def _rows(source: str):
     if is_hf(source):
         rows, _ = load_rows(source)
         return rows
-    path = Path(source).expanduser()
+    path = check_not_special(source, "--from")
     if not path.is_file():
         raise UsageError(f"--from {source}: file not found (a .jsonl/.json file or hf:PATH_OR_ID[:CONFIG][:SPLIT])")
     if path.suffix == ".json":
-        import json
+        from specbench_cli.jsonl import loads
 
         try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except (UnicodeDecodeError, json.JSONDecodeError) as e:
+            data = loads(path.read_text(encoding="utf-8"), f"--from {source}")
+        except UnicodeDecodeError as e:
             raise UsageError(f"--from {source}: not readable JSON ({str(e).splitlines()[0]})") from None
         if not isinstance(data, list):
             raise UsageError(f"--from {source}: a .json corpus must be a list of rows (ShareGPT layout)")

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from specbench_cli.atomic import atomic_write
-from specbench_cli.errors import UsageError
+from specbench_cli.errors import UsageError, check_not_special
 
 DRAFTER_META = "specbench_drafter.json"
 
@@ -41,8 +41,8 @@ def check_new_output(out: Path, force: bool = False) -> Path:
 
 
 def read_text_file(path: Path, what: str = "text file") -> str:
-    """Read a UTF-8 text file or raise a one-line UsageError."""
-    path = Path(path).expanduser()
+    """Read a UTF-8 text file or raise a one-line UsageError (a FIFO or device is refused by type)."""
+    path = check_not_special(path, what)
     if not path.is_file():
         raise UsageError(f"{what} not found: {path}")
     try:
