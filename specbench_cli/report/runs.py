@@ -64,14 +64,18 @@ def write_report(run_dirs: List[Path], fmt: Optional[str] = None, output: Option
     busy = busy_runs(runs)
     table.notes += list(dict.fromkeys(f"{run.run_id}: {machine_line(run.manifest)}" if len(runs) > 1
                                       else machine_line(run.manifest) for run in runs))
-    table.notes += [f"timed on a busy machine: {run.run_id} ({why}); its speedups are not a quiet machine's"
-                    for run, why in busy]
+    table.notes += busy_notes(busy)
+    extras = extra_tables(rows, summary)
     directory = output or Path(run_dirs[0]) / "report"
-    written = write_tables(table, summary, directory, [fmt] if fmt else list(report.FORMATS))
+    written = write_tables(table, summary, directory, [fmt] if fmt else list(report.FORMATS), extras)
     if fmt:
-        typer.echo(render.render(table, fmt, summary), nl=False)
+        typer.echo(render.render(table, fmt, summary, extras), nl=False)
     else:
         report.print_table(table)
+        for extra in extras:  # the terminal's acceptance table stops at TERMINAL_POSITIONS
+            if extra.title == report.ACCEPTANCE_TITLE:
+                extra = report.acceptance_table(summary, TERMINAL_POSITIONS)
+            report.print_table(extra)
     for run, why in busy:
         err.print(f"[yellow]warning:[/] {escape(run.run_id)} was timed on a busy machine ({why}): its speedups "
                   f"are not a quiet machine's", highlight=False)
@@ -84,14 +88,29 @@ def write_report(run_dirs: List[Path], fmt: Optional[str] = None, output: Option
     return directory
 
 
-def write_tables(table: report.TableData, summary: pd.DataFrame, directory: Path, formats: list[str]) -> list[Path]:
+TERMINAL_POSITIONS = 6  # draft positions the terminal's acceptance table shows (the files show all)
+
+
+def busy_notes(busy: list[tuple[Run, str]]) -> list[str]:
+    return [f"timed on a busy machine: {run.run_id} ({why}); its speedups are not a quiet machine's" for run, why in busy]
+
+
+def extra_tables(rows: list[dict], summary: pd.DataFrame) -> list[report.TableData]:
+    """The tables after the main one: acceptance per draft position, and speedup by difficulty
+    where the questions have one."""
+    tables = [report.acceptance_table(summary), report.difficulty_table(rows)]
+    return [t for t in tables if t is not None]
+
+
+def write_tables(table: report.TableData, summary: pd.DataFrame, directory: Path, formats: list[str],
+                 extras: list[report.TableData] = ()) -> list[Path]:
     """Write table.<ext> for each format; return the paths."""
     try:
         directory.mkdir(parents=True, exist_ok=True)
         paths = []
         for fmt in formats:
             path = directory / f"table.{report.EXTENSIONS[fmt]}"
-            atomic_write(path, render.render(table, fmt, summary))
+            atomic_write(path, render.render(table, fmt, summary, extras))
             paths.append(path)
     except OSError as exc:
         raise RuntimeFailure(f"cannot write to {directory}: {exc}") from exc
