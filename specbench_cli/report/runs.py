@@ -54,13 +54,7 @@ def write_report(run_dirs: List[Path], fmt: Optional[str] = None, output: Option
     if fmt is not None and fmt not in report.FORMATS:
         raise UsageError(f"unknown format '{fmt}'; choose from {', '.join(report.FORMATS)}")
     runs, rows, summary = summary_of(run_dirs)
-    from specbench_cli.scoring.quality import quality_summary
-
-    try:
-        table = report.spec_bench_table(summary, [*report.DEFAULT_COLUMNS, *columns.split(",")],
-                                        quality_summary(rows, execute_code))
-    except ValueError as exc:
-        raise UsageError(str(exc)) from exc
+    table = main_table(rows, summary, columns, execute_code)
     busy = busy_runs(runs)
     table.notes += list(dict.fromkeys(f"{run.run_id}: {machine_line(run.manifest)}" if len(runs) > 1
                                       else machine_line(run.manifest) for run in runs))
@@ -86,6 +80,51 @@ def write_report(run_dirs: List[Path], fmt: Optional[str] = None, output: Option
     err.print(f"wrote {len(written)} file{'s' if len(written) != 1 else ''} to {escape(str(directory))}",
               highlight=False)
     return directory
+
+
+def main_table(rows: list[dict], summary: pd.DataFrame, columns: str, execute_code: bool) -> report.TableData:
+    """The Spec-Bench table with Median, =AR, the `columns` asked for and the quality columns."""
+    from specbench_cli.scoring.quality import quality_summary
+
+    try:
+        return report.spec_bench_table(summary, [*report.DEFAULT_COLUMNS, *columns.split(",")],
+                                       quality_summary(rows, execute_code))
+    except ValueError as exc:
+        raise UsageError(str(exc)) from exc
+
+
+def write_html_report(run_dirs: List[Path], output: Optional[Path] = None, columns: str = "", plots: bool = True,
+                      execute_code: bool = False) -> Path:
+    """Write the self-contained HTML report (report/html.py) to `output` (default: first run's
+    report/report.html); return its path."""
+    from specbench_cli.models.load import load_tokenizer
+    from specbench_cli.report import html
+
+    runs, rows, summary = summary_of(run_dirs)
+    table = main_table(rows, summary, columns, execute_code)
+    busy = busy_runs(runs)
+    table.notes += busy_notes(busy)
+    figures = []
+    if plots:
+        from specbench_cli.report import plots as drawing
+
+        figures = drawing.svg_figures(rows, summary)
+    sources, notes = html.piece_source(runs, load_tokenizer)
+    for note in notes:
+        err.print(f"[yellow]note:[/] {escape(note)}", highlight=False)
+    text = html.page(runs, [table, *extra_tables(rows, summary)], figures, html.viewer_data(runs, sources), notes,
+                     [f"{run.run_id}: {why}" for run, why in busy])
+    path = output or Path(run_dirs[0]) / "report" / "report.html"
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write(path, text)
+    except OSError as exc:
+        raise RuntimeFailure(f"cannot write {path}: {exc}") from exc
+    for run, why in busy:
+        err.print(f"[yellow]warning:[/] {escape(run.run_id)} was timed on a busy machine ({why}): its speedups "
+                  f"are not a quiet machine's", highlight=False)
+    err.print(f"wrote {escape(str(path))}", highlight=False)
+    return path
 
 
 TERMINAL_POSITIONS = 6  # draft positions the terminal's acceptance table shows (the files show all)
