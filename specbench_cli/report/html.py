@@ -159,7 +159,7 @@ def _e(value: object) -> str:
     return html.escape(str(value), quote=True)
 
 
-def table_html(table: TableData) -> str:
+def table_html(table: TableData, caption: bool = True) -> str:
     """A TableData as an HTML table (display cells as in the Markdown report) and its notes."""
     head = "".join(f'<th class="{"num" if c.numeric else ""}">{_e(c.header)}</th>' for c in table.columns)
     body = []
@@ -168,7 +168,8 @@ def table_html(table: TableData) -> str:
         tds = "".join(f'<td class="{"num" if c.numeric else ""}">{_e(v)}</td>' for c, v in zip(table.columns, cells))
         body.append(f"<tr{cls}>{tds}</tr>")
     notes = "".join(f"<li>{_e(n)}</li>" for n in table.notes)
-    return (f'<table class="data"><caption>{_e(table.title)}</caption><thead><tr>{head}</tr></thead>'
+    title = f"<caption>{_e(table.title)}</caption>" if caption else ""
+    return (f'<table class="data">{title}<thead><tr>{head}</tr></thead>'
             f'<tbody>{"".join(body)}</tbody></table>' + (f'<ul class="notes">{notes}</ul>' if notes else ""))
 
 
@@ -219,7 +220,7 @@ def page(runs: Sequence[Run], tables: Sequence[TableData], figures: Sequence[tup
     if viewer is None and not viewer_notes:
         parts.append('<p class="sub">No answers to show.</p>')
     for table in tables[1:]:
-        parts.append(f"<h2>{_e(table.title)}</h2>" + table_html(table))
+        parts.append(f"<h2>{_e(table.title)}</h2>" + table_html(table, caption=False))
     if figures:
         shown = "".join(f"<figure>{svg}<figcaption>{_e(name)}</figcaption></figure>" for name, svg in figures)
         parts.append(f'<h2>Figures</h2><div class="figures">{shown}</div>')
@@ -236,9 +237,10 @@ def page(runs: Sequence[Run], tables: Sequence[TableData], figures: Sequence[tup
 
 def _viewer_html(viewer: dict) -> str:
     blob = json.dumps(viewer, ensure_ascii=False, separators=(",", ":")).replace("</", "<\\/")
-    legend = ('<span class="tok d">draft, accepted</span><span class="tok d odd">(next step)</span>'
-              '<span class="tok b">target token ending a step</span><span class="tok p">prefill</span>'
-              '<span class="tok x">differs from AR</span>')
+    legend = ('<span class="tok d">&nbsp;</span><span class="tok d odd">&nbsp;</span> draft tokens the target accepted '
+              '&nbsp; <span class="tok b">&nbsp;</span><span class="tok b odd">&nbsp;</span> the target\'s own token '
+              'ending each step (shades alternate by step) &nbsp; <span class="tok p">&nbsp;</span> prefill &nbsp; '
+              '<span class="tok x">abc</span> differs from AR')
     return ('<div class="controls"><label>Question <select id="question"></select></label>'
             '<span id="methods"></span></div>'
             f'<div class="legend">{legend}</div><div id="hover-info"></div><div id="answers"></div>'
