@@ -241,7 +241,7 @@ def _viewer_html(viewer: dict) -> str:
               '&nbsp; <span class="tok b">&nbsp;</span><span class="tok b odd">&nbsp;</span> the target\'s own token '
               'ending each step (shades alternate by step) &nbsp; <span class="tok p">&nbsp;</span> prefill &nbsp; '
               '<span class="tok x">abc</span> differs from AR')
-    return ('<div class="controls"><label>Question <select id="question"></select></label>'
+    return ('<section id="viewer"><div class="controls"><label>Question <select id="question"></select></label>'
             '<span id="methods"></span></div>'
-            f'<div class="legend">{legend}</div><div id="hover-info"></div><div id="answers"></div>'
+            f'<div class="legend">{legend}</div><div id="hover-info"></div><div id="answers"></div></section>'
             f'<script type="application/json" id="viewer-data">{blob}</script>')
