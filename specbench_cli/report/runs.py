@@ -56,9 +56,7 @@ def write_report(run_dirs: List[Path], fmt: Optional[str] = None, output: Option
     runs, rows, summary = summary_of(run_dirs)
     table = main_table(rows, summary, columns, execute_code)
     busy = busy_runs(runs)
-    table.notes += list(dict.fromkeys(f"{run.run_id}: {machine_line(run.manifest)}" if len(runs) > 1
-                                      else machine_line(run.manifest) for run in runs))
-    table.notes += busy_notes(busy)
+    table.notes += machine_notes(runs) + busy_notes(busy)
     extras = extra_tables(rows, summary)
     directory = output or Path(run_dirs[0]) / "report"
     written = write_tables(table, summary, directory, [fmt] if fmt else list(report.FORMATS), extras)
@@ -103,7 +101,7 @@ def write_html_report(run_dirs: List[Path], output: Optional[Path] = None, colum
     runs, rows, summary = summary_of(run_dirs)
     table = main_table(rows, summary, columns, execute_code)
     busy = busy_runs(runs)
-    table.notes += busy_notes(busy)
+    table.notes += machine_notes(runs) + busy_notes(busy)
     figures = []
     if plots:
         from specbench_cli.report import plots as drawing
@@ -128,6 +126,12 @@ def write_html_report(run_dirs: List[Path], output: Optional[Path] = None, colum
 
 
 TERMINAL_POSITIONS = 6  # draft positions the terminal's acceptance table shows (the files show all)
+
+
+def machine_notes(runs: list[Run]) -> list[str]:
+    """One line per machine the runs were timed on (CPU, instruction-set flags, threads, dtype, forward)."""
+    return list(dict.fromkeys(f"{run.run_id}: {machine_line(run.manifest)}" if len(runs) > 1
+                              else machine_line(run.manifest) for run in runs))
 
 
 def busy_notes(busy: list[tuple[Run, str]]) -> list[str]:
