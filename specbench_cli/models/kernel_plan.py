@@ -29,7 +29,7 @@ def plan_key(groups: dict[str, list[Any]], dtype: str, threads: int) -> dict[str
 
 
 def plan_path(key: dict[str, Any]) -> Path:
-    from specbench_cli.models.load import cache_root
+    from specbench_cli.models.cache import cache_root
 
     digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
     return cache_root() / "kernels" / f"{digest}.json"
