@@ -91,15 +91,7 @@ def check_command(
     if seed < 0:
         raise UsageError(f"--seed must be >= 0, got {seed}")
     from specbench_cli.report import gate
-    from specbench_cli.report.baseline import (
-        LEGACY_SPEEDUP_TOL,
-        check_entries,
-        diff_table,
-        exact_acceptance,
-        mismatches,
-        nothing_compared,
-        read_baseline,
-    )
+    from specbench_cli.report.baseline import diff_table, judge, mismatches, nothing_compared, read_baseline
     from specbench_cli.report.runs import busy_runs, summary_of
 
     doc = read_baseline(baseline)
@@ -116,35 +108,20 @@ def check_command(
     why = nothing_compared(summary, entries)
     if why:
         raise UsageError(f"check compared nothing: {why} ({baseline} vs {run_dir})")
-    statistical = doc.get("questions") is not None
-    tol = speedup_tol if speedup_tol is not None else (gate.DEFAULT_TOLERANCE if statistical else LEGACY_SPEEDUP_TOL)
-    if not statistical:
-        out.print(f"[yellow]note:[/] {escape(str(baseline))} holds no per-question data (written by an older "
-                  f"specbench): each entry's speedup is compared as one number (-{tol:.0%} allowed); write the "
-                  f"baseline again with `specbench baseline` for the statistical gate", highlight=False)
-    moved = check_entries(summary, entries, mat_tol, None if statistical else tol)
-    regressions = sum(rec["regression"] for rec in moved)
-    if moved:
-        out.print(diff_table(moved))
-    failures = []
-    if statistical:
-        now = gate.question_records(rows)
-        verdicts = gate.judge_speed(doc["questions"], now, tol, confidence, resamples, seed)
-        if verdicts:
-            out.print(gate.speed_table(verdicts, confidence, tol))
-        failures += [f"{v.key[1]} (BC {v.key[2]}) is slower: {v.change:+.1%}, interval [{v.low:+.1%}, {v.high:+.1%}] "
-                     f"below -{tol:.0%}" for v in verdicts if v.verdict == "slower"]
-        exact, why_not = exact_acceptance(doc, runs[0])
-        if exact:
-            failures += [gate.accept_change_line(c) for c in gate.accept_changes(doc["questions"], now)]
-        elif why_not:
-            out.print(f"[yellow]note:[/] accepted lengths not compared exactly: {why_not}", highlight=False)
-    for line in failures:
+    result = judge(doc, runs[0], rows, summary, mat_tol, speedup_tol, confidence, resamples, seed)
+    for note in result.notes:
+        out.print(f"[yellow]note:[/] {escape(str(baseline))}: {escape(note)}", highlight=False)
+    if result.moved:
+        out.print(diff_table(result.moved))
+    if result.verdicts:
+        out.print(gate.speed_table(result.verdicts, confidence, result.tolerance))
+    for line in result.failures:
         out.print(f"[red]FAIL[/] {escape(line)}", highlight=False)
-    if regressions or failures:
-        parts = ([f"{regressions} of {len(entries)} baseline entries regressed"] if regressions else []) + \
-                ([f"{len(failures)} statistical or exact check(s) failed"] if failures else [])
-        out.print(f"[red]{'; '.join(parts)}[/] (#MAT tolerance ±{mat_tol:.0%}, speedup tolerance -{tol:.0%}).")
+    if result.failed:
+        parts = ([f"{result.regressions} of {len(entries)} baseline entries regressed"] if result.regressions else []) \
+            + ([f"{len(result.failures)} statistical or exact check(s) failed"] if result.failures else [])
+        out.print(f"[red]{'; '.join(parts)}[/] (#MAT tolerance ±{mat_tol:.0%}, speedup tolerance "
+                  f"-{result.tolerance:.0%}).")
         raise typer.Exit(1)
     out.print(f"[green]ok:[/] {len(entries)} baseline entries within tolerance.")
 

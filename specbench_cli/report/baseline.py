@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -248,6 +249,49 @@ def nothing_compared(summary: pd.DataFrame, entries: list[dict]) -> str | None:
     if not any(tuple(e[k] for k in BASELINE_KEY) in current for e in entries):
         return "no baseline entry's (model, method, BC, category) is in the run"
     return None
+
+
+@dataclass
+class Judgement:
+    """What `check` found: entries that moved, the speed verdicts, the failure lines of the
+    statistical and exact checks, notes, and the speed tolerance applied."""
+
+    moved: list[dict]
+    regressions: int
+    verdicts: list[gate.SpeedVerdict]
+    failures: list[str]
+    notes: list[str]
+    tolerance: float
+
+    @property
+    def failed(self) -> bool:
+        return bool(self.regressions or self.failures)
+
+
+def judge(doc: dict, run: Run, rows: list[dict], summary: pd.DataFrame, mat_tol: float, speedup_tol: float | None,
+          confidence: float, resamples: int, seed: int) -> Judgement:
+    """The whole check of `run` against the baseline `doc` (already matched by `mismatches`):
+    #MAT per entry, speed by the statistical gate (or, for a baseline without per-question
+    records, the point rule), and accepted lengths exactly where decoding is deterministic."""
+    statistical = doc.get("questions") is not None
+    tol = speedup_tol if speedup_tol is not None else (gate.DEFAULT_TOLERANCE if statistical else LEGACY_SPEEDUP_TOL)
+    notes, failures, verdicts = [], [], []
+    if not statistical:
+        notes.append("the baseline holds no per-question data (written by an older specbench): each entry's speedup "
+                     f"is compared as one number (-{tol:.0%} allowed); write the baseline again with `specbench "
+                     f"baseline` for the statistical gate")
+    moved = check_entries(summary, doc["entries"], mat_tol, None if statistical else tol)
+    if statistical:
+        now = gate.question_records(rows)
+        verdicts = gate.judge_speed(doc["questions"], now, tol, confidence, resamples, seed)
+        failures += [f"{v.key[1]} (BC {v.key[2]}) is slower: {v.change:+.1%}, interval [{v.low:+.1%}, {v.high:+.1%}] "
+                     f"below -{tol:.0%}" for v in verdicts if v.verdict == "slower"]
+        exact, why_not = exact_acceptance(doc, run)
+        if exact:
+            failures += [gate.accept_change_line(c) for c in gate.accept_changes(doc["questions"], now)]
+        elif why_not:
+            notes.append(f"accepted lengths not compared exactly: {why_not}")
+    return Judgement(moved, sum(rec["regression"] for rec in moved), verdicts, failures, notes, tol)
 
 
 def _pct(change: float) -> str:
