@@ -13,6 +13,7 @@ _REGISTRY = Registry("task", "specbench.tasks", "specbench_cli.tasks.base:Task",
     "spec_bench": "specbench_cli.tasks.spec_bench:SpecBench",
     "humaneval": "specbench_cli.tasks.humaneval:HumanEval",
     "jsonl": "specbench_cli.tasks.jsonl:Jsonl",
+    "speed-bench": "specbench_cli.tasks.speed_bench:SpeedBench",
 })
 REGISTRY = _REGISTRY.entries
 DESCRIBED = {"summary": ""}
@@ -24,11 +25,14 @@ register = _REGISTRY.register
 def get(name: str, source=None):
     """The Task class for `name`. `hf:PATH_OR_ID[:CONFIG][:SPLIT]` names a dataset read through
     `datasets` (tasks/hf.py); its column mapping comes from `source`'s question_field,
-    reference_field, category_field, id_field and scorer (a RunConfig or a sweep Grid)."""
-    from specbench_cli.tasks import hf
+    reference_field, category_field, id_field and scorer (a RunConfig or a sweep Grid).
+    `speed-bench:CONFIG` is one of SPEED-Bench's splits (tasks/speed_bench.py)."""
+    from specbench_cli.tasks import hf, speed_bench
 
     if hf.is_hf(name):
         return hf.hf_task(name, hf.fields_of(source))
+    if speed_bench.is_speed_bench(name):  # speed-bench:CONFIG, one of SPEED-Bench's splits
+        return speed_bench.task_for(name)
     return _REGISTRY.get(name)
 
 

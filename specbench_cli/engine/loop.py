@@ -47,6 +47,7 @@ class Generation:
     overhead_time: float = 0.0
     accept_lengths: list[int] = field(default_factory=list)
     draft_sizes: list[int] = field(default_factory=list)
+    draft_path_lengths: list[int] = field(default_factory=list)  # draft positions on the path the target took
     budget_used: list[int] = field(default_factory=list)
     step_draft_ms: list[float] = field(default_factory=list)
     step_verify_ms: list[float] = field(default_factory=list)
@@ -201,6 +202,7 @@ class Decoder:
             t4 = clock()
             g.accept_lengths.append(len(new))
             g.draft_sizes.append(draft.n_acceptable())
+            g.draft_path_lengths.append(verdict.path_length)
             g.budget_used.append(1 + len(draft))
             drafting, verifying = (t1 - t0) + (t4 - t3), t2 - t_model
             g.step_draft_ms.append(round(1000 * drafting, 3))

@@ -50,6 +50,13 @@ class Verdict:
     accepted: list[int]      # node indices of the accepted path, root's child first
     new_tokens: list[int]    # accepted tokens followed by the bonus token
     preds: Optional[list[int]] = None  # greedy: target argmax per row (row 0 = root)
+    rejected: bool = False   # the draft offered a token after the accepted path and the target refused it
+                             # (False: the draft ran out there); per-position acceptance needs the difference
+
+    @property
+    def path_length(self) -> int:
+        """Draft positions along the path the target took: the accepted ones, plus the refused one."""
+        return len(self.accepted) + self.rejected
 
 
 def _acceptable(draft: Draft, node: int) -> bool:
@@ -68,6 +75,7 @@ def verify_greedy(draft: Draft, logits: torch.Tensor) -> Verdict:
                 break
             accepted.append(i)
         row = len(accepted)
+        rejected = row < len(tokens)
     else:
         children = children_lists(draft.parents)
         while True:
@@ -77,7 +85,13 @@ def verify_greedy(draft: Draft, logits: torch.Tensor) -> Verdict:
                 break
             accepted.append(nxt)
             row = nxt + 1
-    return Verdict(accepted, [tokens[a] for a in accepted] + [preds[row]], preds)
+        rejected = _offers(draft, children[row])
+    return Verdict(accepted, [tokens[a] for a in accepted] + [preds[row]], preds, rejected)
+
+
+def _offers(draft: Draft, children: list[int]) -> bool:
+    """Whether any of `children` (one node's) could have been accepted."""
+    return any(_acceptable(draft, c) for c in children)
 
 
 def verify_sampling(draft: Draft, logits: torch.Tensor, cfg: SamplingConfig,
@@ -97,7 +111,7 @@ def verify_sampling(draft: Draft, logits: torch.Tensor, cfg: SamplingConfig,
             total = residual.sum()
             dist = residual / total if total > 0 else q[i]
             bonus = int(torch.multinomial(dist.cpu(), 1, generator=generator))
-            return Verdict(accepted, [tokens[a] for a in accepted] + [bonus])
+            return Verdict(accepted, [tokens[a] for a in accepted] + [bonus], rejected=True)
         bonus = int(torch.multinomial(q[len(tokens)].cpu(), 1, generator=generator))
         return Verdict(accepted, [tokens[a] for a in accepted] + [bonus])
 
@@ -107,6 +121,6 @@ def verify_sampling(draft: Draft, logits: torch.Tensor, cfg: SamplingConfig,
         x = int(torch.multinomial(q[row].cpu(), 1, generator=generator))
         nxt = next((c for c in children[row] if tokens[c] == x and _acceptable(draft, c)), None)
         if nxt is None:
-            return Verdict(accepted, [tokens[a] for a in accepted] + [x])
+            return Verdict(accepted, [tokens[a] for a in accepted] + [x], rejected=_offers(draft, children[row]))
         accepted.append(nxt)
         row = nxt + 1

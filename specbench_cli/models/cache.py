@@ -31,6 +31,12 @@ from pathlib import Path
 from typing import Callable, Iterator, Optional
 
 RECORD = "specbench_cache.json"
+
+
+def cache_root() -> Path:
+    """Where specbench caches what it builds once: $SPECBENCH_CACHE, default ~/.cache/specbench."""
+    return Path(os.environ.get("SPECBENCH_CACHE", Path.home() / ".cache" / "specbench"))
+
 SMALL_FILE = 32 << 20  # files up to this size are always hash-checked on load
 
 

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 from specbench_cli.errors import RuntimeFailure, UsageError, unknown
+from specbench_cli.models.cache import cache_root  # noqa: F401 - callers import it from here too
 
 DEFAULT_MODEL = "smollm2-135m"
 
@@ -55,10 +56,6 @@ class LoadedModel:
         if self.kernels is not None:
             out["kernels"] = self.kernels
         return out
-
-
-def cache_root() -> Path:
-    return Path(os.environ.get("SPECBENCH_CACHE", Path.home() / ".cache" / "specbench"))
 
 
 def torch_dtype(name: str):

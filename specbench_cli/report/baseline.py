@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -16,13 +17,13 @@ from specbench_cli import __version__
 from specbench_cli.atomic import atomic_write
 from specbench_cli.errors import RuntimeFailure, UsageError
 from specbench_cli.jsonl import read_json_object
-from specbench_cli.report import metrics, render
+from specbench_cli.report import gate, metrics, render
 from specbench_cli.report import table as report
 from specbench_cli.store.runfolder import Run
 from specbench_cli.tasks.categories import display_category
 
 BASELINE_FORMAT = "specbench-baseline"
-BASELINE_VERSION = 1
+BASELINE_VERSION = 2   # 2: per-question records for the statistical gate (`questions`, `threads`)
 BASELINE_KEY = ("model", "method_label", "block_complexity", "category")
 
 
@@ -44,9 +45,16 @@ def run_settings(run: Run) -> dict:
     return settings
 
 
-def baseline_document(summary: pd.DataFrame, runs: list[Run]) -> dict:
-    """The baseline JSON: one entry per (model, method, BC, category incl. overall), plus the
-    settings of the run it was made from."""
+def run_threads(run: Run) -> int | None:
+    """The torch threads the run was timed with (manifest config), or None."""
+    threads = (run.manifest.get("config") or {}).get("threads")
+    return threads if isinstance(threads, int) and not isinstance(threads, bool) else None
+
+
+def baseline_document(summary: pd.DataFrame, runs: list[Run], rows: list[dict]) -> dict:
+    """The baseline JSON: one entry per (model, method, BC, category incl. overall), the
+    settings of the run it was made from, and one record per (method, question) for the
+    statistical gate (`gate.question_records`: paired ratio and accepted lengths)."""
     entries = [
         {**{k: row[k] for k in BASELINE_KEY}, "mat": row["mat"], "speedup": row["speedup"], "n": row["n_paired"]}
         for _, row in summary.iterrows()
@@ -58,7 +66,9 @@ def baseline_document(summary: pd.DataFrame, runs: list[Run]) -> dict:
         "runs": [run.run_id for run in runs],
         "specbench": __version__,
         "settings": run_settings(runs[0]) if len(runs) == 1 else None,
+        "threads": run_threads(runs[0]) if len(runs) == 1 else None,
         "entries": entries,
+        "questions": gate.question_records(rows),
     })
 
 
@@ -76,6 +86,44 @@ ENTRY_TYPES = {
     "speedup": (_number_or_null, "a finite number or null"),
     "n": (lambda v: v is None or (isinstance(v, int) and not isinstance(v, bool)), "an integer"),
 }
+
+
+def _accept_lists(v: object) -> bool:
+    return v is None or (isinstance(v, list) and all(
+        isinstance(turn, list) and all(isinstance(x, int) and not isinstance(x, bool) for x in turn) for turn in v))
+
+
+# per-question record key -> (check, what it wants)
+QUESTION_TYPES = {
+    "model": (lambda v: isinstance(v, str), "a string"),
+    "method_label": (lambda v: isinstance(v, str), "a string"),
+    "block_complexity": (lambda v: isinstance(v, int) and not isinstance(v, bool), "an integer"),
+    "task": (lambda v: isinstance(v, str), "a string"),
+    "category": (lambda v: isinstance(v, str), "a string"),
+    "question_id": (lambda v: isinstance(v, str), "a string"),
+    "ratio": (lambda v: v is None or (_number_or_null(v) and v > 0), "a number > 0 or null"),
+    "accept_lengths": (_accept_lists, "a list of lists of integers, or null"),
+}
+
+
+def _check_questions(path: Path, doc: dict) -> None:
+    questions = doc.get("questions")
+    if questions is None:
+        return
+    if not isinstance(questions, list):
+        raise UsageError(f"{path}: 'questions' must be a list")
+    for i, record in enumerate(questions):
+        if not isinstance(record, dict):
+            raise UsageError(f"{path}: question record {i} must be an object")
+        for key, (check, wants) in QUESTION_TYPES.items():
+            if key not in record:
+                raise UsageError(f"{path}: question record {i} lacks '{key}'")
+            if not check(record[key]):
+                raise UsageError(f"{path}: question record {i}: '{key}' must be {wants}, "
+                                 f"got {json.dumps(record[key])[:40]}")
+    threads = doc.get("threads")
+    if threads is not None and not (isinstance(threads, int) and not isinstance(threads, bool)):
+        raise UsageError(f"{path}: 'threads' must be an integer or null")
 
 
 def read_baseline(path: Path) -> dict:
@@ -97,6 +145,7 @@ def read_baseline(path: Path) -> dict:
         for key, (check, wants) in ENTRY_TYPES.items():
             if key in entry and not check(entry[key]):
                 raise UsageError(f"{path}: entry {i}: '{key}' must be {wants}, got {json.dumps(entry[key])[:40]}")
+    _check_questions(path, doc)
     return doc
 
 
@@ -124,6 +173,23 @@ def mismatches(doc: dict, run: Run, rows: list[dict]) -> list[str]:
     return found
 
 
+LEGACY_SPEEDUP_TOL = 0.25  # the point rule's allowed drop, for baselines without per-question data
+
+
+def exact_acceptance(doc: dict, run: Run) -> tuple[bool, str]:
+    """Whether accepted lengths must equal the baseline's question by question: greedy decoding in
+    float32 (the run's settings, which `mismatches` made the baseline's) with the same threads
+    (another thread count sums in another order, and a near tie may then flip). Returns
+    (True, "") or (False, why not; "" when the run is simply not greedy float32)."""
+    settings = run_settings(run)
+    if settings.get("temperature") not in (0, 0.0, None) or settings.get("dtype") not in ("float32", None):
+        return False, ""
+    base, now = doc.get("threads"), run_threads(run)
+    if base is not None and now is not None and base != now:
+        return False, f"the baseline was made with {base} thread(s), the run with {now}"
+    return True, ""
+
+
 def _listing(values: set) -> str:
     return ",".join(sorted(str(v) for v in values)) or "none"
 
@@ -135,13 +201,15 @@ def relative(before: float | None, after: float | None) -> float:
     return (after - before) / abs(before)
 
 
-def check_entries(summary: pd.DataFrame, entries: list[dict], mat_tol: float, speedup_tol: float) -> list[dict]:
+def check_entries(summary: pd.DataFrame, entries: list[dict], mat_tol: float, speedup_tol: float | None) -> list[dict]:
     """Compare a summary with baseline entries; one record per entry that moved.
 
     #MAT is checked both ways (greedy acceptance is deterministic: a rise can be a
-    verification bug just as a fall can be a drafter bug). Speedup fails only when it drops
-    by more than `speedup_tol`; a rise beyond it is reported as `faster`. An entry missing
-    from the run is a regression; a missing speedup is checked only if the baseline had one.
+    verification bug just as a fall can be a drafter bug). With `speedup_tol` (the point rule of
+    baselines without per-question data) a speedup fails when it drops by more than
+    `speedup_tol`, and a rise beyond it is reported as `faster`; None leaves speed to the
+    statistical gate (`gate.judge_speed`). An entry missing from the run is a regression; a
+    missing speedup is checked only if the baseline had one.
     """
     current = {tuple(row[k] for k in BASELINE_KEY): row for _, row in summary.iterrows()}
     moved = []
@@ -161,7 +229,7 @@ def check_entries(summary: pd.DataFrame, entries: list[dict], mat_tol: float, sp
             record["problems"].append(f"#MAT {_pct(mat_change)}")
             record["regression"] = True
         speed_change = relative(entry["speedup"], row["speedup"])
-        if entry["speedup"] is not None:
+        if entry["speedup"] is not None and speedup_tol is not None:
             if not speed_change >= -speedup_tol:
                 record["problems"].append(f"speedup {_pct(speed_change)}")
                 record["regression"] = True
@@ -181,6 +249,49 @@ def nothing_compared(summary: pd.DataFrame, entries: list[dict]) -> str | None:
     if not any(tuple(e[k] for k in BASELINE_KEY) in current for e in entries):
         return "no baseline entry's (model, method, BC, category) is in the run"
     return None
+
+
+@dataclass
+class Judgement:
+    """What `check` found: entries that moved, the speed verdicts, the failure lines of the
+    statistical and exact checks, notes, and the speed tolerance applied."""
+
+    moved: list[dict]
+    regressions: int
+    verdicts: list[gate.SpeedVerdict]
+    failures: list[str]
+    notes: list[str]
+    tolerance: float
+
+    @property
+    def failed(self) -> bool:
+        return bool(self.regressions or self.failures)
+
+
+def judge(doc: dict, run: Run, rows: list[dict], summary: pd.DataFrame, mat_tol: float, speedup_tol: float | None,
+          confidence: float, resamples: int, seed: int) -> Judgement:
+    """The whole check of `run` against the baseline `doc` (already matched by `mismatches`):
+    #MAT per entry, speed by the statistical gate (or, for a baseline without per-question
+    records, the point rule), and accepted lengths exactly where decoding is deterministic."""
+    statistical = doc.get("questions") is not None
+    tol = speedup_tol if speedup_tol is not None else (gate.DEFAULT_TOLERANCE if statistical else LEGACY_SPEEDUP_TOL)
+    notes, failures, verdicts = [], [], []
+    if not statistical:
+        notes.append("the baseline holds no per-question data (written by an older specbench): each entry's speedup "
+                     f"is compared as one number (-{tol:.0%} allowed); write the baseline again with `specbench "
+                     f"baseline` for the statistical gate")
+    moved = check_entries(summary, doc["entries"], mat_tol, None if statistical else tol)
+    if statistical:
+        now = gate.question_records(rows)
+        verdicts = gate.judge_speed(doc["questions"], now, tol, confidence, resamples, seed)
+        failures += [f"{v.key[1]} (BC {v.key[2]}) is slower: {v.change:+.1%}, interval [{v.low:+.1%}, {v.high:+.1%}] "
+                     f"below -{tol:.0%}" for v in verdicts if v.verdict == "slower"]
+        exact, why_not = exact_acceptance(doc, run)
+        if exact:
+            failures += [gate.accept_change_line(c) for c in gate.accept_changes(doc["questions"], now)]
+        elif why_not:
+            notes.append(f"accepted lengths not compared exactly: {why_not}")
+    return Judgement(moved, sum(rec["regression"] for rec in moved), verdicts, failures, notes, tol)
 
 
 def _pct(change: float) -> str:
@@ -212,9 +323,10 @@ def _num(value: object) -> float | None:
     return None if value is None else float(value)
 
 
-def write_baseline(summary: pd.DataFrame, runs: list[Run], output: Path) -> dict:
-    """Write the baseline JSON for `summary` to `output`; return the document."""
-    doc = baseline_document(summary, runs)
+def write_baseline(summary: pd.DataFrame, runs: list[Run], rows: list[dict], output: Path) -> dict:
+    """Write the baseline JSON for `summary` (and the per-question records of `rows`) to
+    `output`; return the document."""
+    doc = baseline_document(summary, runs, rows)
     try:
         output.parent.mkdir(parents=True, exist_ok=True)
         atomic_write(output, json.dumps(doc, indent=2) + "\n")

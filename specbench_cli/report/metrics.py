@@ -40,7 +40,8 @@ ROW_DEFAULTS = {
     "target_params": None,
     **{k: v for k, v in _row_defaults().items()
        if k in ("task", "block_complexity", "extra_params", "lossless", "method_params", "structure",
-                "new_tokens", "wall_time", "steps", "accept_lengths", "draft_sizes", "ar_match")},
+                "new_tokens", "wall_time", "steps", "accept_lengths", "draft_sizes", "draft_path_lengths",
+                "ar_match", "difficulty")},
 }
 
 
@@ -220,23 +221,66 @@ def position_acceptance(
     return rates
 
 
+def path_lengths(accept_lengths: Sequence[int], draft_sizes: Sequence[int], recorded: Sequence[int] | None,
+                 chain: bool) -> list[int] | None:
+    """Per step, the draft positions on the path the target took (accepted ones plus the refused
+    one, if the draft had one there): the row's `draft_path_lengths`, or for a chain drafter's
+    older row min(draft size, accepted + 1); None for an older tree row (not recorded)."""
+    if recorded is not None and len(recorded) == len(accept_lengths):
+        return [int(p) for p in recorded]
+    if not chain:
+        return None
+    return [min(int(d), int(a)) for a, d in zip(accept_lengths, draft_sizes)]
+
+
+def conditional_acceptance(accept_lengths: Iterable[Sequence[int]], paths: Iterable[Sequence[int] | None],
+                           max_k: int | None = None) -> dict[int, float]:
+    """P(draft position k accepted | positions 1..k-1 accepted) for k = 1..max_k, pooled over steps:
+
+        p_k = #{steps with accepted >= k} / #{steps with accepted >= k-1 and path length >= k}
+
+    where accepted = accept_length - 1 (the bonus token is the target's, not a draft token) and the
+    path length says whether the draft offered position k along the accepted path (`path_lengths`).
+    Rows whose paths are None are left out; positions no step offered are omitted."""
+    acc: list[int] = []
+    reach: list[int] = []
+    for lengths, path in zip(accept_lengths, paths):
+        if path is None:
+            continue
+        acc.extend(int(a) - 1 for a in lengths)
+        reach.extend(path)
+    if not reach:
+        return {}
+    acc_arr, reach_arr = np.asarray(acc), np.asarray(reach)
+    top = int(reach_arr.max()) if max_k is None else max_k
+    rates = {}
+    for k in range(1, top + 1):
+        offered = (reach_arr >= k) & (acc_arr >= k - 1)
+        if offered.any():
+            rates[k] = float((acc_arr[offered] >= k).mean())
+    return rates
+
+
 def chain_alphas(
     accept_lengths: Iterable[Sequence[int]], draft_sizes: Iterable[Sequence[int]], max_n: int = 3
 ) -> dict[int, float]:
-    """KOALA's / EAGLE's n-alpha for n = 1..max_n (chain drafts): among steps whose chain reached
-    position n (proposed >= n tokens) with its first n-1 draft tokens accepted, the share that
-    accepted token n too. Conditional, unlike `position_acceptance`; positions never reached are
-    omitted."""
-    accepted = [a - 1 for row in accept_lengths for a in row]
-    proposed = [d for row in draft_sizes for d in row]
-    m = min(len(accepted), len(proposed))
-    acc, prop = np.asarray(accepted[:m]), np.asarray(proposed[:m])
-    rates = {}
-    for n in range(1, max_n + 1):
-        reached = (prop >= n) & (acc >= n - 1)
-        if reached.any():
-            rates[n] = float((acc[reached] >= n).mean())
-    return rates
+    """KOALA's / EAGLE's n-alpha for n = 1..max_n of chain drafts: `conditional_acceptance` with a
+    chain's path lengths (a step offered position n when it drafted n tokens or more)."""
+    accept_lengths, draft_sizes = list(accept_lengths), list(draft_sizes)
+    paths = [path_lengths(a, d, None, chain=True) for a, d in zip(accept_lengths, draft_sizes)]
+    return conditional_acceptance(accept_lengths, paths, max_n)
+
+
+def group_conditional_acceptance(rows: pd.DataFrame, max_k: int | None = None) -> dict[int, float]:
+    """`conditional_acceptance` of a group's ok rows (AR has none: it drafts nothing)."""
+    ok = ok_rows(rows)
+    ok = ok[ok["method"] != AR_METHOD]
+    if ok.empty:
+        return {}
+    chain = group_is_chain(ok)
+    paths = [path_lengths(a, d, p if isinstance(p, (list, tuple)) else None, chain)
+             for a, d, p in zip(ok["accept_lengths"], ok["draft_sizes"], ok["draft_path_lengths"])]
+    return conditional_acceptance(ok["accept_lengths"], paths, max_k)
 
 
 def group_is_chain(rows: pd.DataFrame) -> bool:
@@ -271,7 +315,8 @@ def _group_metrics(rows: pd.DataFrame, tp: pd.DataFrame, paired: pd.DataFrame) -
     speedup, speedup_std = mean_std(speedups)
     agreement, mismatches, compared = ar_agreement(ok["ar_match"])
     params = next((p for p in rows["method_params"] if isinstance(p, dict)), {})
-    alphas = chain_alphas(ok["accept_lengths"], ok["draft_sizes"]) if group_is_chain(ok) else {}
+    conditional = group_conditional_acceptance(ok)
+    alphas = conditional if group_is_chain(ok) else {}  # KOALA's n-alpha: chain drafts only
     return {
         "n_rows": int(len(rows)),
         "n_errors": int((rows["status"] != "ok").sum()),
@@ -279,6 +324,8 @@ def _group_metrics(rows: pd.DataFrame, tp: pd.DataFrame, paired: pd.DataFrame) -
         "n_paired": int(len(paired)),
         "n_replicates": len(speedups),
         "mat": tau,
+        "al_no_bonus": tau - 1,   # accepted draft tokens per step (the bonus token not counted)
+        "conditional_acceptance": conditional,
         "tokens_per_s": float(tp["throughput"].mean()) if len(tp) else float("nan"),
         "speedup": speedup,
         "speedup_std": speedup_std,

@@ -3,13 +3,15 @@
 - speedup per category per method (grouped bars, AR = 1 line, error bars over replicates);
 - #MAT against block complexity per method (one line per method, across runs);
 - distribution of accepted lengths per method;
-- per-position acceptance (k-alpha) of chain drafters.
+- per-position acceptance (k-alpha) of chain drafters;
+- conditional acceptance per draft position of every drafting method (docs/metrics.md).
 """
 
 from __future__ import annotations
 
+import io
 from pathlib import Path
-from typing import Sequence
+from typing import Iterator, Sequence
 
 import matplotlib
 
@@ -45,8 +47,9 @@ def save_figure(fig: plt.Figure, directory: Path, stem: str) -> list[Path]:
     """Write `stem.png` and `stem.pdf` into `directory`; close the figure."""
     directory.mkdir(parents=True, exist_ok=True)
     paths = [directory / f"{stem}.png", directory / f"{stem}.pdf"]
-    for path in paths:
-        atomic_write(path, lambda tmp: fig.savefig(tmp, bbox_inches="tight", format=Path(path).suffix[1:]))
+    with plt.rc_context(STYLE):  # savefig.dpi
+        for path in paths:
+            atomic_write(path, lambda tmp: fig.savefig(tmp, bbox_inches="tight", format=Path(path).suffix[1:]))
     plt.close(fig)
     return paths
 
@@ -106,6 +109,11 @@ def _sorted_series(items: Sequence[tuple[tuple, object]]) -> list[tuple[tuple, o
 def plot_speedup_by_category(summary: pd.DataFrame, directory: Path, stem: str = "speedup_by_category",
                              palette: dict | None = None) -> list[Path]:
     """Grouped bars: Spec-Bench speedup per category (and overall) for every method."""
+    return save_figure(draw_speedup_by_category(summary, palette), directory, stem)
+
+
+def draw_speedup_by_category(summary: pd.DataFrame, palette: dict | None = None) -> plt.Figure:
+    """The figure of `plot_speedup_by_category`."""
     data = _methods_only(summary)
     categories = metrics.order_categories(data["category"].unique())
     with_model, with_bc = _label_flags(summary)
@@ -128,12 +136,17 @@ def plot_speedup_by_category(summary: pd.DataFrame, directory: Path, stem: str =
         ax.set_ylim(0, max(1.2, float(np.nanmax(data["speedup"].to_numpy(dtype=float), initial=1.0)) * 1.15))
         ax.set_title("Spec-Bench speedup per category")
         _legend(ax)
-        return save_figure(fig, directory, stem)
+        return fig
 
 
 def plot_mat_vs_block_complexity(summary: pd.DataFrame, directory: Path, stem: str = "mat_vs_block_complexity",
                                  palette: dict | None = None) -> list[Path]:
     """Lines: overall #MAT of each method against block complexity (across runs)."""
+    return save_figure(draw_mat_vs_block_complexity(summary, palette), directory, stem)
+
+
+def draw_mat_vs_block_complexity(summary: pd.DataFrame, palette: dict | None = None) -> plt.Figure:
+    """The figure of `plot_mat_vs_block_complexity`."""
     data = _methods_only(summary[summary["category"] == OVERALL]).sort_values("block_complexity")
     with_model = data["model"].nunique() > 1
     with plt.rc_context(STYLE):
@@ -154,12 +167,17 @@ def plot_mat_vs_block_complexity(summary: pd.DataFrame, directory: Path, stem: s
         ax.grid(True, axis="x", alpha=0.3)
         ax.set_title("Mean accepted tokens vs. block complexity")
         _legend(ax)
-        return save_figure(fig, directory, stem)
+        return fig
 
 
 def plot_accept_length_distribution(rows: Sequence[dict] | pd.DataFrame, directory: Path,
                                     stem: str = "accept_length_distribution", palette: dict | None = None) -> list[Path]:
     """Grouped bars: share of decoding steps that added 1, 2, 3, ... tokens, per method."""
+    return save_figure(draw_accept_length_distribution(rows, palette), directory, stem)
+
+
+def draw_accept_length_distribution(rows: Sequence[dict] | pd.DataFrame, palette: dict | None = None) -> plt.Figure:
+    """The figure of `plot_accept_length_distribution`."""
     frame = metrics.to_frame(rows)
     frame = frame[frame["method"] != AR_METHOD]
     dists = dict(_sorted_series(list(metrics.distribution_by_method(
@@ -181,12 +199,17 @@ def plot_accept_length_distribution(rows: Sequence[dict] | pd.DataFrame, directo
         ax.yaxis.set_major_formatter(PercentFormatter(1.0, decimals=0))
         ax.set_title("Distribution of accepted lengths")
         _legend(ax)
-        return save_figure(fig, directory, stem)
+        return fig
 
 
 def plot_position_acceptance(rows: Sequence[dict] | pd.DataFrame, directory: Path,
                              stem: str = "position_acceptance", palette: dict | None = None) -> list[Path]:
     """Lines: k-alpha (share of steps proposing >= k drafts that accept >= k) for chain drafters."""
+    return save_figure(draw_position_acceptance(rows, palette), directory, stem)
+
+
+def draw_position_acceptance(rows: Sequence[dict] | pd.DataFrame, palette: dict | None = None) -> plt.Figure:
+    """The figure of `plot_position_acceptance`."""
     frame = metrics.to_frame(rows)
     curves = dict(_sorted_series(list(metrics.position_acceptance_by_method(
         frame, by=("model", "method_label", "block_complexity")).items())))
@@ -209,11 +232,43 @@ def plot_position_acceptance(rows: Sequence[dict] | pd.DataFrame, directory: Pat
         ax.grid(True, axis="x", alpha=0.3)
         ax.set_title("Per-position acceptance (chain drafters)")
         _legend(ax)
-        return save_figure(fig, directory, stem)
+        return fig
 
 
-def write_plots(rows: Sequence[dict] | pd.DataFrame, summary: pd.DataFrame, directory: Path) -> list[Path]:
-    """Every figure the data supports; returns the files written.
+def draw_conditional_acceptance(summary: pd.DataFrame, palette: dict | None = None) -> plt.Figure:
+    """Lines: P(draft position k accepted | 1..k-1 accepted) per drafting method (overall)."""
+    data = _methods_only(summary[summary["category"] == OVERALL])
+    series = _sorted_series([((model, label, bc), rates) for model, label, bc, rates in
+                             data[["model", "method_label", "block_complexity", "conditional_acceptance"]]
+                             .itertuples(index=False, name=None) if isinstance(rates, dict) and rates])
+    colors = series_colors([key for key, _ in series], palette)
+    with_model, with_bc = _label_flags(summary)
+    with plt.rc_context(STYLE):
+        fig, ax = plt.subplots(figsize=(5.5, 3.8))
+        for i, ((model, label, bc), rates) in enumerate(series):
+            ax.plot(list(rates), list(rates.values()), marker="o", color=colors[i],
+                    label=series_label(model, label, bc, with_model, with_bc))
+        informative = [k for _, rates in series for k, v in rates.items() if v > 0]
+        if informative:
+            ax.set_xlim(0.5, max(informative) + 1.5)
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.set_xlabel("Draft position k")
+        ax.set_ylabel("P(k accepted | 1..k-1 accepted)")
+        ax.yaxis.set_major_formatter(PercentFormatter(1.0, decimals=0))
+        ax.set_ylim(0, 1.02)
+        ax.grid(True, axis="x", alpha=0.3)
+        ax.set_title("Conditional acceptance per draft position")
+        _legend(ax)
+        return fig
+
+
+def _has_conditional(summary: pd.DataFrame) -> bool:
+    data = _methods_only(summary[summary["category"] == OVERALL])
+    return "conditional_acceptance" in data and any(isinstance(r, dict) and r for r in data["conditional_acceptance"])
+
+
+def figures(rows: Sequence[dict] | pd.DataFrame, summary: pd.DataFrame) -> Iterator[tuple[str, str, plt.Figure]]:
+    """(stem, title, figure) of every figure the data supports, one at a time.
 
     Speedup bars need a method with a speedup; #MAT vs BC needs two block complexities;
     the distribution needs a drafting method; k-alpha needs a chain drafter.
@@ -221,13 +276,37 @@ def write_plots(rows: Sequence[dict] | pd.DataFrame, summary: pd.DataFrame, dire
     frame = metrics.to_frame(rows)
     drafting = _methods_only(summary)
     palette = method_palette(list(drafting[["model", "method_label"]].itertuples(index=False, name=None)))
-    written: list[Path] = []
     if drafting["speedup"].notna().any():
-        written += plot_speedup_by_category(summary, directory, palette=palette)
+        yield "speedup_by_category", "Speedup per category", draw_speedup_by_category(summary, palette)
     if drafting["block_complexity"].nunique() > 1:
-        written += plot_mat_vs_block_complexity(summary, directory, palette=palette)
+        yield "mat_vs_block_complexity", "#MAT vs block complexity", draw_mat_vs_block_complexity(summary, palette)
     if (metrics.ok_rows(frame)["method"] != AR_METHOD).any():
-        written += plot_accept_length_distribution(frame, directory, palette=palette)
+        yield ("accept_length_distribution", "Distribution of accepted lengths",
+               draw_accept_length_distribution(frame, palette))
     if metrics.position_acceptance_by_method(frame):
-        written += plot_position_acceptance(frame, directory, palette=palette)
+        yield "position_acceptance", "Per-position acceptance (chain drafters)", draw_position_acceptance(frame, palette)
+    if _has_conditional(summary):
+        yield ("conditional_acceptance", "Conditional acceptance per draft position",
+               draw_conditional_acceptance(summary, palette))
+
+
+def write_plots(rows: Sequence[dict] | pd.DataFrame, summary: pd.DataFrame, directory: Path) -> list[Path]:
+    """Every figure the data supports (`figures`) as PNG and PDF; returns the files written."""
+    written: list[Path] = []
+    for stem, _, fig in figures(rows, summary):
+        written += save_figure(fig, directory, stem)
     return written
+
+
+def svg_figures(rows: Sequence[dict] | pd.DataFrame, summary: pd.DataFrame) -> list[tuple[str, str]]:
+    """(title, SVG text) of every figure the data supports, for a self-contained HTML page
+    (glyphs as paths, so the page needs no font)."""
+    out = []
+    for _, title, fig in figures(rows, summary):
+        buffer = io.StringIO()
+        with plt.rc_context({**STYLE, "svg.fonttype": "path"}):
+            fig.savefig(buffer, format="svg", bbox_inches="tight")
+        plt.close(fig)
+        text = buffer.getvalue()
+        out.append((title, text[text.index("<svg"):]))  # drop the XML prolog and doctype
+    return out

@@ -90,30 +90,38 @@ def jsonable(value: object) -> object:
     return value
 
 
-def to_json(table: TableData, summary: pd.DataFrame | None = None) -> str:
-    """The table (headers, display cells, numeric rows), notes and optionally the full summary."""
-    doc = {
+def _table_doc(table: TableData) -> dict:
+    return {
         "title": table.title,
         "headers": table.headers,
         "cells": table.cells(),
         "rows": table.frame.to_dict(orient="records"),
         "notes": table.notes,
     }
+
+
+def to_json(table: TableData, summary: pd.DataFrame | None = None, extras: Sequence[TableData] = ()) -> str:
+    """The table (headers, display cells, numeric rows), notes, the further tables (`tables`:
+    acceptance, difficulty) and optionally the full summary."""
+    doc = _table_doc(table)
+    if extras:
+        doc["tables"] = [_table_doc(extra) for extra in extras]
     if summary is not None:
         doc["summary"] = summary.to_dict(orient="records")
     return json.dumps(jsonable(doc), indent=2, ensure_ascii=False) + "\n"
 
 
-def render(table: TableData, fmt: str, summary: pd.DataFrame | None = None) -> str:
-    """Render `table` in one of FORMATS."""
+def render(table: TableData, fmt: str, summary: pd.DataFrame | None = None, extras: Sequence[TableData] = ()) -> str:
+    """Render `table` in one of FORMATS; markdown and json carry the `extras` too (the acceptance
+    and difficulty tables), csv and LaTeX hold the main table only."""
     if fmt == "markdown":
-        return to_markdown(table)
+        return "\n".join(to_markdown(t) for t in (table, *extras))
     if fmt == "csv":
         return to_csv(table)
     if fmt == "latex":
         return to_latex(table)
     if fmt == "json":
-        return to_json(table, summary)
+        return to_json(table, summary, extras)
     raise ValueError(f"unknown format {fmt!r}; choose from {', '.join(FORMATS)}")
 
 

@@ -54,24 +54,20 @@ def write_report(run_dirs: List[Path], fmt: Optional[str] = None, output: Option
     if fmt is not None and fmt not in report.FORMATS:
         raise UsageError(f"unknown format '{fmt}'; choose from {', '.join(report.FORMATS)}")
     runs, rows, summary = summary_of(run_dirs)
-    from specbench_cli.scoring.quality import quality_summary
-
-    try:
-        table = report.spec_bench_table(summary, [*report.DEFAULT_COLUMNS, *columns.split(",")],
-                                        quality_summary(rows, execute_code))
-    except ValueError as exc:
-        raise UsageError(str(exc)) from exc
+    table = main_table(rows, summary, columns, execute_code)
     busy = busy_runs(runs)
-    table.notes += list(dict.fromkeys(f"{run.run_id}: {machine_line(run.manifest)}" if len(runs) > 1
-                                      else machine_line(run.manifest) for run in runs))
-    table.notes += [f"timed on a busy machine: {run.run_id} ({why}); its speedups are not a quiet machine's"
-                    for run, why in busy]
+    table.notes += machine_notes(runs) + busy_notes(busy)
+    extras = extra_tables(rows, summary)
     directory = output or Path(run_dirs[0]) / "report"
-    written = write_tables(table, summary, directory, [fmt] if fmt else list(report.FORMATS))
+    written = write_tables(table, summary, directory, [fmt] if fmt else list(report.FORMATS), extras)
     if fmt:
-        typer.echo(render.render(table, fmt, summary), nl=False)
+        typer.echo(render.render(table, fmt, summary, extras), nl=False)
     else:
         report.print_table(table)
+        for extra in extras:  # the terminal's acceptance table stops at TERMINAL_POSITIONS
+            if extra.title == report.ACCEPTANCE_TITLE:
+                extra = report.acceptance_table(summary, TERMINAL_POSITIONS)
+            report.print_table(extra)
     for run, why in busy:
         err.print(f"[yellow]warning:[/] {escape(run.run_id)} was timed on a busy machine ({why}): its speedups "
                   f"are not a quiet machine's", highlight=False)
@@ -84,14 +80,80 @@ def write_report(run_dirs: List[Path], fmt: Optional[str] = None, output: Option
     return directory
 
 
-def write_tables(table: report.TableData, summary: pd.DataFrame, directory: Path, formats: list[str]) -> list[Path]:
+def main_table(rows: list[dict], summary: pd.DataFrame, columns: str, execute_code: bool) -> report.TableData:
+    """The Spec-Bench table with Median, =AR, the `columns` asked for and the quality columns."""
+    from specbench_cli.scoring.quality import quality_summary
+
+    try:
+        return report.spec_bench_table(summary, [*report.DEFAULT_COLUMNS, *columns.split(",")],
+                                       quality_summary(rows, execute_code))
+    except ValueError as exc:
+        raise UsageError(str(exc)) from exc
+
+
+def write_html_report(run_dirs: List[Path], output: Optional[Path] = None, columns: str = "", plots: bool = True,
+                      execute_code: bool = False) -> Path:
+    """Write the self-contained HTML report (report/html.py) to `output` (default: first run's
+    report/report.html); return its path."""
+    from specbench_cli.models.load import load_tokenizer
+    from specbench_cli.report import html
+
+    runs, rows, summary = summary_of(run_dirs)
+    table = main_table(rows, summary, columns, execute_code)
+    busy = busy_runs(runs)
+    table.notes += machine_notes(runs) + busy_notes(busy)
+    figures = []
+    if plots:
+        from specbench_cli.report import plots as drawing
+
+        figures = drawing.svg_figures(rows, summary)
+    sources, notes = html.piece_source(runs, load_tokenizer)
+    for note in notes:
+        err.print(f"[yellow]note:[/] {escape(note)}", highlight=False)
+    text = html.page(runs, [table, *extra_tables(rows, summary)], figures, html.viewer_data(runs, sources), notes,
+                     [f"{run.run_id}: {why}" for run, why in busy])
+    path = output or Path(run_dirs[0]) / "report" / "report.html"
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write(path, text)
+    except OSError as exc:
+        raise RuntimeFailure(f"cannot write {path}: {exc}") from exc
+    for run, why in busy:
+        err.print(f"[yellow]warning:[/] {escape(run.run_id)} was timed on a busy machine ({why}): its speedups "
+                  f"are not a quiet machine's", highlight=False)
+    err.print(f"wrote {escape(str(path))}", highlight=False)
+    return path
+
+
+TERMINAL_POSITIONS = 6  # draft positions the terminal's acceptance table shows (the files show all)
+
+
+def machine_notes(runs: list[Run]) -> list[str]:
+    """One line per machine the runs were timed on (CPU, instruction-set flags, threads, dtype, forward)."""
+    return list(dict.fromkeys(f"{run.run_id}: {machine_line(run.manifest)}" if len(runs) > 1
+                              else machine_line(run.manifest) for run in runs))
+
+
+def busy_notes(busy: list[tuple[Run, str]]) -> list[str]:
+    return [f"timed on a busy machine: {run.run_id} ({why}); its speedups are not a quiet machine's" for run, why in busy]
+
+
+def extra_tables(rows: list[dict], summary: pd.DataFrame) -> list[report.TableData]:
+    """The tables after the main one: acceptance per draft position, and speedup by difficulty
+    where the questions have one."""
+    tables = [report.acceptance_table(summary), report.difficulty_table(rows)]
+    return [t for t in tables if t is not None]
+
+
+def write_tables(table: report.TableData, summary: pd.DataFrame, directory: Path, formats: list[str],
+                 extras: list[report.TableData] = ()) -> list[Path]:
     """Write table.<ext> for each format; return the paths."""
     try:
         directory.mkdir(parents=True, exist_ok=True)
         paths = []
         for fmt in formats:
             path = directory / f"table.{report.EXTENSIONS[fmt]}"
-            atomic_write(path, render.render(table, fmt, summary))
+            atomic_write(path, render.render(table, fmt, summary, extras))
             paths.append(path)
     except OSError as exc:
         raise RuntimeFailure(f"cannot write to {directory}: {exc}") from exc

@@ -23,6 +23,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from specbench_cli.console import out
+from specbench_cli.report import metrics
 from specbench_cli.report.metrics import AR_METHOD, OVERALL, order_categories
 from specbench_cli.tasks.categories import display_category
 
@@ -188,6 +189,72 @@ def spec_bench_table(summary: pd.DataFrame, columns: Iterable[str] = (), quality
     if "agree" in columns:
         cols.append(Column("=AR", "ar_agreement"))
     return TableData(table_title(summary), cols, frame.reset_index(drop=True), notes)
+
+
+ACCEPTANCE_TITLE = "Acceptance per draft position"
+ACCEPTANCE_NOTES = [
+    "AL with bonus: tokens a decoding step adds, the target's own (bonus) token included (= #MAT; Spec-Bench, "
+    "EAGLE's tau, Medusa, vLLM); AL without bonus: accepted draft tokens per step (AL with bonus - 1). "
+    "p_k: P(draft position k accepted | positions 1..k-1 accepted, and the draft offered position k on that path), "
+    "pooled over steps (docs/metrics.md).",
+]
+
+
+def acceptance_table(summary: pd.DataFrame, max_k: int | None = None) -> TableData | None:
+    """Acceptance per drafting method (overall): AL with and without the bonus token, then the
+    conditional acceptance rate p_k of each draft position k (up to `max_k`); None without a
+    drafting method."""
+    overall = summary[(summary["category"] == OVERALL) & (summary["method_label"] != AR_METHOD)]
+    if overall.empty or "conditional_acceptance" not in overall:
+        return None
+    frame = overall.reset_index(drop=True).copy()
+    rates = [r if isinstance(r, dict) else {} for r in frame["conditional_acceptance"]]
+    top = max((max(r) for r in rates if r), default=0)
+    top = min(top, max_k) if max_k else top
+    for k in range(1, top + 1):
+        frame[f"p{k}"] = [r.get(k, float("nan")) for r in rates]
+    keys = row_keys(summary)
+    cols = ([Column("Model", "model", numeric=False)] if frame["model"].nunique() > 1 else [])
+    cols.append(Column("Method", "method_label", numeric=False))
+    if "block_complexity" in keys:
+        cols.append(Column("BC", "block_complexity", digits=0))
+    cols += [Column("AL with bonus", "mat"), Column("AL without bonus", "al_no_bonus")]
+    cols += [Column(f"p{k}", f"p{k}") for k in range(1, top + 1)]
+    notes = list(ACCEPTANCE_NOTES)
+    missing = [label for label, r in zip(frame["method_label"], rates) if not r]
+    if missing:
+        notes.append(f"no p_k for {', '.join(map(str, missing))}: a tree drafter's rows from before draft paths "
+                     f"were recorded, or no step drafted anything")
+    return TableData(ACCEPTANCE_TITLE, cols, frame, notes)
+
+
+DIFFICULTY_ORDER = ("easy", "medium", "hard")
+
+
+def difficulty_table(rows, columns: Iterable[str] = DEFAULT_COLUMNS) -> TableData | None:
+    """The speedup table with the questions' difficulty (SPEED-Bench) in place of categories;
+    None when no row carries a difficulty."""
+    frame = metrics.to_frame(rows)
+    if frame.empty or frame["difficulty"].isna().all():
+        return None
+    graded = frame[frame["difficulty"].notna()].copy()
+    graded["category"] = graded["difficulty"].astype(str)
+    table = spec_bench_table(metrics.summarize(graded), columns)
+    levels = [c.key[len("speedup_"):] for c in table.columns if c.key.startswith("speedup_") and c.key != "speedup_overall"]
+    rank = {name: i for i, name in enumerate(DIFFICULTY_ORDER)}
+    ordered = sorted(levels, key=lambda v: (rank.get(v.lower(), len(rank)), _number_or_inf(v), v))
+    by_level = {c.key: c for c in table.columns}
+    it = iter(by_level[f"speedup_{level}"] for level in ordered)
+    table.columns = [next(it) if c.key in {f"speedup_{level}" for level in levels} else c for c in table.columns]
+    table.title = table.title.replace("Speedup over AR", "Speedup over AR by difficulty", 1)
+    return table
+
+
+def _number_or_inf(text: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        return float("inf")
 
 
 def validate_columns(columns: Iterable[str]) -> set[str]:

@@ -21,6 +21,7 @@ from typing import Any, Callable, Optional
 
 from specbench_cli.config import RunConfig
 from specbench_cli.models.header import model_context_length
+from specbench_cli.models.pieces import token_pieces
 from specbench_cli.models.prompting import ChatPrompter, stop_token_ids, user_turn
 from specbench_cli.run import limits
 from specbench_cli.run.auto import bcauto
@@ -116,7 +117,7 @@ class Runner:
             method=name, method_label=bcauto.instance_label(name, method.label(), self.cfg.block_complexity), method_params=method.params(),
             lossless=method.lossless,
             extra_params=method.extra_params, structure=method.structure.value, task=q.task, category=q.category,
-            subcategory=q.subcategory, question_id=q.id, turn=turn, repeat=repeat,
+            subcategory=q.subcategory, difficulty=q.difficulty, question_id=q.id, turn=turn, repeat=repeat,
             scorer=q.scorer, reference=q.reference_for(turn),
             block_complexity=method.ctx.budget, temperature=self.cfg.temperature, top_p=self.cfg.top_p,
             status="error" if gen is None else "ok", error=error, prompt_tokens=prompt_tokens, max_new_tokens=max_new)
@@ -124,11 +125,13 @@ class Runner:
             row.prompt_tokens, row.new_tokens, row.steps = gen.prompt_tokens, len(gen.output_ids), gen.steps
             row.wall_time, row.prefill_time = gen.wall_time, gen.prefill_time
             row.accept_lengths, row.draft_sizes, row.budget_used = gen.accept_lengths, gen.draft_sizes, gen.budget_used
+            row.draft_path_lengths = gen.draft_path_lengths
             row.step_draft_ms, row.step_verify_ms = gen.step_draft_ms, gen.step_verify_ms
             row.draft_time, row.verify_time, row.overhead_time = gen.draft_time, gen.verify_time, gen.overhead_time
             row.output_ids = gen.output_ids
             row.method_stats = gen.stats
             row.output_text = self.lm.tokenizer.decode(gen.output_ids, skip_special_tokens=True)
+            row.output_pieces = token_pieces(self.lm.tokenizer, gen.output_ids)  # for `report --html`
         row.timestamp = now_iso()
         return row.to_dict()
 

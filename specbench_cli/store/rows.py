@@ -30,6 +30,7 @@ class SampleRow:
     task: str = ""
     category: str
     subcategory: Optional[str] = None
+    difficulty: Optional[str] = None         # the question's difficulty where its suite gives one (SPEED-Bench)
     question_id: str
     turn: int
     repeat: int
@@ -46,6 +47,7 @@ class SampleRow:
     steps: int = 0
     accept_lengths: list = field(default_factory=list)
     draft_sizes: list = field(default_factory=list)
+    draft_path_lengths: Optional[list] = None  # per step: draft positions on the path the target took (older rows: absent)
     budget_used: list = field(default_factory=list)
     step_draft_ms: list = field(default_factory=list)
     step_verify_ms: list = field(default_factory=list)
@@ -54,6 +56,7 @@ class SampleRow:
     overhead_time: float = 0.0
     output_ids: list = field(default_factory=list)
     output_text: str = ""
+    output_pieces: Optional[list] = None     # the text of each output token, one per output id (older rows: absent)
     method_stats: Optional[dict] = None      # a method's own counters (fastcot: iterations, approx tokens...)
     scorer: Optional[str] = None             # quality scorer of this question (specbench_cli/scoring/quality.py)
     reference: Any = None                    # what the scorer compares against (this turn's reference)
@@ -129,6 +132,7 @@ FIELD_TYPES: dict[str, tuple[Any, str]] = {
     "task": (_opt(lambda v: isinstance(v, str)), "a string"),
     "category": (lambda v: isinstance(v, str) and v != "", "a non-empty string"),
     "subcategory": (_opt(lambda v: isinstance(v, str)), "a string or null"),
+    "difficulty": (_opt(lambda v: isinstance(v, str)), "a string or null"),
     "question_id": (lambda v: (isinstance(v, str) and v != "") or _is_int(v), "a string or an integer"),
     "turn": (lambda v: _is_int(v) and 0 <= v < 1000, "an integer in 0..999"),
     "repeat": (lambda v: _is_int(v) and 0 <= v < 100000, "an integer >= 0"),
@@ -144,6 +148,7 @@ FIELD_TYPES: dict[str, tuple[Any, str]] = {
     "steps": (lambda v: _is_int(v) and v >= 0, "an integer >= 0"),
     "accept_lengths": (_ints, "a list of integers"),
     "draft_sizes": (_ints, "a list of integers"),
+    "draft_path_lengths": (_opt(_ints), "a list of integers or null"),
     "budget_used": (_ints, "a list of integers"),
     "step_draft_ms": (_nums, "a list of numbers"),
     "step_verify_ms": (_nums, "a list of numbers"),
@@ -152,6 +157,8 @@ FIELD_TYPES: dict[str, tuple[Any, str]] = {
     "overhead_time": (_is_num, "a number"),
     "output_ids": (_ints, "a list of integers"),
     "output_text": (_opt(lambda v: isinstance(v, str)), "a string"),
+    "output_pieces": (_opt(lambda v: isinstance(v, list) and all(isinstance(x, str) for x in v)),
+                      "a list of strings or null"),
     "ar_match": (_opt(lambda v: isinstance(v, bool)), "true, false or null"),
     "first_mismatch": (_opt(lambda v: _is_int(v) and v >= 0), "an integer >= 0 or null"),
     "timestamp": (_opt(lambda v: isinstance(v, str)), "a string or null"),

@@ -211,9 +211,9 @@ def test_benchmark_and_distillation_encode_a_conversation_identically(tiny_tok):
 
 def test_a_user_jsonl_category_is_reported_as_written_and_spec_bench_folds_mt_bench(tmp_path):
     q = tmp_path / "q.jsonl"
-    q.write_text('{"question_id": 1, "category": "coding", "turns": ["x"]}\n')
-    assert [x.category for x in tasks.get("jsonl").load(str(q))] == ["coding"]
-    assert display_category("coding") == "coding"
+    q.write_text('{"question_id": 1, "category": "cooking", "turns": ["x"]}\n')
+    assert [x.category for x in tasks.get("jsonl").load(str(q))] == ["cooking"]
+    assert display_category("cooking") == "cooking"
     assert tasks.get("spec_bench").reported("writing") == "mt_bench"
     assert display_category("mt_bench") == "MT-bench"
 

@@ -109,12 +109,26 @@ def test_greedy_verifier_takes_longest_matching_path_and_bonus():
     v = verify_greedy(draft, logits)
     assert v.accepted == [2, 3]
     assert v.new_tokens == [20, 21, 99]
+    assert v.rejected and v.path_length == 3  # d offered e (22) and the target refused it
 
 
 def test_greedy_verifier_never_accepts_input_only_nodes():
     draft = Draft(tokens=[20, 21], parents=[-1, 0], acceptable=[False, True])
     v = verify_greedy(draft, _logits_preferring([20, 21, 22]))
     assert v.accepted == [] and v.new_tokens == [20]
+    assert not v.rejected and v.path_length == 0  # an input-only node is no offer
+
+
+def test_path_length_says_whether_the_draft_ran_out_or_was_refused():
+    """Per-position acceptance needs it: a refusal counts against position k, running out does not."""
+    tree = Draft(tokens=[10, 11, 20], parents=[-1, 0, -1])  # root -> a(10) -> b(11); root -> c(20)
+    ran_out = verify_greedy(tree, _logits_preferring([20, 0, 0, 7]))  # c accepted, c has no child
+    assert ran_out.accepted == [2] and not ran_out.rejected and ran_out.path_length == 1
+    refused = verify_greedy(tree, _logits_preferring([10, 99, 0, 0]))  # a accepted, its child b refused
+    assert refused.accepted == [0] and refused.rejected and refused.path_length == 2
+    whole_chain = verify_greedy(Draft.chain([5, 6]), _logits_preferring([5, 6, 9]))
+    assert whole_chain.path_length == 2 and not whole_chain.rejected
+    assert verify_greedy(Draft(), _logits_preferring([4])).path_length == 0
 
 
 def test_greedy_chain_stops_at_first_mismatch():
@@ -172,6 +186,7 @@ def test_oracle_drafts_are_fully_accepted_and_output_is_unchanged(tiny_model, ti
     assert g.output_ids == ar.output_ids
     per_step = 3 if tree else 6  # tree: 3 true nodes fit in 6 slots next to their wrong siblings
     assert all(n == per_step + 1 for n in g.accept_lengths[:-1])
+    assert g.draft_path_lengths[:-1] == [per_step] * (g.steps - 1)  # every offer taken: nothing refused
     assert max(g.budget_used) <= 7
 
 

@@ -128,6 +128,34 @@ def test_chain_alphas_are_conditional_on_the_earlier_positions():
     assert m.chain_alphas([[1, 1]], [[0, 0]]) == {}
 
 
+def test_conditional_acceptance_of_trees_follows_the_path_the_target_took():
+    """A tree step that accepted 1 token: whether position 2 was offered on that path decides
+    whether it counts against p2 (draft_sizes counts every node of the tree, so it cannot say)."""
+    accepts = [[2, 3, 1, 2]]          # accepted drafts 1, 2, 0, 1
+    paths = [[2, 2, 1, 1]]            # step 1 refused at 2; step 2 ran out after 2; step 3 refused at 1; step 4 ran out
+    rates = m.conditional_acceptance(accepts, paths)
+    # p1: 4 steps offered position 1, 3 accepted it; p2: steps 1 and 2 offered it, step 2 accepted
+    assert rates == pytest.approx({1: 3 / 4, 2: 1 / 2})
+    row = make_row("eagle", 1, accepts[0], 1.0, draft_sizes=[9, 9, 9, 9], method_params={"structure": "tree"})
+    tree_new = [{**row, "structure": "tree", "draft_path_lengths": paths[0]}]
+    summary_row = overall(m.summarize(tree_new), "eagle")
+    assert summary_row["conditional_acceptance"] == pytest.approx(rates)
+    assert summary_row["mat"] == pytest.approx(2.0) and summary_row["al_no_bonus"] == pytest.approx(1.0)
+    tree_old = [{**row, "structure": "tree"}]  # written before paths were recorded: not guessed
+    assert overall(m.summarize(tree_old), "eagle")["conditional_acceptance"] == {}
+
+
+def test_conditional_acceptance_of_chains_needs_no_recorded_paths():
+    accepts, drafts = [[4, 1, 3, 2], [2, 3], [2]], [[3, 3, 3, 3], [3, 2], [3]]
+    rows = [make_row("pld", i, a, 1.0, draft_sizes=d) for i, (a, d) in enumerate(zip(accepts, drafts))]
+    rates = overall(m.summarize(rows), "pld")["conditional_acceptance"]
+    assert rates == pytest.approx(m.chain_alphas(accepts, drafts, max_n=3))
+    # recorded paths agree with the chain rule (a chain step is refused unless it took the whole draft)
+    recorded = [{**r, "draft_path_lengths": [min(d, a) for a, d in zip(r["accept_lengths"], r["draft_sizes"])]}
+                for r in rows]
+    assert overall(m.summarize(recorded), "pld")["conditional_acceptance"] == pytest.approx(rates)
+
+
 def test_mbsu_formula():
     rows = [make_row("sps", 1, [1, 2, 3], 1.0, draft_sizes=[4, 4, 4], extra_params=30_000_000),
             make_row("sps", 2, [4], 1.0, draft_sizes=[4], extra_params=30_000_000)]

@@ -201,7 +201,7 @@ def test_write_plots(tmp_path):
     written = plots.write_plots(rows, m.summarize(rows), tmp_path)
     stems = {p.stem for p in written}
     assert stems == {"speedup_by_category", "mat_vs_block_complexity", "accept_length_distribution",
-                     "position_acceptance"}
+                     "position_acceptance", "conditional_acceptance"}
     for path in written:
         head = path.read_bytes()[:8]
         assert head.startswith(b"\x89PNG") if path.suffix == ".png" else head.startswith(b"%PDF")
@@ -210,14 +210,17 @@ def test_write_plots(tmp_path):
 def test_plots_skip_what_the_data_cannot_show(tmp_path, monkeypatch):
     from specbench_cli.report import plots
 
-    for name in ("plot_speedup_by_category", "plot_mat_vs_block_complexity", "plot_accept_length_distribution",
-                 "plot_position_acceptance"):  # record the choice, skip the (slow) drawing
-        monkeypatch.setattr(plots, name, lambda *args, _name=name, **kwargs: [_name])
+    for name in ("draw_speedup_by_category", "draw_mat_vs_block_complexity", "draw_accept_length_distribution",
+                 "draw_position_acceptance", "draw_conditional_acceptance"):  # record the choice, skip the drawing
+        monkeypatch.setattr(plots, name, lambda *args, _name=name, **kwargs: _name)
+    monkeypatch.setattr(plots, "save_figure", lambda fig, directory, stem: [fig])
     rows = small_rows()  # one BC; pld without structure info counts as a chain
     assert plots.write_plots(rows, m.summarize(rows), tmp_path) == [
-        "plot_speedup_by_category", "plot_accept_length_distribution", "plot_position_acceptance"]
-    trees = [{**row, "method_params": {"structure": "tree"}} for row in rows]
-    assert "plot_position_acceptance" not in plots.write_plots(trees, m.summarize(trees), tmp_path)
+        "draw_speedup_by_category", "draw_accept_length_distribution", "draw_position_acceptance",
+        "draw_conditional_acceptance"]
+    trees = [{**row, "method_params": {"structure": "tree"}} for row in rows]  # no recorded draft paths either
+    assert plots.write_plots(trees, m.summarize(trees), tmp_path) == [
+        "draw_speedup_by_category", "draw_accept_length_distribution"]
     ar_only = [row for row in rows if row["method"] == "ar"]
     assert plots.write_plots(ar_only, m.summarize(ar_only), tmp_path) == []
 
