@@ -502,7 +502,7 @@ class SuffixTree:
                 child = node.head_child
                 if child is None:
                     break
-                prob = f32(f32(prob * child.count) / node.count)
+                prob = f32(prob * f32(child.count / node.count))  # the reference's order here: ratio first
                 node, idx = child, 0
                 ref, base = self.seqs[node.ref_seq], node.ref_idx
         out.score = score
