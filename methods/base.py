@@ -117,10 +117,14 @@ class Method(Drafter):
     def label(self) -> str:
         """Display name: the method name plus the options the user changed from their defaults
         (budget-derived values are in `params()`, and the BC is a column of its own)."""
-        given = user_options(self.opts)
+        given = self.shown_options()
         if not given:
             return self.name
         return f"{self.name}(" + ",".join(f"{k}={v}" for k, v in given.items()) + ")"
+
+    def shown_options(self) -> dict:
+        """The options the label shows: those the user changed."""
+        return user_options(self.opts)
 
 
 def user_options(opts) -> dict:

@@ -20,7 +20,7 @@ from typing import Optional
 from specbench_cli.engine.drafter import DecodeState, VerifyResult
 from specbench_cli.engine.tree import Draft
 from specbench_cli.errors import UsageError
-from specbench_cli.methods.base import Delegate, Method
+from specbench_cli.methods.base import Delegate, Method, user_options
 
 HEAD_FALLBACKS = ("eagle", "eagle3", "hydra", "medusa")  # need trained heads: -o OWNER.heads=DIR
 
@@ -57,3 +57,12 @@ class Fallback:
 
     def observe(self, result: VerifyResult) -> None:
         self.method.observe(result)
+
+
+def shown_options(owner: Method, fallback: Optional[Fallback]) -> dict:
+    """The owner's changed options for its label, the fallback shown by its own label (heads by
+    their shape, `hydra(H=4,K=1)`) and no heads folder path (it is in the parameters)."""
+    given = {k: v for k, v in user_options(owner.opts).items() if k != "heads"}
+    if fallback is not None and "fallback" in given:
+        given["fallback"] = fallback.method.label()
+    return given

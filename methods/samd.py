@@ -22,7 +22,7 @@ from specbench_cli.engine.drafter import DecodeState, Structure, VerifyResult
 from specbench_cli.engine.tree import Draft
 from specbench_cli.errors import UsageError
 from specbench_cli.methods.base import Method, opt
-from specbench_cli.methods.fallback import Fallback
+from specbench_cli.methods.fallback import Fallback, shown_options
 
 FALLBACKS = ("recycling", "pld", "eagle", "eagle3", "hydra", "medusa", "none")
 
@@ -124,6 +124,9 @@ class SAMDecoding(Method):
     def setup(self) -> None:
         if self.fallback is not None:
             self.fallback.bind()
+
+    def shown_options(self) -> dict:
+        return shown_options(self, self.fallback)
 
     def params(self) -> dict:
         return {"threshold": self.opts.threshold, "fallback": self.opts.fallback,

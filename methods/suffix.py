@@ -34,7 +34,7 @@ from typing import Optional
 from specbench_cli.engine.drafter import DecodeState, Structure, VerifyResult
 from specbench_cli.engine.tree import Draft
 from specbench_cli.methods.base import Method, opt
-from specbench_cli.methods.fallback import Fallback
+from specbench_cli.methods.fallback import Fallback, shown_options
 from specbench_cli.methods.suffix_tree import SuffixDraft, SuffixTree
 
 FALLBACKS = ("none", "eagle", "eagle3", "hydra", "medusa", "pld")
@@ -70,6 +70,9 @@ class SuffixDecoding(Method):
     def setup(self) -> None:
         if self.fallback is not None:
             self.fallback.bind()
+
+    def shown_options(self) -> dict:
+        return shown_options(self, self.fallback)
 
     def params(self) -> dict:
         return {**{k: v for k, v in super().params().items() if k != "heads"},

@@ -36,8 +36,7 @@ def turn_table(summary: pd.DataFrame) -> TableData:
     """#MAT and speedup of each turn side by side, one row per (model, method[, BC])."""
     turns = sorted(summary["turn"].unique())
     keys = row_keys(summary.assign(category=OVERALL))
-    wide = summary.pivot_table(index=ROW_KEY, columns="turn", values=["mat", "speedup", "speedup_std"],
-                               aggfunc="first", dropna=False)
+    wide = summary.set_index(ROW_KEY + ["turn"])[["mat", "speedup", "speedup_std"]].unstack("turn")
     wide.columns = [f"{name}_t{turn}" for name, turn in wide.columns]
     order = {key: i for i, key in enumerate(dict.fromkeys(summary[ROW_KEY].itertuples(index=False, name=None)))}
     frame = wide.reset_index()

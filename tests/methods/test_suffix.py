@@ -43,6 +43,15 @@ def test_bad_options_are_usage_errors(options, message):
         _suffix(**options)
 
 
+def test_labels_name_the_fallback_by_its_heads_not_their_folder(tiny_heads):
+    from specbench_cli.methods.samd import SAMDecoding
+
+    for cls in (SuffixDecoding, SAMDecoding):
+        label = cls(MethodContext(budget=6), fallback="hydra", heads=tiny_heads["hydra"]).label()
+        assert label == f"{cls.name}(fallback=hydra(H=3,K=2))"
+    assert _suffix(fallback="pld", max_spec_factor=2.0).label() == "suffix(max_spec_factor=2.0,fallback=pld)"
+
+
 def test_an_earlier_answer_is_drafted_from_the_global_tree():
     m = _suffix()
     m.reset([1, 2])

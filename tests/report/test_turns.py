@@ -30,6 +30,14 @@ def test_each_turn_has_its_own_mat_and_speedup():
     assert table.cells()[1] == ["suffix", "2.00", "3.33", "2.00", "4.00"]
 
 
+def test_instances_at_other_budgets_get_their_own_rows():
+    rows = two_turn_rows() + [{**r, "method_label": "suffix@4", "block_complexity": 4}
+                              for r in two_turn_rows() if r["method"] == "suffix"]
+    table = turn_table(turn_summary(rows))
+    assert table.headers[:2] == ["Method", "BC"]
+    assert [c[:2] for c in table.cells()] == [["ar", "8"], ["suffix", "8"], ["suffix@4", "4"]]
+
+
 def test_single_turn_runs_have_no_turn_table(tmp_path):
     rows = [r for r in two_turn_rows() if r["turn"] == 0]
     assert turn_summary(rows).empty
