@@ -18,6 +18,7 @@ _REGISTRY = Registry("method", "specbench.methods", "specbench_cli.methods.base:
     "mask-probe": "specbench_cli.methods.mask_probe:MaskProbe",
     "recycling": "specbench_cli.methods.recycling:TokenRecycling",
     "samd": "specbench_cli.methods.samd:SAMDecoding",
+    "suffix": "specbench_cli.methods.suffix:SuffixDecoding",
     "rest": "specbench_cli.methods.rest:REST",
     "sps": "specbench_cli.methods.sps:SpeculativeSampling",
     "medusa": "specbench_cli.methods.medusa:Medusa",

@@ -97,6 +97,17 @@ class Method(Drafter):
     def setup(self) -> None:
         """Heavy, model-dependent set-up (runs once per run, in `bind`)."""
 
+    # -- what a method learns from its own earlier answers in a run (suffix's global tree) -----
+    def forget(self) -> None:
+        """Drop everything earlier generations left behind. The runner calls it when a pass over
+        the questions starts (the first, after the warm-up, and each `--repeats` pass), so neither
+        the warm-up nor an earlier pass (which answered the same questions) is remembered."""
+
+    def remember(self, output_ids: list[int]) -> None:
+        """The answer of a finished turn of this method in the current pass, in run order: each
+        row the runner writes, and on `--resume` each row the run folder already holds at the
+        point the run reaches it, so a resumed run remembers what an uninterrupted one did."""
+
     # -- description ------------------------------------------------------------------------
     @property
     def extra_params(self) -> int:
@@ -109,10 +120,14 @@ class Method(Drafter):
     def label(self) -> str:
         """Display name: the method name plus the options the user changed from their defaults
         (budget-derived values are in `params()`, and the BC is a column of its own)."""
-        given = user_options(self.opts)
+        given = self.shown_options()
         if not given:
             return self.name
         return f"{self.name}(" + ",".join(f"{k}={v}" for k, v in given.items()) + ")"
+
+    def shown_options(self) -> dict:
+        """The options the label shows: those the user changed."""
+        return user_options(self.opts)
 
 
 def user_options(opts) -> dict:

@@ -84,7 +84,7 @@ class Eagle(HeadsMethod):
     @inference_mode
     def absorb(self, state: DecodeState) -> None:
         """Feed the pending pairs into the head's cache without drafting (for a method that wraps
-        this one and drafts by other means this step, e.g. samd)."""
+        this one and drafts by other means this step, e.g. samd, suffix)."""
         if state.budget - 1 <= 0 or state.remaining <= 1:
             return
         features, tokens = self._pending(state)

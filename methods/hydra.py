@@ -67,6 +67,13 @@ class Hydra(HeadsMethod):
         return self.head.base(self.cache, state.hidden.to(self.device), pos)[-1]
 
     @inference_mode
+    def absorb(self, state: DecodeState) -> None:
+        """Feed the pending positions to the prefix layer without drafting (for a method that
+        wraps this one and drafts by other means this step, e.g. samd, suffix)."""
+        if self.head.prefix is not None and state.budget - 1 > 0 and state.remaining > 1:
+            self._base(state)
+
+    @inference_mode
     def propose(self, state: DecodeState) -> Draft:
         n = state.budget - 1
         if n <= 0 or state.remaining <= 1:

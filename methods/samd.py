@@ -7,9 +7,10 @@ it: after each token it holds the longest suffix of the text that also occurs *e
 automaton is extended only after the matcher has moved, so the match never is the suffix's own
 occurrence). When that suffix is at least `threshold` tokens long, the draft is the chain of
 tokens that followed its first occurrence (up to BC - 1); otherwise the fallback method drafts
-(Spec-Bench's SAMD row uses EAGLE-2 there; `recycling` here by default, `none` for SAM alone).
-The fallback sees every verification either way, so its own state (Token Recycling's matrix)
-stays current. The target verifies every draft: lossless.
+(Spec-Bench's SAMD row uses EAGLE-2 there; `recycling` here by default, `none` for SAM alone,
+or a head drafter: eagle, eagle3, hydra, medusa). The fallback (methods/fallback.py) sees every
+step and every verification either way, so its own state (Token Recycling's matrix, a head's
+KV cache) stays current. The target verifies every draft: lossless.
 """
 
 from __future__ import annotations
@@ -20,10 +21,10 @@ from typing import Optional
 from specbench_cli.engine.drafter import DecodeState, Structure, VerifyResult
 from specbench_cli.engine.tree import Draft
 from specbench_cli.errors import UsageError
-from specbench_cli.methods.base import Delegate, Method, opt
+from specbench_cli.methods.base import Method, opt
+from specbench_cli.methods.fallback import Fallback, shown_options
 
-FALLBACKS = ("recycling", "pld", "eagle", "eagle3", "medusa", "none")
-HEAD_FALLBACKS = ("eagle", "eagle3", "medusa")  # need trained heads: -o samd.heads=DIR
+FALLBACKS = ("recycling", "pld", "eagle", "eagle3", "hydra", "medusa", "none")
 
 
 class SuffixAutomaton:
@@ -96,7 +97,7 @@ class SuffixAutomaton:
 class SAMDOptions:
     threshold: int = opt(2, lo=1, hi=1024)  # shortest match (tokens) whose continuation is drafted
     fallback: str = opt("recycling", choices=FALLBACKS)  # the drafter for short matches (eagle = SAMD[EAGLE2])
-    heads: Optional[str] = None  # heads folder of an eagle / eagle3 / medusa fallback
+    heads: Optional[str] = None  # heads folder of an eagle / eagle3 / hydra / medusa fallback
 
 
 class SAMDecoding(Method):
@@ -111,22 +112,21 @@ class SAMDecoding(Method):
             raise UsageError(f"samd.threshold must be in 1..1024 (got {o.threshold})")
         if o.fallback not in FALLBACKS:
             raise UsageError(f"samd.fallback must be one of {', '.join(FALLBACKS)} (got '{o.fallback}')")
-        if o.fallback in HEAD_FALLBACKS and not o.heads:
-            raise UsageError(f"samd.fallback={o.fallback} drafts from trained heads: pass -o samd.heads=DIR")
-        if o.heads and o.fallback not in HEAD_FALLBACKS:
-            raise UsageError(f"samd.heads is for a head fallback ({', '.join(HEAD_FALLBACKS)}), not '{o.fallback}'")
-        options = {"heads": o.heads} if o.heads else None
-        self.fallback = Delegate(self, o.fallback, options) if o.fallback != "none" else None
-        if self.fallback is None:
+        if o.fallback == "none":
+            if o.heads:
+                raise UsageError("samd.heads is for a head fallback, not 'none'")
+            self.fallback = None
             self.structure = Structure.CHAIN
-        else:  # a head fallback reads the target's hidden states every step (instance attributes)
-            self.needs_hidden_states = self.fallback.method.needs_hidden_states
+        else:
+            self.fallback = Fallback(self, o.fallback, o.heads)
         self.counts = {"sam": 0, "fallback": 0}
 
     def setup(self) -> None:
         if self.fallback is not None:
             self.fallback.bind()
-            self.hidden_layers = getattr(self.fallback.method, "hidden_layers", None)
+
+    def shown_options(self) -> dict:
+        return shown_options(self, self.fallback)
 
     def params(self) -> dict:
         return {"threshold": self.opts.threshold, "fallback": self.opts.fallback,
@@ -136,7 +136,7 @@ class SAMDecoding(Method):
         self.sam = SuffixAutomaton()
         self.counts = {"sam": 0, "fallback": 0}
         if self.fallback is not None:
-            self.fallback.method.reset(prompt_ids)
+            self.fallback.reset(prompt_ids)
 
     def propose(self, state: DecodeState) -> Draft:
         for token in state.ids[len(self.sam.text):]:
@@ -148,18 +148,17 @@ class SAMDecoding(Method):
             chain = self.sam.continuation(n)
             if chain:
                 self.counts["sam"] += 1
-                absorb = getattr(self.fallback.method, "absorb", None) if self.fallback else None
-                if absorb is not None:  # a head fallback keeps its cache current on steps it does not draft
-                    absorb(state)
+                if self.fallback is not None:
+                    self.fallback.skip(state)
                 return Draft.chain(chain)
         if self.fallback is None:
             return Draft()
         self.counts["fallback"] += 1
-        return self.fallback.method.propose(state)
+        return self.fallback.propose(state)
 
     def observe(self, result: VerifyResult) -> None:
         if self.fallback is not None:
-            self.fallback.method.observe(result)
+            self.fallback.observe(result)
 
     def stats(self) -> dict:
         return {"steps_sam": self.counts["sam"], "steps_fallback": self.counts["fallback"]}

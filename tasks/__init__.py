@@ -10,6 +10,7 @@ from specbench_cli.registry import Registry
 
 _REGISTRY = Registry("task", "specbench.tasks", "specbench_cli.tasks.base:Task", {
     "mini": "specbench_cli.tasks.mini:Mini",
+    "refine": "specbench_cli.tasks.refine:Refine",
     "spec_bench": "specbench_cli.tasks.spec_bench:SpecBench",
     "humaneval": "specbench_cli.tasks.humaneval:HumanEval",
     "jsonl": "specbench_cli.tasks.jsonl:Jsonl",

@@ -14,7 +14,7 @@ from rich.markup import escape
 from specbench_cli.atomic import atomic_write
 from specbench_cli.console import err
 from specbench_cli.errors import RuntimeFailure, UsageError
-from specbench_cli.report import metrics, render
+from specbench_cli.report import metrics, render, turns
 from specbench_cli.report import table as report
 from specbench_cli.store.conditions import busy_reason, machine_line
 from specbench_cli.store.runfolder import Run, all_rows, load_runs
@@ -60,6 +60,10 @@ def write_report(run_dirs: List[Path], fmt: Optional[str] = None, output: Option
     extras = extra_tables(rows, summary)
     directory = output or Path(run_dirs[0]) / "report"
     written = write_tables(table, summary, directory, [fmt] if fmt else list(report.FORMATS), extras)
+    per_turn = turns.turn_summary(rows) if fmt is None else []  # --format: table.<ext> only
+    turn_table = turns.turn_table(per_turn) if len(per_turn) else None
+    if turn_table is not None:
+        written += write_tables(turn_table, per_turn, directory, list(report.FORMATS), stem=turns.FILE_STEM)
     if fmt:
         typer.echo(render.render(table, fmt, summary, extras), nl=False)
     else:
@@ -68,6 +72,8 @@ def write_report(run_dirs: List[Path], fmt: Optional[str] = None, output: Option
             if extra.title == report.ACCEPTANCE_TITLE:
                 extra = report.acceptance_table(summary, TERMINAL_POSITIONS)
             report.print_table(extra)
+        if turn_table is not None:
+            report.print_table(turn_table)
     for run, why in busy:
         err.print(f"[yellow]warning:[/] {escape(run.run_id)} was timed on a busy machine ({why}): its speedups "
                   f"are not a quiet machine's", highlight=False)
@@ -146,13 +152,13 @@ def extra_tables(rows: list[dict], summary: pd.DataFrame) -> list[report.TableDa
 
 
 def write_tables(table: report.TableData, summary: pd.DataFrame, directory: Path, formats: list[str],
-                 extras: list[report.TableData] = ()) -> list[Path]:
-    """Write table.<ext> for each format; return the paths."""
+                 extras: list[report.TableData] = (), stem: str = "table") -> list[Path]:
+    """Write <stem>.<ext> for each format (`extras` after the main table); return the paths."""
     try:
         directory.mkdir(parents=True, exist_ok=True)
         paths = []
         for fmt in formats:
-            path = directory / f"table.{report.EXTENSIONS[fmt]}"
+            path = directory / f"{stem}.{report.EXTENSIONS[fmt]}"
             atomic_write(path, render.render(table, fmt, summary, extras))
             paths.append(path)
     except OSError as exc:

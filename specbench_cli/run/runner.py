@@ -9,7 +9,11 @@ Fairness rules this file enforces:
   question to question (so slow drift of the machine does not favour one method), all in
   one process with one model;
 - each method is warmed up once before anything is timed;
-- every method sees the same sampling seed for the same (question, turn, repeat).
+- every method sees the same sampling seed for the same (question, turn, repeat);
+- a method that learns from its own earlier answers (suffix's global tree) starts every pass
+  over the questions (each repeat) remembering nothing, so it never sees another pass's answer
+  to the question it decodes, and is handed each of its finished turns in run order, on
+  `--resume` too (the rows already written, where the run reaches them).
 """
 
 from __future__ import annotations
@@ -146,6 +150,7 @@ class Runner:
                 row = done[key]
                 failed = failed or (row["error"] if row["status"] != "ok" else None)
                 messages.append({"role": "assistant", "content": row.get("output_text", "")})
+                self._remember(method, row)
                 continue
             prompt_ids: list[int] = []
             if failed:
@@ -166,9 +171,15 @@ class Runner:
                 if ref is not None and ref["status"] == "ok" and row["status"] == "ok":
                     row["ar_match"], row["first_mismatch"] = compare_ids(row["output_ids"], ref["output_ids"])
             self.store.append(row)
+            self._remember(method, row)
             self.live.add(row)
             self.on_row(row, self.live)
             messages.append({"role": "assistant", "content": row["output_text"]})
+
+    @staticmethod
+    def _remember(method, row: dict) -> None:
+        if row["status"] == "ok":
+            method.remember(list(row["output_ids"]))
 
     # -- the whole run ------------------------------------------------------------------------
     def work(self, questions) -> list[tuple[str, Any, int]]:
@@ -198,7 +209,16 @@ class Runner:
         finished = total - len(todo)
         if progress:
             progress(finished, total)
-        for name, q, r in todo:
+        pending = {(name, q.task, q.id, r) for name, q, r in todo}
+        passes: dict[str, int] = {}  # method -> the repeat its memory of the run belongs to
+        for name, q, r in units:
+            if passes.get(name) != r:
+                self.methods[name].forget()
+                passes[name] = r
+            if (name, q.task, q.id, r) not in pending:  # finished before a --resume: remembered, not rerun
+                for turn in range(len(q.turns)):
+                    self._remember(self.methods[name], done[(name, q.task, q.id, turn, r)])
+                continue
             self._run_question(name, q, r, done, ar_rows)
             finished += 1
             if progress:

@@ -322,8 +322,12 @@ CASES = [
     ("run --methods recycling -o recycling.k=0", 2, "recycling.k must be between 1 and 64 (got 0)"),
     ("run --methods recycling -o recycling.tree={latin1.jsonl}", 2, "recycling.tree: {latin1.jsonl} is not a JSON file"),
     ("run --methods recycling -o recycling.order=widest", 2, "recycling.order must be one of prior, bfs"),
-    ("run --methods samd -o samd.fallback=eagle2", 2, "samd.fallback must be one of recycling, pld, eagle, eagle3, medusa, none"),
+    ("run --methods samd -o samd.fallback=eagle2", 2, "samd.fallback must be one of recycling, pld, eagle, eagle3, hydra, medusa, none"),
     ("run --methods samd -o samd.threshold=0", 2, "samd.threshold must be between 1 and 1024 (got 0)"),
+    ("run --methods suffix -o suffix.max_tree_depth=0", 2, "suffix.max_tree_depth must be between 1 and 512 (got 0)"),
+    ("run --methods suffix -o suffix.min_token_prob=2", 2, "suffix.min_token_prob must be between 0.0 and 1.0 (got 2.0)"),
+    ("run --methods suffix -o suffix.fallback=hydra", 2, "suffix.fallback=hydra drafts from trained heads: pass -o suffix.heads=DIR"),
+    ("run --methods suffix -o suffix.fallback=pld -o suffix.heads={folder}", 2, "suffix.heads is for a head fallback"),
     # --- run --resume: the manifest, and flags that contradict it
     ("run --resume {folder}", 2, "is not a run folder (no manifest.json)"),
     ("run --resume {run_config_oops}", 2, "{run_config_oops}/manifest.json: 'config' must be an object"),

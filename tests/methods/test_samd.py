@@ -79,12 +79,13 @@ def test_bad_options_are_usage_errors(options, message):
         _samd(**options)
 
 
-@pytest.mark.parametrize("fallback", ["eagle", "eagle3", "medusa"])
+@pytest.mark.parametrize("fallback", ["eagle", "eagle3", "hydra", "medusa"])
 @pytest.mark.parametrize("budget", [4, 10, 30])
 def test_samd_with_a_head_fallback_equals_ar_and_uses_both_drafters(fallback, budget, tiny_model, tiny_tok,
                                                                       tiny_heads, tmp_path_factory):
     """Spec-Bench's SAMD[EAGLE2] row: the automaton drafts long matches, the heads the rest; the
-    heads' cache is fed on the automaton's steps too (absorb), so every step stays exact."""
+    heads' cache (EAGLE's, Hydra's prefix layer) is fed on the automaton's steps too (absorb), so
+    every step stays exact."""
     from helpers.tiny import EOS
     from helpers.tiny_eagle3 import train_tiny_eagle3
 

@@ -22,6 +22,14 @@ def test_mini_suite_covers_the_six_categories_and_has_multi_turn_prompts():
     assert len({q.id for q in qs}) == len(qs)
 
 
+def test_refine_suite_asks_every_question_twice_the_second_time_about_the_first_answer():
+    qs = tasks.get("refine").load()
+    assert {q.category: sum(x.category == q.category for x in qs) for q in qs} == {c: 3 for c in SPEC_BENCH_CATEGORIES}
+    assert all(len(q.turns) == 2 for q in qs) and len({q.id for q in qs}) == len(qs)
+    revise = ("revise", "rewrite", "shorten", "continue", "repeat", "check", "now", "same")
+    assert all(any(w in q.turns[1].lower() for w in revise) for q in qs)
+
+
 def test_real_spec_bench_file(spec_bench_questions):
     qs = tasks.get("spec_bench").load(spec_bench_questions)
     assert len(qs) == 480

@@ -85,9 +85,12 @@ def calibrate_one(spec: str, cfg, lm, decoder, prompts: list[list[int]], curve: 
         method = plan_instance(cfg, spec, b).bind(lm.model, lm.tokenizer)
         if i == 0:  # untimed warm-up, as the runner does before anything it reports
             decoder.generate(method, prompts[0], min(16, max_new), b, _generator(cfg))
+        method.forget()  # a pass over the calibration prompts, as the runner's over the questions
         profile = bcauto.Profile(budget=b)
         for ids in prompts:
-            profile.add(decoder.generate(method, ids, max_new, b, _generator(cfg)))
+            gen = decoder.generate(method, ids, max_new, b, _generator(cfg))
+            profile.add(gen)
+            method.remember(gen.output_ids)
         profiles.append(profile)
         progress(f"{spec} BC {b}")
     chosen, predicted = bcauto.choose_budget(profiles, bcauto.monotone(curve.ms))
