@@ -103,7 +103,7 @@ def _execute(cfg: RunConfig, store: Optional[RunFolder], report: bool, trust_rem
     clock = time.monotonic()
 
     def eta(done: int, total: int) -> str:
-        """', eta M:SS' from this session's pace (units differ in length: a rough guide)."""
+        """', eta M:SS' from this process's pace so far (units differ in length: a rough guide)."""
         if not total or done >= total:
             return ""
         left = (time.monotonic() - clock) / done * (total - done)
