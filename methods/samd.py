@@ -17,10 +17,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
+from specbench_cli.engine.draft import Draft
 from specbench_cli.engine.drafter import DecodeState, Structure, VerifyResult
-from specbench_cli.engine.tree import Draft
 from specbench_cli.errors import UsageError
-from specbench_cli.methods.base import Delegate, Method, opt
+from specbench_cli.methods.core.method import Delegate, Method
+from specbench_cli.options import opt
 
 FALLBACKS = ("recycling", "pld", "eagle", "eagle3", "medusa", "none")
 HEAD_FALLBACKS = ("eagle", "eagle3", "medusa")  # need trained heads: -o samd.heads=DIR

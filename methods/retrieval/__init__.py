@@ -1,0 +1,2 @@
+"""What retrieval drafting reads, not a method itself: REST's datastore (`datastore.py`), built by
+`specbench datastore build` and searched by `methods/rest.py`."""
