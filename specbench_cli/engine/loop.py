@@ -211,20 +211,29 @@ class Decoder:
             g.verify_time += verifying
             g.overhead_time += (t_model - t1) + (t3 - t2)
 
-        # 3. cut at EOS and at the cap, exactly as for every other method
+        out_ids, epi = self._cut(drafter, produced, max_new_tokens)  # 3.
+        if epi is not None:                                            # 4. lossy only
+            out_ids = self._epilogue(cache, list(prompt_ids), out_ids, epi, generator, g)
+        self._stats(drafter, epi, g)
+        _sync(self.device)
+        g.wall_time = clock() - t_start
+        g.output_ids = out_ids
+        return g
+
+    def _cut(self, drafter: Drafter, produced: list[int], max_new_tokens: int) -> tuple[list[int], Any]:
+        """The output cut at EOS and at the cap, exactly as for every other method, and the
+        drafter's epilogue for it (None unless a lossy drafter asks for one)."""
         out_ids = produced[:max_new_tokens]
         for i, tok in enumerate(out_ids):
             if tok in self.eos_ids:
                 out_ids = out_ids[: i + 1]
                 break
-        epilogue, stats = getattr(drafter, "epilogue", None), getattr(drafter, "stats", None)
-        epi = epilogue([t for t in out_ids if t not in self.eos_ids]) if epilogue else None  # 4. lossy only
-        if epi is not None:
-            out_ids = self._epilogue(cache, list(prompt_ids), out_ids, epi, generator, g)
+        epilogue = getattr(drafter, "epilogue", None)
+        return out_ids, (epilogue([t for t in out_ids if t not in self.eos_ids]) if epilogue else None)
+
+    @staticmethod
+    def _stats(drafter: Drafter, epi: Any, g: Generation) -> None:
+        stats = getattr(drafter, "stats", None)
         g.stats = stats() if stats else None
         if epi is not None:
             g.stats = {**(g.stats or {}), "answer_tokens": g.epilogue_tokens}
-        _sync(self.device)
-        g.wall_time = clock() - t_start
-        g.output_ids = out_ids
-        return g

@@ -147,3 +147,39 @@ def paths_to_parents(paths: list[list[int]]) -> tuple[list[int], list[tuple[int,
     index = {pre: i for i, pre in enumerate(prefixes)}
     parents = [index[pre[:-1]] if len(pre) > 1 else -1 for pre in prefixes]
     return parents, prefixes
+
+
+def batch_tree_inputs(parents: list[list[int] | tuple[int, ...]], starts: list[int], ends: list[int], past: int,
+                      q: int, dtype: torch.dtype, device: torch.device | str) -> tuple[torch.Tensor, torch.Tensor]:
+    """Attention mask and position ids for one forward over B sequences' roots + trees, each
+    padded to `q` rows, after `past` cache slots (`engine/cache.py: BatchKVCache`).
+
+    Row r of sequence b is its root (r = 0), node r-1 (r <= n_b), or padding. A real row sees
+    the sequence's cached slots `starts[b] .. ends[b]-1` and, among the new rows, itself and its
+    ancestors; a padding row sees the cached slots and itself (so its softmax is well defined;
+    its output is never read). Position of a real row: `ends[b] - starts[b] + depth`; padding
+    rows repeat the root's.
+
+    Returns:
+        mask: `[B, 1, q, past + q]` additive float mask (0 visible, dtype min hidden).
+        position_ids: `[B, q]`.
+    """
+    b = len(parents)
+    low = torch.finfo(dtype).min
+    cols = torch.arange(past)
+    start = torch.tensor(starts, dtype=torch.long)[:, None]
+    end = torch.tensor(ends, dtype=torch.long)[:, None]
+    mask = torch.full((b, 1, q, past + q), low, dtype=dtype)
+    mask[:, 0, :, :past].masked_fill_(((cols >= start) & (cols < end))[:, None, :], 0.0)
+    block = mask[:, 0, :, past:]
+    block.diagonal(dim1=1, dim2=2).fill_(0.0)
+    pos = torch.empty((b, q), dtype=torch.long)
+    for i, tree in enumerate(parents):
+        key = tuple(tree)
+        n = len(key) + 1
+        if n > 1:
+            block[i, :n, :n] = _local_additive(key, dtype)
+        root = ends[i] - starts[i]
+        pos[i] = root
+        pos[i, :n] += _position_offsets(key)
+    return mask.to(device), pos.to(device)

@@ -129,12 +129,12 @@ def _rope_tables(body: Any, h: torch.Tensor, position_ids: torch.Tensor) -> tupl
 
 def _layer(layer: Any, h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, mask: Optional[torch.Tensor],
            cache: Any, heads: int, kv_heads: int, head_dim: int, eps: float, short: bool) -> torch.Tensor:
-    """One decoder layer: `h` `[1, T, hidden]` -> `[1, T, hidden]`; writes this layer's keys/values to `cache`."""
+    """One decoder layer: `h` `[B, T, hidden]` -> `[B, T, hidden]`; writes this layer's keys/values to `cache`."""
     a = layer.self_attn
     b, t, hidden = h.shape
     x = F.rms_norm(h, (hidden,), layer.input_layernorm.weight, eps)
     lin = layer._lin
-    qkv = lin["qkv"](x).view(b, t, heads + 2 * kv_heads, head_dim)
+    qkv = _rows(lin["qkv"], x).view(b, t, heads + 2 * kv_heads, head_dim)
     qk = qkv[:, :, :heads + kv_heads]
     qk = qk * cos + qk.roll(head_dim // 2, dims=-1) * sin  # rope on queries and keys at once
     q = qk[:, :, :heads].transpose(1, 2)
@@ -143,23 +143,33 @@ def _layer(layer: Any, h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, ma
     if cache is not None:
         k, v = cache.update(k, v, a.layer_idx)
     if short:
-        out, _ = short_attention(a, q, k, v, mask, scaling=a.scaling, force=True)  # [1, T, heads, head_dim]
+        out, _ = short_attention(a, q, k, v, mask, scaling=a.scaling, force=True)  # [B, T, heads, head_dim]
     else:
         out = long_attention(q, k, v, mask, a.scaling)
-    h = h + lin["o"](out.reshape(b, t, heads * head_dim))
+    h = h + _rows(lin["o"], out.reshape(b, t, heads * head_dim))
     x = F.rms_norm(h, (hidden,), layer.post_attention_layernorm.weight, eps)
-    gate, up = lin["gate_up"](x).chunk(2, dim=-1)
-    return h + lin["down"](F.silu(gate) * up)
+    gate, up = _rows(lin["gate_up"], x).chunk(2, dim=-1)
+    return h + _rows(lin["down"], F.silu(gate) * up)
+
+
+def _rows(linear: Any, x: torch.Tensor) -> torch.Tensor:
+    """`linear` over `x` `[b, t, in]` as one block of b*t rows: the kernel plan is chosen by the
+    rows a product multiplies, which for a batch is every sequence's rows together."""
+    if x.shape[0] == 1:
+        return linear(x)
+    return linear(x.reshape(1, -1, x.shape[-1])).view(*x.shape[:-1], -1)
 
 
 def lean_decoder_forward(self: Any, input_ids: Optional[torch.Tensor] = None,
                          attention_mask: Optional[torch.Tensor] = None, position_ids: Optional[torch.Tensor] = None,
                          past_key_values: Any = None, inputs_embeds: Optional[torch.Tensor] = None,
                          use_cache: Optional[bool] = None, **kwargs: Any):
-    """Drop-in for `LlamaModel.forward` (batch 1): `last_hidden_state` `[1, T, hidden]` after the final norm.
+    """Drop-in for `LlamaModel.forward`: `last_hidden_state` `[B, T, hidden]` after the final norm.
 
-    attention_mask: None (causal), or the engine's additive `[1, 1, T, past + T]` tree mask;
-    a 2-D padding mask is accepted only when it hides nothing (batch 1 has no padding).
+    attention_mask: None (causal), or the engine's additive `[B, 1, T, past + T]` tree mask;
+    a 2-D padding mask is accepted only when it hides nothing. A batch of several sequences
+    (engine/batch.py) comes with that 4-D mask and its `[B, T]` position ids: each sequence's
+    own cached slots, tree and positions.
     """
     from transformers.modeling_outputs import BaseModelOutputWithPast
 
@@ -169,8 +179,8 @@ def lean_decoder_forward(self: Any, input_ids: Optional[torch.Tensor] = None,
     if (input_ids is None) == (inputs_embeds is None):
         raise ValueError("give exactly one of input_ids or inputs_embeds")
     h = self.embed_tokens(input_ids) if inputs_embeds is None else inputs_embeds
-    if h.shape[0] != 1:
-        raise ValueError("the lean forward runs batch size 1")
+    if h.shape[0] != 1 and (attention_mask is None or attention_mask.dim() != 4 or position_ids is None):
+        raise ValueError("the lean forward runs a batch of several sequences only with a 4-D mask and position ids")
     if attention_mask is not None and attention_mask.dim() == 2:
         if not bool(attention_mask.all()):
             raise ValueError("the lean forward takes no padding mask")
