@@ -41,6 +41,7 @@ MAX_BUDGET = 4096                   # tokens per forward (Spec-Bench's largest t
 MAX_NEW_TOKENS = 1_000_000          # per turn
 MAX_REPEATS = 10_000
 MAX_THREADS = 4096
+MAX_BATCH = 256                     # sequences decoded together (the KV cache's memory is checked too: run/limits.py)
 DEFAULT_CALIBRATION_QUESTIONS = 6   # one per mini category: acceptance differs by kind of text
 CALIBRATION_TOKENS = 32             # new tokens per calibration question (first turn only)
 
@@ -355,6 +356,12 @@ class RunConfig:
         check=parse_bc,
         grid=Grid("bcs", "a non-empty list of integers >= 1 or \"auto\" (docs/block-complexity-auto.md)",
                   expands=True))
+    batch_size: int = option(
+        1, cli=Cli(("--batch-size",), "Decode N questions at a time, one target forward per step over every live "
+                   "sequence (1: one question at a time). AR runs at the same N as the baseline of every speedup; "
+                   "docs/batch.md."),
+        check=_at_least(1, "--batch-size", MAX_BATCH),
+        grid=Grid("batch_sizes", "a non-empty list of integers >= 1 (one job per batch size)", expands=True))
     max_new_tokens: int = option(128, cli=Cli(("--max-new-tokens",), "Generation cap per turn."),
                                  check=_at_least(1, "--max-new-tokens", MAX_NEW_TOKENS),
                                  grid=Grid("max_new_tokens", f"an integer between 1 and {MAX_NEW_TOKENS}"))

@@ -19,6 +19,8 @@ def cost(
     device: str = typer.Option("cpu", "--device", help="cpu or cuda (cuda:N)."),
     threads: Optional[int] = typer.Option(None, "--threads", help="torch intra-op threads (default: min(cores, 2))."),
     max_q: int = typer.Option(64, "--max-q", help="Measure q = 1..MAX_Q tokens per forward."),
+    batch_size: int = typer.Option(1, "--batch-size", help="Sequences per forward: measure t(N, q), one forward over "
+                                   "N sequences of q tokens each, as `run --batch-size N` decodes (docs/batch.md)."),
     context: int = typer.Option(400, "--context", help="Tokens already in the KV cache for every timed forward."),
     repeats: int = typer.Option(5, "--repeats", help="Timed rounds; each q's value is the median over rounds."),
     warmup: int = typer.Option(3, "--warmup", help="Untimed forwards before timing."),
@@ -30,11 +32,11 @@ def cost(
     kernels: str = typer.Option("auto", "--kernels", help="The lean forward's matrix kernels: auto (timed once on "
                                 "this CPU) or mkl, mkl-t, mkl-wx, onednn, onednn-t, onednn-packed, mkl-packed (as for run)."),
 ) -> None:
-    """Measure the device's cost curve t(q): one target forward over q tokens (cached per model/device/dtype/threads)."""
+    """Measure the device's cost curve t(q): one target forward over q tokens (cached per model/device/dtype/threads; t(N, q) with --batch-size N)."""
     from specbench_cli.models.load import check_device, torch_dtype
     from specbench_cli.run.auto import cost as c
 
-    c.validate(max_q, context, repeats, warmup)
+    c.validate(max_q, context, repeats, warmup, batch_size)
     from specbench_cli.engine.forward.modes import check as check_forward
 
     check_forward(forward)
@@ -54,7 +56,7 @@ def cost(
     n_threads = set_threads(threads)
     lm = load_model(model, device=device, dtype=dtype, forward=forward, kernels=kernels, refresh_kernels=refresh,
                     note=lambda text: err.print(f"[dim]{text}[/dim]"))
-    key = c.curve_key(model, lm.resolved, device, dtype, n_threads, context, lm.forward, lm.kernels)
+    key = c.curve_key(model, lm.resolved, device, dtype, n_threads, context, lm.forward, lm.kernels, batch_size)
     curve = None if refresh else c.load_cached(key)
     if curve is not None and curve.max_q >= max_q:
         err.print(f"[dim]cached curve {c.cache_path(key)} (measured {curve.measured_at}; --refresh to measure again)[/dim]")
@@ -62,10 +64,12 @@ def cost(
         from rich.progress import Progress
 
         with Progress(console=err, transient=True) as bar:
-            task = bar.add_task(f"timing q=1..{max_q}", total=repeats * max_q)
+            task = bar.add_task(f"timing q=1..{max_q}" + (f" x {batch_size} sequences" if batch_size > 1 else ""),
+                                total=repeats * max_q)
             curve = c.measure_curve(lm.model, max_q, context, repeats, warmup, key=key,
-                                    progress=lambda done, total: bar.update(task, completed=done))
-    if curve.roofline is None and device.startswith("cpu"):  # measured with the curve, and for older cached ones
+                                    progress=lambda done, total: bar.update(task, completed=done), batch_size=batch_size)
+    if curve.roofline is None and device.startswith("cpu") and batch_size == 1:  # measured with the curve, and for
+        # older cached ones; the floor is one sequence's (a batch reads every sequence's cache: not modelled)
         from specbench_cli.run.auto.roofline import measure as measure_roofline
 
         roof = measure_roofline(lm.model, context)
@@ -78,7 +82,8 @@ def cost(
     from specbench_cli.engine.forward.cpuinfo import cpu_flags, cpu_model
 
     cols = ["q", "ms", "t(q)/t(1)"] + (["floor ms", "t(q)/floor", "bound"] if curve.roofline else [])
-    t = Table(*cols, title=f"cost of one forward: {model}, {device}, {dtype}, {n_threads} threads, "
+    batch = f"{batch_size} sequences of q tokens, " if batch_size > 1 else ""
+    t = Table(*cols, title=f"cost of one forward: {batch}{model}, {device}, {dtype}, {n_threads} threads, "
               f"context {context}, forward {lm.forward}")
     for q, ms, ratio in c.curve_rows(curve, every=4):
         if q <= max_q:

@@ -253,6 +253,11 @@ class BatchKVCache:
         for layer in self.hf.layers:
             layer.set_length(new_length)
 
+    def crop_to(self, length: int) -> None:
+        """Forget every slot from `length` on (rows' ends must not pass it): a forward rolled back."""
+        for layer in self.hf.layers:
+            layer.set_length(length)
+
     def drop(self, row: int) -> None:
         """Remove a finished sequence's row; the last row moves into its place (callers reorder likewise)."""
         for layer in self.hf.layers:

@@ -181,6 +181,56 @@ def declared_layers(ref: str) -> Optional[int]:
     return declared_field(ref, "block_count", "num_hidden_layers")
 
 
+# (GGUF key after `<arch>.`, config.json key) of what sizes a KV cache
+KV_FIELDS = {"layers": ("block_count", "num_hidden_layers"), "kv_heads": ("attention.head_count_kv", "num_key_value_heads"),
+             "heads": ("attention.head_count", "num_attention_heads"), "hidden": ("embedding_length", "hidden_size"),
+             "head_dim": ("attention.key_length", "head_dim")}
+
+
+def kv_shape(values: dict) -> Optional[tuple[int, int, int]]:
+    """(layers, kv heads, head dim) from KV_FIELDS' values (None where missing): kv heads default
+    to the attention heads, the head dim to hidden / heads. None when that is not enough."""
+    layers, heads = values.get("layers"), values.get("heads")
+    kv_heads = values.get("kv_heads") or heads
+    head_dim = values.get("head_dim") or (values["hidden"] // heads if values.get("hidden") and heads else None)
+    return (layers, kv_heads, head_dim) if layers and kv_heads and head_dim else None
+
+
+def declared_kv_shape(ref: str) -> Optional[tuple[int, int, int]]:
+    """(layers, kv heads, head dim) `ref` declares in its header, without loading anything (None
+    for a hub id, or a header that does not say)."""
+    import json as _json
+
+    from specbench_cli.models import header
+
+    kind, location = resolve(ref)
+    values: dict = {}
+    if kind == "gguf":
+        arch = header.gguf_metadata(Path(location)).get("general.architecture")
+        if arch:
+            keys = tuple(f"{arch}.{g}" for g, _ in KV_FIELDS.values())
+            meta = header.gguf_metadata(Path(location), keys)
+            values = {name: meta.get(f"{arch}.{g}") for name, (g, _) in KV_FIELDS.items()}
+    elif kind == "folder":
+        try:
+            config = _json.loads((Path(location) / "config.json").read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, ValueError):
+            return None
+        if isinstance(config, dict):
+            text = config.get("text_config") if isinstance(config.get("text_config"), dict) else {}
+            values = {name: config.get(c, text.get(c)) for name, (_, c) in KV_FIELDS.items()}
+    values = {k: int(v) for k, v in values.items() if isinstance(v, int) and not isinstance(v, bool) and v > 0}
+    return kv_shape(values)
+
+
+def model_kv_shape(model: Any) -> Optional[tuple[int, int, int]]:
+    """(layers, kv heads, head dim) of a loaded model, from its (text) config."""
+    config = getattr(model, "config", None)
+    config = getattr(config, "text_config", None) or config
+    values = {name: getattr(config, c, None) for name, (_, c) in KV_FIELDS.items()}
+    return kv_shape({k: int(v) for k, v in values.items() if isinstance(v, int) and not isinstance(v, bool) and v > 0})
+
+
 def converted_gguf_dir(gguf_path: str) -> Path:
     """Convert a GGUF file to a safetensors folder once; return the folder.
 

@@ -7,7 +7,7 @@ Everything here is a pure function of the rows of `samples.jsonl` (optionally ta
 `run_id`, `model` and `target_params` by `runfolder.Run.tagged_rows`). Nothing reads files.
 
 Units:
-- a *question* is (run, model, task, question_id, repeat) with all its turns; its throughput is
+- a *question* is (run, model, task, question_id, repeat, batch size) with all its turns; its throughput is
   `sum(new_tokens) / sum(wall_time)` over the turns. Questions with an errored turn are left
   out of throughput and speedup (and counted in `n_errors`).
 - a *replicate* is (run_id, repeat): speedups are computed per replicate and then averaged.
@@ -26,10 +26,10 @@ from specbench_cli.tasks.categories import OVERALL, canonical_category, order_ca
 
 AR_METHOD = "ar"
 
-QUESTION_KEY = ["run_id", "model", "task", "category", "question_id", "repeat"]
+QUESTION_KEY = ["run_id", "model", "task", "category", "question_id", "repeat", "batch_size"]
 METHOD_KEY = ["method", "method_label", "block_complexity"]
 REPLICATE_KEY = ["run_id", "repeat"]
-DEFAULT_BY = ("model", "method_label", "block_complexity", "category")
+DEFAULT_BY = ("model", "method_label", "block_complexity", "batch_size", "category")
 GROUPABLE = frozenset(QUESTION_KEY + METHOD_KEY)
 
 # Defaults for keys a row may lack (untagged rows, error rows, older writers): the run tags,
@@ -41,7 +41,7 @@ ROW_DEFAULTS = {
     **{k: v for k, v in _row_defaults().items()
        if k in ("task", "block_complexity", "extra_params", "lossless", "method_params", "structure",
                 "new_tokens", "wall_time", "steps", "accept_lengths", "draft_sizes", "draft_path_lengths",
-                "ar_match", "difficulty")},
+                "ar_match", "difficulty", "batch_size", "batch_id")},
 }
 
 
@@ -58,6 +58,7 @@ def to_frame(rows: Sequence[dict] | pd.DataFrame) -> pd.DataFrame:
         return df
     df["question_id"] = df["question_id"].astype(str)
     df["block_complexity"] = df["block_complexity"].fillna(0).astype(int)
+    df["batch_size"] = df["batch_size"].fillna(1).astype(int)
     df["category"] = [canonical_category(t, c) for t, c in zip(df["task"], df["category"])]
     for key in ("accept_lengths", "draft_sizes"):
         df[key] = df[key].map(lambda v: list(v) if isinstance(v, (list, tuple)) else [])
@@ -94,19 +95,21 @@ def ar_source_runs(tp: pd.DataFrame) -> dict[tuple[str, str], str]:
     """(run_id, model) -> run whose `ar` rows serve as its baseline.
 
     A run's own `ar` rows are preferred; a run without them borrows those of the first loaded
-    run with `ar` rows for the same model (so `report ar_run method_run` works).
+    run with `ar` rows for the same model at the same batch size (so `report ar_run method_run`
+    works; AR at batch size N is the baseline at N).
     """
-    ar_pairs = tp.loc[tp["method"] == AR_METHOD, ["run_id", "model"]].drop_duplicates()
-    first_ar_run: dict[str, str] = {}
-    for run_id, model in ar_pairs.itertuples(index=False):
-        first_ar_run.setdefault(model, run_id)
-    own = set(ar_pairs.itertuples(index=False, name=None))
+    cols = ["run_id", "model", "batch_size"]
+    ar_pairs = tp.loc[tp["method"] == AR_METHOD, cols].drop_duplicates()
+    first_ar_run: dict[tuple, str] = {}
+    for run_id, model, n in ar_pairs.itertuples(index=False):
+        first_ar_run.setdefault((model, n), run_id)
+    own = {(run_id, model) for run_id, model, _ in ar_pairs.itertuples(index=False)}
     sources = {}
-    for run_id, model in tp[["run_id", "model"]].drop_duplicates().itertuples(index=False):
+    for run_id, model, n in tp[cols].drop_duplicates().itertuples(index=False):
         if (run_id, model) in own:
             sources[(run_id, model)] = run_id
-        elif model in first_ar_run:
-            sources[(run_id, model)] = first_ar_run[model]
+        elif (model, n) in first_ar_run:
+            sources[(run_id, model)] = first_ar_run[(model, n)]
     return sources
 
 
@@ -363,8 +366,8 @@ def summarize(
 ) -> pd.DataFrame:
     """Metrics per group; with `category` in `by` and `overall`, also category `overall`.
 
-    `by` may use any of: model, method, method_label, block_complexity, run_id, task,
-    category, question_id, repeat. The `overall` rows pool all questions (Spec-Bench's
+    `by` may use any of: model, method, method_label, block_complexity, batch_size, run_id,
+    task, category, question_id, repeat. The `overall` rows pool all questions (Spec-Bench's
     `--task overall`), they are not an average of the category figures.
     """
     by = list(by)
@@ -394,7 +397,7 @@ def sort_summary(summary: pd.DataFrame) -> pd.DataFrame:
     if "method_label" in summary:
         keys["not_ar"] = summary["method_label"] != AR_METHOD
         keys["label"] = summary["method_label"]
-    for col in ("block_complexity", "run_id", "repeat"):
+    for col in ("block_complexity", "batch_size", "run_id", "repeat"):
         if col in summary:
             keys[col] = summary[col]
     if "category" in summary:

@@ -271,9 +271,13 @@ def figures(rows: Sequence[dict] | pd.DataFrame, summary: pd.DataFrame) -> Itera
     """(stem, title, figure) of every figure the data supports, one at a time.
 
     Speedup bars need a method with a speedup; #MAT vs BC needs two block complexities;
-    the distribution needs a drafting method; k-alpha needs a chain drafter.
+    the distribution needs a drafting method; k-alpha needs a chain drafter. Runs at several
+    batch sizes: these figures show the smallest one (report/batch.py draws speedup against N).
     """
     frame = metrics.to_frame(rows)
+    if "batch_size" in summary and summary["batch_size"].nunique() > 1:
+        smallest = summary["batch_size"].min()
+        summary, frame = summary[summary["batch_size"] == smallest], frame[frame["batch_size"] == smallest]
     drafting = _methods_only(summary)
     palette = method_palette(list(drafting[["model", "method_label"]].itertuples(index=False, name=None)))
     if drafting["speedup"].notna().any():

@@ -77,6 +77,12 @@ def write_report(run_dirs: List[Path], fmt: Optional[str] = None, output: Option
     for run, why in busy:
         err.print(f"[yellow]warning:[/] {escape(run.run_id)} was timed on a busy machine ({why}): its speedups "
                   f"are not a quiet machine's", highlight=False)
+    from specbench_cli.report.batch import write_batch_report
+
+    batch_table, batch_files = write_batch_report(rows, directory, [fmt] if fmt else list(report.FORMATS), plots)
+    written += batch_files
+    if batch_table is not None and not fmt:
+        report.print_table(batch_table)
     if plots:
         from specbench_cli.report import plots as figures  # matplotlib only when figures are wanted
 

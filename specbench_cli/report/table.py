@@ -32,7 +32,7 @@ DEFAULT_COLUMNS = ("median", "agree")  # `report` and the table at the end of `r
 FORMATS = ("markdown", "csv", "latex", "json")
 EXTENSIONS = {"markdown": "md", "csv": "csv", "latex": "tex", "json": "json"}
 MISSING = "–"
-ROW_KEY = ["model", "method_label", "block_complexity"]
+ROW_KEY = ["model", "method_label", "block_complexity", "batch_size"]
 
 
 @dataclass(frozen=True)
@@ -121,12 +121,21 @@ def relative_change(before: float, after: float) -> str:
 
 
 def row_keys(*summaries: pd.DataFrame) -> list[str]:
-    """Columns identifying a table row: model and method, plus BC when a method has several."""
-    for summary in summaries:
-        overall = summary[summary["category"] == OVERALL]
-        if overall.groupby(["model", "method_label"])["block_complexity"].nunique().gt(1).any():
-            return ROW_KEY
-    return ROW_KEY[:2]
+    """Columns identifying a table row: model and method, plus BC when a method has several,
+    plus the batch size when a method was run at several."""
+    keys = ROW_KEY[:2]
+    for extra in ROW_KEY[2:]:
+        for summary in summaries:
+            overall = summary[summary["category"] == OVERALL]
+            if extra in overall and overall.groupby(["model", "method_label"])[extra].nunique().gt(1).any():
+                keys = keys + [extra]
+                break
+    return keys
+
+
+def batched(summary: pd.DataFrame) -> bool:
+    """Whether any of the summary's rows were decoded at a batch size above 1."""
+    return "batch_size" in summary and bool((summary["batch_size"] > 1).any())
 
 
 def wide_frame(summary: pd.DataFrame) -> pd.DataFrame:
@@ -170,6 +179,8 @@ def spec_bench_table(summary: pd.DataFrame, columns: Iterable[str] = (), quality
     # NAME@auto / NAME@N instances: the BC column shows each one's (chosen) budget
     if "bc" in columns or "block_complexity" in keys or frame["method_label"].astype(str).str.contains("@").any():
         cols.append(Column("BC", "block_complexity", digits=0))
+    if "batch_size" in keys or batched(summary):  # AR at the same N is each row's baseline
+        cols.append(Column("N", "batch_size", digits=0))
     if "params" in columns:
         cols.append(Column("Params", "params", numeric=False))
     cols += [Column(display_category(c), f"speedup_{c}", f"speedup_std_{c}") for c in categories_of(summary)]
@@ -270,7 +281,8 @@ def table_title(summary: pd.DataFrame) -> str:
     """'Speedup over AR — <model(s)>, block complexity <bc(s)>'."""
     models = ", ".join(dict.fromkeys(summary["model"].astype(str)))
     bcs = ", ".join(str(b) for b in sorted(summary["block_complexity"].unique()))
-    return f"Speedup over AR — {models}, block complexity {bcs}"
+    sizes = ", ".join(str(n) for n in sorted(summary["batch_size"].unique())) if batched(summary) else ""
+    return f"Speedup over AR — {models}, block complexity {bcs}" + (f", batch size {sizes}" if sizes else "")
 
 
 def table_notes(summary: pd.DataFrame) -> list[str]:
@@ -281,7 +293,8 @@ def table_notes(summary: pd.DataFrame) -> list[str]:
     if replicates and max(replicates) > 1:
         notes.append(f"Values are mean ± sample std over {'/'.join(map(str, replicates))} replicates (run, repeat).")
     for _, row in overall.iterrows():
-        name = f"{row['method_label']} ({row['model']}, BC {row['block_complexity']})"
+        n = row.get("batch_size", 1)
+        name = f"{row['method_label']} ({row['model']}, BC {row['block_complexity']}{f', N {n}' if n > 1 else ''})"
         if row["n_errors"]:
             notes.append(f"{name}: {row['n_errors']} of {row['n_rows']} rows errored and are left out.")
         if row["ar_mismatches"]:
@@ -316,7 +329,7 @@ def comparison_table(summary_a: pd.DataFrame, summary_b: pd.DataFrame, metric: s
                 row[category] = f"{format_value(a)} → {format_value(b)} ({relative_change(a, b)})"
         rows.append(row)
     shown = [k for k in keys if k != "model" or merged["model"].nunique() > 1]
-    headers = {"model": "Model", "method_label": "Method", "block_complexity": "BC"}
+    headers = {"model": "Model", "method_label": "Method", "block_complexity": "BC", "batch_size": "N"}
     cols = [Column(headers[k], k, numeric=False) for k in shown]
     cols += [Column(display_category(c), c, numeric=False) for c in categories]
     label = {"speedup": "Speedup", "mat": "#MAT", "tokens_per_s": "Tok/s"}.get(metric, metric)

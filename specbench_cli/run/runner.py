@@ -115,9 +115,10 @@ class Runner:
             self._generate(m, ids, 0, min(16, self.cfg.max_new_tokens))
 
     def _row(self, name: str, method, q, turn: int, repeat: int, gen=None, error: str | None = None,
-             prompt_tokens: int = 0, max_new: Optional[int] = None) -> dict:
+             prompt_tokens: int = 0, max_new: Optional[int] = None, batch_id: Optional[int] = None) -> dict:
         """The SampleRow of one turn: measured from `gen`, or an error row."""
         row = SampleRow(
+            batch_size=self.cfg.batch_size, batch_id=batch_id,
             method=name, method_label=bcauto.instance_label(name, method.label(), self.cfg.block_complexity), method_params=method.params(),
             lossless=method.lossless,
             extra_params=method.extra_params, structure=method.structure.value, task=q.task, category=q.category,
@@ -150,7 +151,7 @@ class Runner:
                 row = done[key]
                 failed = failed or (row["error"] if row["status"] != "ok" else None)
                 messages.append({"role": "assistant", "content": row.get("output_text", "")})
-                self._remember(method, row)
+                self._remember(name, row)
                 continue
             prompt_ids: list[int] = []
             if failed:
@@ -164,34 +165,53 @@ class Runner:
                 except Exception as e:  # noqa: BLE001 - a failing sample is recorded, never hidden
                     failed = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
                     row = self._row(name, method, q, turn, repeat, error=failed, prompt_tokens=len(prompt_ids))
-            if name == "ar":
-                ar_rows[(q.task, q.id, turn, repeat)] = row
-            else:
-                ref = ar_rows.get((q.task, q.id, turn, repeat))
-                if ref is not None and ref["status"] == "ok" and row["status"] == "ok":
-                    row["ar_match"], row["first_mismatch"] = compare_ids(row["output_ids"], ref["output_ids"])
-            self.store.append(row)
-            self._remember(method, row)
-            self.live.add(row)
-            self.on_row(row, self.live)
+            self.record(row, ar_rows)
             messages.append({"role": "assistant", "content": row["output_text"]})
 
-    @staticmethod
-    def _remember(method, row: dict) -> None:
+    def _remember(self, name: str, row: dict) -> None:
+        """A finished answer joins what method `name` remembers of this pass (docs/adding-a-method.md)."""
         if row["status"] == "ok":
-            method.remember(list(row["output_ids"]))
+            self.methods[name].remember(list(row["output_ids"]))
+
+    def _forget(self, name: str) -> None:
+        """Method `name` starts a pass of the run with nothing remembered."""
+        self.methods[name].forget()
 
     # -- the whole run ------------------------------------------------------------------------
     def work(self, questions) -> list[tuple[str, Any, int]]:
         """(method, question, repeat) in run order: per question AR first, the others rotating."""
+        return [(name, q, r) for r in range(self.cfg.repeats) for i, q in enumerate(questions)
+                for name in self.order(i + r)]
+
+    def order(self, k: int) -> list[str]:
+        """AR, then the other methods rotated by `k` (slow drift of the machine favours none)."""
         others = [n for n in self.methods if n != "ar"]
-        units = []
-        for r in range(self.cfg.repeats):
-            for i, q in enumerate(questions):
-                k = (i + r) % len(others) if others else 0
-                for name in ["ar"] + others[k:] + others[:k]:
-                    units.append((name, q, r))
-        return units
+        k = k % len(others) if others else 0
+        return ["ar"] + others[k:] + others[:k]
+
+    def unit_keys(self, unit) -> list[tuple]:
+        """The row keys a unit of `work` writes."""
+        name, q, r = unit
+        return [(name, q.task, q.id, t, r) for t in range(len(q.turns))]
+
+    def run_unit(self, unit, done: dict[tuple, dict], ar_rows: dict[tuple, dict]) -> None:
+        name, q, r = unit
+        self._run_question(name, q, r, done, ar_rows)
+
+    def record(self, row: dict, ar_rows: dict[tuple, dict]) -> dict:
+        """Compare a finished row with AR's, store it and report it."""
+        key = (row["task"], str(row["question_id"]), row["turn"], row["repeat"])
+        if row["method"] == "ar":
+            ar_rows[key] = row
+        else:
+            ref = ar_rows.get(key)
+            if ref is not None and ref["status"] == "ok" and row["status"] == "ok":
+                row["ar_match"], row["first_mismatch"] = compare_ids(row["output_ids"], ref["output_ids"])
+        self.store.append(row)
+        self._remember(row["method"], row)
+        self.live.add(row)
+        self.on_row(row, self.live)
+        return row
 
     def run(self, questions, progress: Callable[[int, int], None] | None = None) -> int:
         """Run every unit not yet in the store; return the number of error rows written."""
@@ -201,25 +221,25 @@ class Runner:
         for r in done.values():
             self.live.add(r)
         units = self.work(questions)
-        todo = [u for u in units if any((u[0], u[1].task, u[1].id, t, u[2]) not in done
-                                        for t in range(len(u[1].turns)))]
+        pending = {i for i, u in enumerate(units) if any(k not in done for k in self.unit_keys(u))}
+        todo = [units[i] for i in sorted(pending)]
         if todo and self.cfg.warmup:
             self.warmup(questions[0])
         total = len(units)
         finished = total - len(todo)
         if progress:
             progress(finished, total)
-        pending = {(name, q.task, q.id, r) for name, q, r in todo}
         passes: dict[str, int] = {}  # method -> the repeat its memory of the run belongs to
-        for name, q, r in units:
+        for i, unit in enumerate(units):
+            name, r = unit[0], unit[2]
             if passes.get(name) != r:
-                self.methods[name].forget()
+                self._forget(name)
                 passes[name] = r
-            if (name, q.task, q.id, r) not in pending:  # finished before a --resume: remembered, not rerun
-                for turn in range(len(q.turns)):
-                    self._remember(self.methods[name], done[(name, q.task, q.id, turn, r)])
+            if i not in pending:  # finished before a --resume: remembered, not rerun
+                for key in self.unit_keys(unit):
+                    self._remember(name, done[key])
                 continue
-            self._run_question(name, q, r, done, ar_rows)
+            self.run_unit(unit, done, ar_rows)
             finished += 1
             if progress:
                 progress(finished, total)

@@ -21,6 +21,7 @@ from specbench_cli.models.prompting import default_threads, set_threads
 from specbench_cli.run import limits
 from specbench_cli.run.auto.bcauto import instance_label
 from specbench_cli.run.auto.calibrate import auto_specs, calibration_questions, prepare
+from specbench_cli.run.batched import BatchRunner
 from specbench_cli.run.plan import auto_candidates, load_questions, plan_methods
 from specbench_cli.run.resume import retry_error_rows
 from specbench_cli.run.runner import Runner
@@ -58,8 +59,9 @@ def _execute(cfg: RunConfig, store: Optional[RunFolder], report: bool, trust_rem
 
     questions = load_questions(cfg)           # bad input fails before the model loads
     planned = plan_methods(cfg)               # so do bad method options
-    limits.check_declared(cfg, declared_context(cfg.model),  # and lengths the model's header rules out
-                          limits.largest_budget(cfg, planned, auto_candidates(cfg)))
+    largest = limits.largest_budget(cfg, planned, auto_candidates(cfg))
+    limits.check_declared(cfg, declared_context(cfg.model), largest)  # and lengths the model's header rules out
+    limits.check_batch_before_load(cfg, questions, largest)  # and a batch whose KV cache the machine cannot hold
     if store is None:
         check_output_dir(cfg.output_dir)      # and an --output-dir that is a file or read-only
     else:                                     # and a run folder another process is writing
@@ -75,9 +77,10 @@ def _execute(cfg: RunConfig, store: Optional[RunFolder], report: bool, trust_rem
                     note=lambda text: err.print(f"[dim]{text}[/dim]"))
     if lm.forward != cfg.forward:
         err.print(f"[dim]forward {cfg.forward}: {lm.forward}[/dim]")
+    limits.check_batch_loaded(cfg, questions, lm, largest)  # the same with exact prompt lengths
     # the cost curve (recorded when cached; measured when `auto` needs it) and auto budgets
     planned, costs = prepare(cfg, lm, planned, questions, threads, store.read_manifest() if store else None)
-    runner = Runner(cfg, store)  # store set below
+    runner = (BatchRunner if cfg.batch_size > 1 else Runner)(cfg, store)  # store set below
     runner.setup(lm, planned)
     limits.check_prompts(questions, runner.prompter, runner.room)  # a first turn that cannot fit: before decoding
     if store is None:
@@ -93,7 +96,8 @@ def _execute(cfg: RunConfig, store: Optional[RunFolder], report: bool, trust_rem
         store.repair_tail()
     runner.store = store
     err.print(f"run folder: [bold]{store.path}[/bold]  ({len(questions)} questions x {len(runner.methods)} methods"
-              f", BC={cfg.block_complexity}, max {cfg.max_new_tokens} new tokens)")
+              f", BC={cfg.block_complexity}{f', batch size {cfg.batch_size}' if cfg.batch_size > 1 else ''}"
+              f", max {cfg.max_new_tokens} new tokens)")
 
     watch, started = LoadWatch(threads), now_iso()
     clock = time.monotonic()

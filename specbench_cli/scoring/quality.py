@@ -168,12 +168,12 @@ def scored_rows(rows: Iterable[dict], execute_code: bool = False) -> list[dict]:
 
 # ----------------------------------------------------------------------------- summaries
 
-GROUP = ["model", "method_label", "block_complexity"]
+GROUP = ["model", "method_label", "block_complexity", "batch_size"]
 _REPLY = ["run_id", "task", "question_id", "turn", "repeat"]
 
 
 def quality_summary(rows: Iterable[dict], execute_code: bool = False):
-    """One row per (model, method_label, BC, scorer): `n` scored answers, `correct`, `score`
+    """One row per (model, method_label, BC, batch size, scorer): `n` scored answers, `correct`, `score`
     (= correct / n), 95 % Wilson `low`/`high`, `not_run` (scorable rows left unscored, e.g.
     HumanEval without --execute-code), `lossless`, and `ar_differs` / `ar_compared`: answers
     whose score differs from AR's on the same question, turn and repeat. Empty without scored rows."""
@@ -186,10 +186,11 @@ def quality_summary(rows: Iterable[dict], execute_code: bool = False):
         return pd.DataFrame(columns=columns)
     df = pd.DataFrame(scored)
     for key, default in (("model", ""), ("run_id", ""), ("task", ""), ("repeat", 0), ("block_complexity", 0),
-                         ("lossless", None)):
+                         ("batch_size", 1), ("lossless", None)):
         if key not in df.columns:
             df[key] = default
     df["question_id"] = df["question_id"].astype(str)
+    df["batch_size"] = df["batch_size"].fillna(1).astype(int)
     ar = {tuple(r[k] for k in ["model"] + _REPLY): r["quality"] for _, r in df[df["method"] == "ar"].iterrows()}
     records = []
     for key, group in df.groupby(GROUP + ["scorer"], sort=False):

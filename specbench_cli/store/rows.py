@@ -62,6 +62,8 @@ class SampleRow:
     reference: Any = None                    # what the scorer compares against (this turn's reference)
     ar_match: Optional[bool] = None
     first_mismatch: Optional[int] = None
+    batch_size: int = 1                      # sequences decoded together (--batch-size); 1 in older rows
+    batch_id: Optional[int] = None           # which batch of the run (group of questions) this turn was in; None at 1
     timestamp: Optional[str] = None
 
     OK_REQUIRED: ClassVar[tuple[str, ...]] = ("new_tokens", "wall_time", "steps", "accept_lengths")
@@ -161,6 +163,8 @@ FIELD_TYPES: dict[str, tuple[Any, str]] = {
                       "a list of strings or null"),
     "ar_match": (_opt(lambda v: isinstance(v, bool)), "true, false or null"),
     "first_mismatch": (_opt(lambda v: _is_int(v) and v >= 0), "an integer >= 0 or null"),
+    "batch_size": (lambda v: _is_int(v) and v >= 1, "an integer >= 1"),
+    "batch_id": (_opt(lambda v: _is_int(v) and v >= 0), "an integer >= 0 or null"),
     "timestamp": (_opt(lambda v: isinstance(v, str)), "a string or null"),
     "scorer": (_opt(lambda v: isinstance(v, str) and v != ""), "a scorer name (string) or null"),
     "method_stats": (_opt(lambda v: isinstance(v, dict)), "an object or null"),

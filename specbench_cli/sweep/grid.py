@@ -1,6 +1,6 @@
 """A sweep grid: read GRID.toml strictly, then expand it into jobs.
 
-One job = one model x method set x block complexity x dtype x task shard. AR runs inside every
+One job = one model x method set x block complexity x dtype x batch size x task shard. AR runs inside every
 job (the `run` command always adds it), so each speedup is measured in one process on one device.
 A shard is one category (default), every selected question (`shard = "none"`), or a fixed number
 of questions (`shard = N`).
@@ -64,6 +64,7 @@ class Grid:
     id_field: Optional[str] = None
     scorer: Optional[str] = None
     options: dict[str, dict[str, Any]] = field(default_factory=dict)
+    batch_sizes: list = field(default_factory=lambda: [1])
 
 
 def load_grid(path: Path) -> Grid:
@@ -118,7 +119,8 @@ class Job:
     def describe(self) -> str:
         s = self.settings
         shard = ",".join(s["categories"]) if s["question_ids"] is None else f"{len(s['question_ids'])} questions"
-        return (f"{s['model']}  ar+{'+'.join(s['methods'])}  bc={s['bc']}  {s['dtype']}  "
+        batch = f"  n={s['batch_size']}" if s.get("batch_size", 1) != 1 else ""
+        return (f"{s['model']}  ar+{'+'.join(s['methods'])}  bc={s['bc']}{batch}  {s['dtype']}  "
                 f"{s['task']}:{shard}")
 
 
@@ -128,7 +130,8 @@ def job_id(settings: dict) -> str:
     shard = settings["categories"][0] if len(settings["categories"]) == 1 else "all"
     if settings["question_ids"] is not None:
         shard = f"q{settings['question_ids'][0]}"
-    slug = f"{Path(settings['model']).name}-bc{settings['bc']}-{settings['dtype']}-{settings['task']}-{shard}"
+    batch = f"-n{settings['batch_size']}" if settings.get("batch_size", 1) != 1 else ""
+    slug = f"{Path(settings['model']).name}-bc{settings['bc']}{batch}-{settings['dtype']}-{settings['task']}-{shard}"
     return re.sub(r"[^A-Za-z0-9._=+-]+", "_", slug)[:80] + "-" + digest
 
 
@@ -156,7 +159,7 @@ def expand(grid: Grid, select: Callable[[str], list[tuple[str, str, int]]],
     UsageError, before any job is built, when the grid expands to more than `max_jobs`."""
     per_task = {task: shards(grid, select(task)) for task in grid.tasks}
     count = sum(len(s) for s in per_task.values()) * len(grid.models) * len(grid.method_sets) * len(grid.bcs) \
-        * len(grid.dtypes)
+        * len(grid.dtypes) * len(grid.batch_sizes)
     if count > max_jobs:
         raise UsageError(f"{grid.path}: the grid expands to {count} jobs, more than --max-jobs {max_jobs} "
                          f"(raise --max-jobs if you mean it)")
@@ -167,13 +170,14 @@ def expand(grid: Grid, select: Callable[[str], list[tuple[str, str, int]]],
             for methods in grid.method_sets:
                 for bc in grid.bcs:
                     for dtype in grid.dtypes:
-                        for cats, ids, turns in task_shards:
-                            jobs.append(_job(grid, model, methods, bc, dtype, task, cats, ids, turns))
+                        for n in grid.batch_sizes:
+                            for cats, ids, turns in task_shards:
+                                jobs.append(_job(grid, model, methods, bc, dtype, task, cats, ids, turns, n))
     return jobs
 
 
 def _job(grid: Grid, model: str, methods: list[str], bc: int, dtype: str, task: str, cats: list[str],
-         ids: Optional[list[str]], turns: int) -> Job:
+         ids: Optional[list[str]], turns: int, batch_size: int = 1) -> Job:
     opts = {m: {k: _option_text(v) for k, v in grid.options[m].items()} for m in methods if m in grid.options}
     settings = {"model": model, "methods": methods, "bc": bc, "dtype": dtype, "task": task,
                 "questions": grid.questions, "categories": cats, "question_ids": ids,
@@ -184,10 +188,14 @@ def _job(grid: Grid, model: str, methods: list[str], bc: int, dtype: str, task: 
     for key in ("prompt_template", "question_field", "reference_field", "category_field", "id_field", "scorer"):
         if getattr(grid, key) not in (None, "auto"):
             settings[key] = getattr(grid, key)
+    if batch_size != 1:
+        settings["batch_size"] = batch_size
     args = ["run", "--model", model, "--methods", ",".join(methods), "--block-complexity", str(bc),
             "--dtype", dtype, "--tasks", task, "--max-new-tokens", str(grid.max_new_tokens),
             "--repeats", str(grid.repeats), "--threads", str(grid.threads), "--device", grid.device,
             "--seed", str(grid.seed)]
+    if batch_size != 1:
+        args += ["--batch-size", str(batch_size)]
     if grid.questions_path:
         args += ["--questions", grid.questions_path]
     if grid.prompt_template != "auto":

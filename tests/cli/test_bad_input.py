@@ -310,6 +310,8 @@ CASES = [
     ("run --top-p nan", 2, "--top-p must be a finite number >= 0 (got nan)"),
     ("run --repeats 0", 2, "--repeats must be at least 1"),
     ("run --threads 0", 2, "--threads must be at least 1"),
+    ("run --batch-size 0", 2, "--batch-size must be at least 1"),
+    ("run --batch-size 257", 2, "--batch-size must be at most 256"),
     ("run --kernels cublas", 2, "unknown kernels 'cublas'"),
     ("run --max-new-tokens 0", 2, "--max-new-tokens must be at least 1"),
     ("run --limit 0", 2, "--limit must be at least 1"),
@@ -401,6 +403,7 @@ CASES = [
     ("cost --device cpu:abc", 2, "--device 'cpu:abc'"),
     ("cost --dtype float8", 2, "unknown dtype 'float8'"),
     ("cost --threads 0", 2, "--threads must be at least 1"),
+    ("cost --batch-size 0", 2, "--batch-size must be between 1 and 256"),
     ("cost --kernels packed", 2, "unknown kernels 'packed'"),
     ("cost --json {folder}", 2, "is a folder, not a file"),
     # --- train

@@ -46,6 +46,20 @@ def test_steep_cost_curve_picks_a_small_budget_flat_one_a_large_budget():
     assert best_gpu == 24 and pred_gpu[24] > pred_gpu[10] > pred_gpu[2]
 
 
+def test_the_best_budget_follows_the_batch_size():
+    """At N sequences per forward every step pays t(N, q) once and N drafters: on a curve that is
+    nearly flat in q at N = 1 but steep at N = 8 (N x q rows make the forward compute-bound) the
+    best budget shrinks with N; the prediction is tokens summed over the batch."""
+    t1 = lambda q: 40.0 + 1.0 * q  # noqa: E731
+    t8 = lambda q: 40.0 + 40.0 * q  # noqa: E731
+    ar, small, big = profile(1, [1] * 20, [1] * 20), profile(2, [2] * 20, [2] * 20), \
+        profile(10, [3] * 20, [10] * 20, draft_ms=1.0)
+    assert bcauto.choose_budget([ar, small, big], t1)[0] == 10
+    best, pred = bcauto.choose_budget([ar, small, big], t8, batch_size=8)
+    assert best == 2 and pred[10] < pred[1] < pred[2]
+    assert pred[10] == pytest.approx(1000 * 8 * 60 / (20 * t8(10) + 8 * 20 * 1.0))
+
+
 def test_drafting_cost_counts_against_a_budget():
     # the same acceptance and forward cost, but BC 10's drafter spends 100 ms a step
     cheap, costly = profile(4, [2] * 10, [4] * 10), profile(10, [2] * 10, [10] * 10, draft_ms=100.0)

@@ -10,6 +10,10 @@ The rule (docs/block-complexity-auto.md has the reasons):
   tokens, added `a_i` tokens to the output and spent `d_i` ms drafting;
 - predicted throughput at budget b = sum(a_i) / sum(t(q_i) + d_i + o), with t(q) the device's
   cost curve (specbench_cli/run/auto/cost.py) and o the loop's per-step overhead, both measured;
+- at batch size N the curve is t(N, q) (one forward over N sequences) and every step also pays
+  N drafters and N sequences' overhead: predicted throughput (summed over the batch) =
+  N sum(a_i) / sum(t(N, q_i) + N (d_i + o)). The profiles are decoded one sequence at a time
+  (acceptance does not depend on N); the best budget per N follows from the curve at that N;
 - the instance runs the reported questions at the budget with the highest prediction (ties:
   the smaller budget). The choice and every candidate's numbers go into the manifest.
 
@@ -92,15 +96,18 @@ def monotone(ms: list[float]) -> Callable[[int], float]:
     return t
 
 
-def predicted_tokens_per_s(profile: Profile, t: Callable[[int], float]) -> float:
-    """sum(a_i) / sum(t(q_i) + d_i + o) in tokens per second; 0 for an empty profile."""
+def predicted_tokens_per_s(profile: Profile, t: Callable[[int], float], batch_size: int = 1) -> float:
+    """N sum(a_i) / sum(t(q_i) + N (d_i + o)) in tokens per second (summed over a batch of N, `t`
+    the curve at N); 0 for an empty profile."""
     if not profile.accept_lengths:
         return 0.0
-    ms = sum(t(q) for q in profile.budget_used) + sum(profile.draft_ms) + profile.overhead_ms
-    return 1000 * sum(profile.accept_lengths) / ms if ms > 0 else 0.0
+    n = batch_size
+    ms = sum(t(q) for q in profile.budget_used) + n * (sum(profile.draft_ms) + profile.overhead_ms)
+    return 1000 * n * sum(profile.accept_lengths) / ms if ms > 0 else 0.0
 
 
-def choose_budget(profiles: list[Profile], t: Callable[[int], float]) -> tuple[int, dict[int, float]]:
+def choose_budget(profiles: list[Profile], t: Callable[[int], float],
+                  batch_size: int = 1) -> tuple[int, dict[int, float]]:
     """(best budget, prediction per budget). Ties go to the smaller budget (less work per step).
 
     A drafting budget must beat BC 1 (no draft: AR's work) by MIN_GAIN to be chosen: a predicted
@@ -108,7 +115,7 @@ def choose_budget(profiles: list[Profile], t: Callable[[int], float]) -> tuple[i
     above it (mask-probe chosen at BC 6 for a predicted +3.6 % ran at 0.97x of AR)."""
     if not profiles:
         raise ValueError("no calibration profiles to choose from")
-    predicted = {p.budget: predicted_tokens_per_s(p, t) for p in profiles}
+    predicted = {p.budget: predicted_tokens_per_s(p, t, batch_size) for p in profiles}
     best = max(sorted(predicted), key=lambda b: (predicted[b], -b))
     if 1 in predicted and best != 1 and predicted[best] < predicted[1] * (1 + MIN_GAIN):
         best = 1

@@ -21,15 +21,19 @@ def auto_specs(cfg) -> list[str]:
 
 
 def run_curve(cfg, lm, threads: int, need_q: int = 0) -> tuple[Optional[costmod.CostCurve], Optional[dict]]:
-    """The cached cost curve for this model/device/dtype/threads (context 400, `specbench cost`'s
-    default), measured and cached first when `need_q` > 0 and the cache lacks q up to `need_q`.
-    Returns (curve, manifest record), or (None, None) when none is cached and none is needed."""
+    """The cached cost curve for this model/device/dtype/threads and batch size (context 400,
+    `specbench cost`'s default), measured and cached first when `need_q` > 0 and the cache lacks q
+    up to `need_q`. Returns (curve, manifest record), or (None, None) when none is cached and none
+    is needed."""
+    n = cfg.batch_size
     key = costmod.curve_key(cfg.model, lm.resolved, cfg.device, cfg.dtype, threads, bcauto.CURVE_CONTEXT,
-                            lm.forward, lm.kernels)  # the key `specbench cost` uses (`auto` resolved)
+                            lm.forward, lm.kernels, n)  # the key `specbench cost` uses (`auto` resolved)
     curve, source = costmod.load_cached(key), "cache"
     if need_q and (curve is None or curve.max_q < need_q):
-        err.print(f"[dim]measuring the cost curve t(q), q = 1..{need_q} (cached for later runs)[/dim]")
-        curve = costmod.measure_curve(lm.model, need_q, bcauto.CURVE_CONTEXT, bcauto.CURVE_ROUNDS, key=key)
+        at = f"t({n}, q), {n} sequences per forward" if n > 1 else "t(q)"
+        err.print(f"[dim]measuring the cost curve {at}, q = 1..{need_q} (cached for later runs)[/dim]")
+        curve = costmod.measure_curve(lm.model, need_q, bcauto.CURVE_CONTEXT, bcauto.CURVE_ROUNDS, key=key,
+                                      batch_size=n)
         costmod.save_cached(curve)
         source = "measured"
     if curve is None:
@@ -93,9 +97,9 @@ def calibrate_one(spec: str, cfg, lm, decoder, prompts: list[list[int]], curve: 
             method.remember(gen.output_ids)
         profiles.append(profile)
         progress(f"{spec} BC {b}")
-    chosen, predicted = bcauto.choose_budget(profiles, bcauto.monotone(curve.ms))
-    return {"chosen": chosen, "candidates": {str(p.budget): bcauto.summary(p, predicted[p.budget])
-                                             for p in profiles}}
+    chosen, predicted = bcauto.choose_budget(profiles, bcauto.monotone(curve.ms), cfg.batch_size)
+    return {"chosen": chosen, "batch_size": cfg.batch_size,
+            "candidates": {str(p.budget): bcauto.summary(p, predicted[p.budget]) for p in profiles}}
 
 
 def _generator(cfg):

@@ -11,8 +11,13 @@ Whether a speculative method pays depends on how much more a q-token forward cos
   (another process, thermal state) spreads over all q instead of biasing the last ones;
 - the value per q is the median over rounds.
 
+At batch size N (`batch_size` > 1) the curve is t(N, q): one forward over N sequences of q new
+tokens each, every sequence with `context` cached tokens, through the batched decoder's own
+forward (engine/batch.py: per-sequence masks and positions, the output head on the real rows).
+
 Curves are cached as JSON under `<model cache>/cost/`, keyed by everything that changes the
-numbers (model, device, dtype, threads, context, torch version, attention implementation).
+numbers (model, device, dtype, threads, context, torch version, attention implementation, and
+the batch size when above 1).
 """
 
 from __future__ import annotations
@@ -86,9 +91,10 @@ class CostCurve:
 
 
 def curve_key(model_ref: str, resolved: str, device: str, dtype: str, threads: int, context: int,
-              attn: str, kernels: Optional[dict] = None) -> dict[str, Any]:
+              attn: str, kernels: Optional[dict] = None, batch_size: int = 1) -> dict[str, Any]:
     """What the curve depends on; `kernels` is the lean forward's plan (`LoadedModel.kernels`),
-    so a re-timed kernel plan or another instruction set never reuses an old curve."""
+    so a re-timed kernel plan or another instruction set never reuses an old curve. The batch
+    size enters the key only above 1 (curves measured before it existed stay valid)."""
     import torch
 
     from specbench_cli.engine.forward.cpuinfo import cpu_flags, cpu_model
@@ -99,6 +105,8 @@ def curve_key(model_ref: str, resolved: str, device: str, dtype: str, threads: i
         key["kernels"] = {"mode": kernels.get("mode"), "plan": kernels.get("plan")}
     if str(device).startswith("cpu"):
         key["cpu"] = {"model": cpu_model(), "flags": cpu_flags()}
+    if batch_size > 1:
+        key["batch_size"] = batch_size
     return key
 
 
@@ -126,8 +134,12 @@ def save_cached(curve: CostCurve) -> Path:
     return atomic_write(path, json.dumps(curve.to_dict(), indent=1))
 
 
-def validate(max_q: int, context: int, rounds: int, warmup: int) -> None:
+def validate(max_q: int, context: int, rounds: int, warmup: int, batch_size: int = 1) -> None:
     """Bad settings fail before any model loads."""
+    from specbench_cli.config import MAX_BATCH
+
+    if not 1 <= batch_size <= MAX_BATCH:
+        raise UsageError(f"--batch-size must be between 1 and {MAX_BATCH}, got {batch_size}")
     if not 1 <= max_q <= 1024:
         raise UsageError(f"--max-q must be between 1 and 1024, got {max_q}")
     if not 1 <= context <= 32768:
@@ -140,11 +152,15 @@ def validate(max_q: int, context: int, rounds: int, warmup: int) -> None:
 
 def measure_curve(model: Any, max_q: int, context: int = 400, rounds: int = 5, warmup: int = 3,
                   seed: int = 0, key: Optional[dict] = None,
-                  progress: Optional[Callable[[int, int], None]] = None) -> CostCurve:
-    """Time one forward of q = 1..max_q new tokens after `context` cached tokens (see module doc)."""
+                  progress: Optional[Callable[[int, int], None]] = None, batch_size: int = 1) -> CostCurve:
+    """Time one forward of q = 1..max_q new tokens after `context` cached tokens (see module doc),
+    for one sequence or, at `batch_size` N > 1, for N sequences at once."""
     import torch
 
     from specbench_cli.engine.cache import KVCache
+
+    if batch_size > 1:
+        return _measure_batch_curve(model, max_q, context, rounds, warmup, seed, key, progress, batch_size)
 
     device = next(model.parameters()).device
     vocab = model.config.vocab_size
@@ -178,6 +194,66 @@ def measure_curve(model: Any, max_q: int, context: int = 400, rounds: int = 5, w
             cache.crop_to(context)
             return elapsed
 
+        for r in range(rounds):
+            order = list(range(1, max_q + 1))
+            rng.shuffle(order)
+            for j, q in enumerate(order):
+                samples[q].append(time_one(q))
+                if progress:
+                    progress(r * max_q + j + 1, total)
+        remeasured = remeasure_spikes(samples, time_one, rounds)
+    ms = [statistics.median(samples[q]) for q in range(1, max_q + 1)]
+    spread = [(max(samples[q]) - min(samples[q])) / m for q, m in zip(range(1, max_q + 1), ms)]
+    return CostCurve(ms=ms, key=key or {}, rounds=rounds, spread=spread, remeasured=remeasured,
+                     measured_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"))
+
+
+def _measure_batch_curve(model: Any, max_q: int, context: int, rounds: int, warmup: int, seed: int,
+                         key: Optional[dict], progress: Optional[Callable[[int, int], None]], n: int) -> CostCurve:
+    """`measure_curve` at batch size n: the same rounds, shuffles and spike re-timing, each timed
+    forward the batched decoder's over n chains of q tokens (engine/batch.py)."""
+    import torch
+
+    from specbench_cli.engine.batch import BatchDecoder
+    from specbench_cli.engine.cache import BatchKVCache, KVCache
+    from specbench_cli.engine.tree import Draft
+
+    device = next(model.parameters()).device
+    vocab = model.config.vocab_size
+    rng = random.Random(seed)
+    gen = torch.Generator().manual_seed(seed)
+    low = min(100, vocab - 1)
+    decoder = BatchDecoder(model, set())
+
+    def tokens(k: int) -> list[int]:
+        return torch.randint(low, vocab, (k,), generator=gen).tolist()
+
+    def sync() -> None:
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+
+    samples: dict[int, list[float]] = {q: [] for q in range(1, max_q + 1)}
+    with torch.inference_mode():
+        cache = BatchKVCache(n, context + max_q + 1)
+        for row in range(n):  # each sequence's context prefilled on its own, as the batched decoder does
+            single = KVCache()
+            model.get_decoder()(input_ids=torch.tensor([tokens(context)], device=device), past_key_values=single.hf,
+                                use_cache=True)
+            cache.load_row(row, single, context)
+
+        def time_one(q: int) -> float:
+            roots, drafts = tokens(n), [Draft.chain(tokens(q - 1)) for _ in range(n)]
+            sync()
+            start = time.perf_counter()
+            decoder._batch_forward(cache, roots, drafts, False)
+            sync()
+            elapsed = 1000 * (time.perf_counter() - start)
+            cache.crop_to(context)
+            return elapsed
+
+        for i in range(warmup):
+            time_one(1 + i % max_q)
+        total = rounds * max_q
         for r in range(rounds):
             order = list(range(1, max_q + 1))
             rng.shuffle(order)
@@ -262,7 +338,8 @@ def plot_curve(curve: CostCurve, path: Path, title: str = "") -> Path:
 
     isa = isa_label(cpu.get("flags")) if cpu else ""
     fig.suptitle(title or f"{k.get('model', '')} · {k.get('device', '')}{f' ({isa})' if isa else ''} · "
-                 f"{k.get('dtype', '')} · {k.get('threads', '')} threads · context {k.get('context', '')}",
+                 f"{k.get('dtype', '')} · {k.get('threads', '')} threads · context {k.get('context', '')}"
+                 + (f" · {k['batch_size']} sequences per forward" if k.get("batch_size") else ""),
                  fontsize=10)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
