@@ -228,3 +228,17 @@ def test_sweep_grid_takes_auto_as_a_budget(tmp_path):
     jobs = expand(grid, selector(grid))
     assert sorted(j.args[j.args.index("--block-complexity") + 1] for j in jobs) == ["10", "auto"]
     assert len({j.id for j in jobs}) == 2
+
+
+def test_auto_at_a_batch_size_uses_the_batch_curve(tiny_model_dir, isolated_cache, tmp_path, capsys):
+    out_dir = tmp_path / "out"
+    args = run_args(tiny_model_dir, out_dir, "ar,pld@auto", "--auto-candidates", "1,3", "--auto-questions", "1",
+                    "--auto-tokens", "4", "--batch-size", "2")
+    code, _, err = cli(args, capsys)
+    assert code == 0, err
+    _, manifest, rows = only_run(out_dir)
+    assert manifest["cost_curve"]["key"]["batch_size"] == 2 and len(manifest["cost_curve"]["ms"]) == 3
+    record = manifest["bc_auto"]["pld@auto"]
+    assert record["batch_size"] == 2 and record["chosen"] in (1, 3)
+    assert {r["block_complexity"] for r in rows if r["method"] == "pld@auto"} == {record["chosen"]}
+    assert {r["batch_size"] for r in rows} == {2}

@@ -63,3 +63,21 @@ def test_cost_command_measures_once_then_uses_the_cache(tiny_model_dir, isolated
     monkeypatch.setattr(c, "measure_curve", lambda *a, **k: pytest.fail("measured again despite the cache"))
     code, out, err = cli(args, capsys)
     assert code == 0 and "cached curve" in err
+
+
+def test_a_batch_curve_times_n_sequences_per_forward_and_has_its_own_cache_key(tiny_model, isolated_cache):
+    curve = c.measure_curve(tiny_model, max_q=3, context=12, rounds=2, warmup=1, key={"k": 2}, batch_size=3)
+    assert curve.max_q == 3 and all(ms > 0 for ms in curve.ms)
+    one = c.curve_key("m", "r", "cpu", "float32", 1, 400, "sdpa")
+    assert "batch_size" not in one  # curves measured before batches existed keep their key
+    assert c.curve_key("m", "r", "cpu", "float32", 1, 400, "sdpa", batch_size=4) == {**one, "batch_size": 4}
+
+
+def test_cost_command_at_a_batch_size(tiny_model_dir, isolated_cache, tmp_path, capsys):
+    args = ["cost", "--model", str(tiny_model_dir), "--max-q", "3", "--repeats", "1", "--warmup", "1",
+            "--context", "8", "--threads", "1", "--batch-size", "2", "--plot", str(tmp_path / "curve.png")]
+    code, out, err = cli(args, capsys)
+    assert code == 0, err
+    assert "2 sequences of q tokens" in " ".join(out.split())
+    (cached,) = (isolated_cache / "cost").glob("*.json")
+    assert '"batch_size": 2' in cached.read_text()

