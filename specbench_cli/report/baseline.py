@@ -30,7 +30,7 @@ BASELINE_KEY = ("model", "method_label", "block_complexity", "category")
 # Run settings a baseline records and `check` requires to be equal (the suite, the model and
 # whatever changes #MAT or speedup); the questions file's path is machine-specific, so not here.
 SETTINGS = ("model", "tasks", "categories", "limit", "question_ids", "max_new_tokens", "dtype", "device",
-            "temperature", "top_p", "forward", "prompt_template")
+            "temperature", "top_p", "forward", "prompt_template", "batch_size")
 
 
 def run_settings(run: Run) -> dict:
@@ -42,6 +42,7 @@ def run_settings(run: Run) -> dict:
     settings = {key: config.get(key) for key in SETTINGS}
     settings["forward"] = (run.manifest.get("model") or {}).get("forward") or config.get("forward") or "sdpa"
     settings["prompt_template"] = config.get("prompt_template") or "auto"  # runs before the option: auto
+    settings["batch_size"] = config.get("batch_size") or 1  # runs before the option: one sequence at a time
     return settings
 
 

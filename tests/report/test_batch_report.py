@@ -86,3 +86,19 @@ def test_report_writes_the_batch_table_and_figure_for_runs_at_several_batch_size
     text = (tmp_path / "rep" / "batch.md").read_text()
     assert "| pld | 8 | 2 |" in text and "below 1.0x from N = 2" in text
     assert "Batch size" in out and "Thr. tok/s" in out
+
+
+def test_check_refuses_a_baseline_made_at_another_batch_size(tmp_path, capsys):
+    import json
+
+    rows = [{k: v for k, v in r.items() if k not in ("run_id", "model")} for r in _rows() if r["batch_size"] == 1]
+    one = write_run(tmp_path / "run-n1", rows)
+    code, _, err = cli(["baseline", str(one), "-o", str(tmp_path / "b.json")], capsys)
+    assert code == 0, err
+    assert json.loads((tmp_path / "b.json").read_text())["settings"]["batch_size"] == 1
+    two = write_run(tmp_path / "run-n2", [dict(r, batch_size=2, batch_id=0) for r in rows])
+    manifest = json.loads((two / "manifest.json").read_text())
+    manifest["config"]["batch_size"] = 2
+    (two / "manifest.json").write_text(json.dumps(manifest))
+    code, _, err = cli(["check", str(two), "--baseline", str(tmp_path / "b.json")], capsys)
+    assert code == 2 and "batch_size: baseline 1, run 2" in err
