@@ -198,3 +198,19 @@ def test_a_sweep_over_suffix_options_runs_and_resumes(tmp_path, tiny_model_dir):
     (manifest,) = (out / "jobs").glob("*/*/manifest.json")
     params = json.loads(manifest.read_text())["methods"]["suffix"]["params"]
     assert (params["max_spec_factor"], params["min_token_prob"]) == (2.0, 0.2)
+
+
+def test_at_a_batch_size_every_slot_remembers_earlier_groups_never_its_own(tiny_model_dir, tmp_path, capsys):
+    code, _, err = cli(_run(tiny_model_dir, tmp_path, "--repeats", "2", "--batch-size", "2"), capsys)
+    assert code == 0, err
+    rows = [r for r in run_rows(only_run_dir(tmp_path)) if r["method"] == "suffix"]
+    assert {r["batch_size"] for r in rows} == {2} and len({r["batch_id"] for r in rows}) == 3
+    for r in rows:  # a (group, turn) is decoded together: it holds every earlier group's and turn's answers
+        earlier = [o for o in rows if o["repeat"] == r["repeat"] and (o["batch_id"], o["turn"]) < (r["batch_id"], r["turn"])]
+        assert r["method_stats"]["global_requests"] == len(earlier), (r["question_id"], r["turn"], r["repeat"])
+    first = {k[:3]: v for k, v in _drafting(rows).items() if k[3] == 0}
+    second = {k[:3]: v for k, v in _drafting(rows).items() if k[3] == 1}
+    assert first == second  # each pass forgets in every slot
+    ar = {(r["question_id"], r["turn"], r["repeat"]): r["output_ids"]
+          for r in run_rows(only_run_dir(tmp_path)) if r["method"] == "ar"}
+    assert all(r["output_ids"] == ar[(r["question_id"], r["turn"], r["repeat"])] for r in rows)
