@@ -79,7 +79,7 @@ if ! "$VENV/bin/python" -c 'import arctic_inference.suffix_decoding' 2>/dev/null
   "$VENV/bin/pip" install -q "$TORCH_SPEC" ${PEER_PIP_ARGS:-} nanobind==2.9.2 numpy setuptools wheel ninja cmake \
     protobuf==5.29.6 grpcio-tools
   "$VENV/bin/pip" download -q --no-deps --no-binary arctic-inference "arctic-inference==${ARCTIC_VERSION:-0.3.0}" -d "$WORK/src"
-  "$VENV/bin/pip" install -q --no-deps --no-build-isolation "$WORK"/src/arctic_inference-*.tar.gz
+  PATH="$VENV/bin:$PATH" "$VENV/bin/pip" install -q --no-deps --no-build-isolation "$WORK"/src/arctic_inference-*.tar.gz  # cmake finds the venv's Python (nanobind)
 fi
 SCRIPT=benchmarks/suffix_peers.py
 "$PY" "$SCRIPT" random --seed 0 --count 1000 --out "$WORK/random.json"
