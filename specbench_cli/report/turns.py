@@ -20,14 +20,14 @@ FILE_STEM = "turns"
 
 
 def turn_summary(rows: Sequence[dict] | pd.DataFrame) -> pd.DataFrame:
-    """One row per (model, method label, BC, turn) with `mat`, `speedup`, `speedup_std` and
+    """One row per (model, method label, BC, batch size, turn) with `mat`, `speedup`, `speedup_std` and
     `n_rows`; empty when no question has a second turn."""
     df = metrics.to_frame(rows)
     if df.empty or df["turn"].nunique() < 2:
         return pd.DataFrame()
     parts = []
     for turn, rows_of_turn in df.groupby("turn", sort=True):
-        s = metrics.summarize(rows_of_turn, by=("model", "method_label", "block_complexity", "category"))
+        s = metrics.summarize(rows_of_turn, by=("model", "method_label", "block_complexity", "batch_size", "category"))
         parts.append(s[s["category"] == OVERALL].drop(columns="category").assign(turn=int(turn)))
     return pd.concat(parts, ignore_index=True)
 
@@ -51,6 +51,8 @@ def turn_table(summary: pd.DataFrame) -> TableData:
     cols.append(Column("Method", "method_label", numeric=False))
     if "block_complexity" in keys or frame["method_label"].astype(str).str.contains("@").any():
         cols.append(Column("BC", "block_complexity", digits=0))
+    if frame["batch_size"].nunique() > 1:
+        cols.append(Column("N", "batch_size", digits=0))
     cols += [Column(f"#MAT t{t + 1}", f"mat_t{t}") for t in turns]
     cols += [Column(f"Speedup t{t + 1}", f"speedup_t{t}", f"speedup_std_t{t}") for t in turns]
     return TableData("#MAT and speedup over AR per turn", cols, frame.reset_index(drop=True),
