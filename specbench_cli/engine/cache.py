@@ -38,11 +38,16 @@ class BufferLayer(DynamicLayer):
             return
         while cap < needed:
             cap *= 2
-        k = self._k.new_empty((*self._k.shape[:2], cap, self._k.shape[3]))
-        v = self._v.new_empty((*self._v.shape[:2], cap, self._v.shape[3]))
+        k = self._grown(self._k, cap)
+        v = self._grown(self._v, cap)
         k[:, :, : self.length] = self._k[:, :, : self.length]
         v[:, :, : self.length] = self._v[:, :, : self.length]
         self._k, self._v = k, v
+
+    @staticmethod
+    def _grown(buf, cap: int):
+        """A buffer like `buf` with room for `cap` positions (contents not yet copied)."""
+        return buf.new_empty((*buf.shape[:2], cap, buf.shape[3]))
 
     def update(self, key_states, value_states, *args, **kwargs):
         if not self.is_initialized:
@@ -145,17 +150,10 @@ class BatchBufferLayer(BufferLayer):
         self.is_initialized = True
         self.set_length(0)
 
-    def _reserve(self, needed: int) -> None:
-        cap = self._k.shape[2]
-        if needed <= cap:
-            return
-        while cap < needed:
-            cap *= 2
-        k = self._k.new_zeros((*self._k.shape[:2], cap, self._k.shape[3]))
-        v = self._v.new_zeros((*self._v.shape[:2], cap, self._v.shape[3]))
-        k[:, :, : self.length] = self._k[:, :, : self.length]
-        v[:, :, : self.length] = self._v[:, :, : self.length]
-        self._k, self._v = k, v
+    @staticmethod
+    def _grown(buf, cap: int):
+        """Zeroed: slots a sequence never wrote stay finite under the mask (BufferLayer._reserve grows)."""
+        return buf.new_zeros((*buf.shape[:2], cap, buf.shape[3]))
 
     def update(self, key_states, value_states, *args, **kwargs):
         if not self.is_initialized:
