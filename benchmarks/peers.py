@@ -21,7 +21,7 @@ import torch
 from specbench_cli.tasks.base import select as select_questions
 from specbench_cli import methods, tasks
 from specbench_cli.engine.loop import Decoder
-from specbench_cli.methods.base import MethodContext
+from specbench_cli.methods.core.method import MethodContext
 from specbench_cli.models.load import load_model
 from specbench_cli.models.prompting import ChatPrompter, stop_token_ids
 

@@ -30,7 +30,7 @@ import torch
 
 from specbench_cli import methods
 from specbench_cli.engine.loop import Decoder
-from specbench_cli.methods.base import MethodContext
+from specbench_cli.methods.core.method import MethodContext
 
 sys.path.insert(0, str(Path(__file__).parent))
 from peers import hf_generate, load_target_and_prompts  # noqa: E402  (one definition of "transformers' greedy call, timed")

@@ -1,4 +1,4 @@
-"""specbench's suffix trees (methods/suffix_tree.py) vs the reference, ArcticInference's
+"""specbench's suffix trees (methods/retrieval/suffix_tree.py) vs the reference, ArcticInference's
 `arctic_inference.suffix_decoding` (its C++ `SuffixTree` and Python `SuffixDecodingCache`):
 the same token histories through both, the drafts compared, and the drafting cost timed.
 
@@ -59,7 +59,7 @@ class Ours:
     name = "ours"
 
     def __init__(self) -> None:
-        from specbench_cli.methods.suffix_tree import SuffixCache, SuffixTree
+        from specbench_cli.methods.retrieval.suffix_tree import SuffixCache, SuffixTree
 
         self.Tree, self.Cache = SuffixTree, SuffixCache
 
@@ -280,7 +280,7 @@ def trace_program(histories: list[dict], settings: dict) -> tuple[list, dict]:
     """The program `suffix` runs over `histories` (in run order: prompt_ids, output_ids, repeat,
     budget, max_new), drafting with our trees to decide each step's accepted tokens. Returns the
     program and counts (requests, steps)."""
-    from specbench_cli.methods.suffix_tree import SuffixTree
+    from specbench_cli.methods.retrieval.suffix_tree import SuffixTree
 
     depth, cap = settings["max_tree_depth"], settings["max_cached_requests"]
     spec = [settings["max_spec_factor"], settings["max_spec_offset"], settings["min_token_prob"], settings["use_tree_spec"]]

@@ -1,4 +1,4 @@
-"""Methods: short name -> "module:Class" (a `specbench_cli.methods.base.Method` subclass).
+"""Methods: short name -> "module:Class" (a `specbench_cli.methods.core.method.Method` subclass).
 
 Built-ins are listed here in the order `specbench list methods` shows them; other packages
 add methods through the `specbench.methods` entry-point group (see `specbench_cli/registry.py`).
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from specbench_cli.registry import Registry
 
-_REGISTRY = Registry("method", "specbench.methods", "specbench_cli.methods.base:Method", {
+_REGISTRY = Registry("method", "specbench.methods", "specbench_cli.methods.core.method:Method", {
     "ar": "specbench_cli.methods.ar:AutoRegressive",
     "pld": "specbench_cli.methods.pld:PromptLookup",
     "jacobi": "specbench_cli.methods.jacobi:Jacobi",

@@ -2,7 +2,7 @@
 root and yields exactly one token."""
 
 from specbench_cli.engine.drafter import Structure
-from specbench_cli.methods.base import Method
+from specbench_cli.methods.core.method import Method
 
 
 class AutoRegressive(Method):

@@ -5,7 +5,7 @@ The head reads pairs (target feature at position t, token t+1) and keeps its own
 indexed by target position. Each `propose` feeds the pairs that joined the sequence since the
 last one (`state.hidden`: the whole prompt at step 0, then the previous root and the accepted
 path, paired with the tokens after them; the last pair's token is the root), then drafts the
-EAGLE-2 dynamic tree (`methods/heads/tree.py: eagle2_tree`): expand the top_k frontier by cumulative
+EAGLE-2 dynamic tree (`methods/heads/draft_trees.py: eagle2_tree`): expand the top_k frontier by cumulative
 log-probability for `depth` levels, rerank every drafted node, keep the best BC - 1. Drafted
 nodes leave the head's cache again; the committed pairs stay, so the cache always ends at the
 root's position. Greedy verification walks the longest matching path: lossless.
@@ -27,11 +27,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
+from specbench_cli.engine.draft import Draft
 from specbench_cli.engine.drafter import DecodeState
-from specbench_cli.engine.tree import Draft
 from specbench_cli.lazy import inference_mode, torch
-from specbench_cli.methods.base import opt
 from specbench_cli.methods.heads.common import VOCAB_MODES, HeadsMethod, pick
+from specbench_cli.options import opt
 
 
 @dataclass
@@ -51,7 +51,7 @@ class Eagle(HeadsMethod):
     Options = EagleOptions
 
     def plan_tree(self) -> None:
-        from specbench_cli.methods.trees import read_paths
+        from specbench_cli.methods.core.tree_shapes import read_paths
 
         self.static = None if self.opts.tree == "dynamic" else \
             tuple(tuple(p) for p in read_paths(self.opts.tree, "eagle.tree"))  # hashable: the plan is cached
@@ -99,7 +99,7 @@ class Eagle(HeadsMethod):
         features, tokens = self._pending(state)
         if self.chain:
             return self._chain(features, tokens, n)
-        from specbench_cli.methods.heads.tree import eagle2_tree, eagle_static_tree
+        from specbench_cli.methods.heads.draft_trees import eagle2_tree, eagle_static_tree
 
         if self.static is not None:
             tree = eagle_static_tree(self.head, self.cache, features, tokens, self.static, budget=n)

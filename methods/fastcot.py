@@ -25,10 +25,11 @@ from dataclasses import dataclass
 from typing import Optional
 
 from specbench_cli.config import MAX_BUDGET
+from specbench_cli.engine.draft import Draft
 from specbench_cli.engine.drafter import DecodeState, Epilogue, Structure, VerifyResult
-from specbench_cli.engine.tree import Draft
 from specbench_cli.errors import UsageError
-from specbench_cli.methods.base import Method, opt
+from specbench_cli.methods.core.method import Method
+from specbench_cli.options import opt
 
 TRIGGER = "\nSo the answer is"
 INITS = ("question", "pad")

@@ -21,11 +21,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
+from specbench_cli.engine.draft import Draft
 from specbench_cli.engine.drafter import DecodeState
-from specbench_cli.engine.tree import Draft
 from specbench_cli.lazy import inference_mode, torch
-from specbench_cli.methods.base import opt
 from specbench_cli.methods.heads.common import VOCAB_MODES, HeadsMethod, pick
+from specbench_cli.options import opt
 
 
 @dataclass
@@ -43,7 +43,7 @@ class Hydra(HeadsMethod):
     Options = HydraOptions
 
     def plan_tree(self) -> None:
-        from specbench_cli.methods.trees import read_paths
+        from specbench_cli.methods.core.tree_shapes import read_paths
 
         self.paths = tuple(tuple(p) for p in read_paths(self.opts.choices, "hydra.choices"))  # hashable: the plan is cached
 
@@ -81,7 +81,7 @@ class Hydra(HeadsMethod):
         base = self._base(state)
         if self.chain:
             return self._chain(base, state.ids[-1], min(n, self.head.n_heads))
-        from specbench_cli.methods.heads.tree import hydra_tree
+        from specbench_cli.methods.heads.draft_trees import hydra_tree
 
         tree = hydra_tree(self.head, base, state.ids[-1], self.paths, budget=n)
         return Draft(tokens=tree.tokens, parents=tree.parents)

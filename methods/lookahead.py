@@ -54,10 +54,11 @@ from itertools import islice
 from typing import Optional
 
 from specbench_cli.config import MAX_BUDGET
+from specbench_cli.engine.draft import Draft
 from specbench_cli.engine.drafter import DecodeState, Structure, VerifyResult
-from specbench_cli.engine.tree import Draft
 from specbench_cli.errors import UsageError
-from specbench_cli.methods.base import Method, opt
+from specbench_cli.methods.core.method import Method
+from specbench_cli.options import opt
 
 SHIFT_MODES = ("one", "accepted")
 

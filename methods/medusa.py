@@ -22,11 +22,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
+from specbench_cli.engine.draft import Draft
 from specbench_cli.engine.drafter import DecodeState
-from specbench_cli.engine.tree import Draft
 from specbench_cli.lazy import inference_mode, torch
-from specbench_cli.methods.base import opt
 from specbench_cli.methods.heads.common import VOCAB_MODES, HeadsMethod, pick
+from specbench_cli.options import opt
 
 
 @dataclass
@@ -45,13 +45,13 @@ class Medusa(HeadsMethod):
     Options = MedusaOptions
 
     def plan_tree(self) -> None:
-        from specbench_cli.methods.trees import read_paths
+        from specbench_cli.methods.core.tree_shapes import read_paths
 
         self.fixed = read_paths(self.opts.choices, "medusa.choices") if self.opts.choices else None
         self.paths: list[list[int]] = []
 
     def setup(self) -> None:
-        from specbench_cli.methods.heads.tree import default_medusa_paths
+        from specbench_cli.methods.core.tree_shapes import default_medusa_paths
 
         super().setup()
         self.paths = self.fixed or default_medusa_paths(self.head.n_heads, self.opts.width, limit=2 * self.ctx.budget + 8)  # slack: paths past the heads or vocabulary are skipped
@@ -69,7 +69,7 @@ class Medusa(HeadsMethod):
             picks = [pick(row, self.ctx.sampling, self.rng, self.head) for row in logits[: min(n, logits.shape[0])]]
             probs = torch.stack([p for _, p in picks]) if picks[0][1] is not None else None
             return Draft.chain([t for t, _ in picks], probs)
-        from specbench_cli.methods.heads.tree import medusa_tree
+        from specbench_cli.methods.heads.draft_trees import medusa_tree
 
         tree = medusa_tree(logits, self.paths, budget=n, ids=self.head.draft_ids)
         return Draft(tokens=tree.tokens, parents=tree.parents)

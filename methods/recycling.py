@@ -23,11 +23,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
+from specbench_cli.engine.draft import Draft
 from specbench_cli.engine.drafter import DecodeState, Structure, VerifyResult
-from specbench_cli.engine.tree import Draft
 from specbench_cli.errors import UsageError
 from specbench_cli.lazy import torch
-from specbench_cli.methods.base import Method, opt
+from specbench_cli.methods.core.method import Method
+from specbench_cli.options import opt
 
 # The paper's template as children per parent rank path: (parent path) -> number of children.
 TEMPLATE_CHILDREN: dict[tuple[int, ...], int] = {
@@ -77,8 +78,8 @@ def truncate(paths: list[tuple[int, ...]], n: int, order: str) -> list[tuple[int
 
 def read_tree_file(path: str) -> list[tuple[int, ...]]:
     """A JSON list of rank paths (Medusa / Token Recycling style: [[0], [1], [0, 0], ...]), or a
-    named static tree (methods/trees.py), in breadth-first order."""
-    from specbench_cli.methods.trees import read_paths
+    named static tree (methods/core/tree_shapes.py), in breadth-first order."""
+    from specbench_cli.methods.core.tree_shapes import read_paths
 
     return sorted({tuple(x) for x in read_paths(path, "recycling.tree")}, key=lambda x: (len(x), x))
 

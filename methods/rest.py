@@ -6,7 +6,7 @@ that occurs in the datastore, retrieves up to `k` of its continuations of `long`
 `draftretriever` (the authors' suffix-array library; `pip install 'specbench-cli[rest]'`),
 keeps the most frequent prefixes as a trie of at most BC - 1 nodes, and hands the trie to the
 target to verify: lossless. The datastore is built once with `specbench datastore build`
-(methods/datastore.py) and must come from the target's tokenizer.
+(methods/retrieval/datastore.py) and must come from the target's tokenizer.
 
 Choices where the paper is silent are in docs/methods/rest.md.
 """
@@ -17,11 +17,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
+from specbench_cli.engine.draft import Draft
 from specbench_cli.engine.drafter import DecodeState, Structure
-from specbench_cli.engine.tree import Draft
 from specbench_cli.errors import UsageError
-from specbench_cli.methods import datastore as store
-from specbench_cli.methods.base import Method, opt
+from specbench_cli.methods.core.method import Method
+from specbench_cli.methods.retrieval import datastore as store
+from specbench_cli.options import opt
 
 PAD = -2  # draftretriever pads retrieved paths with -2
 

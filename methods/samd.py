@@ -8,7 +8,7 @@ automaton is extended only after the matcher has moved, so the match never is th
 occurrence). When that suffix is at least `threshold` tokens long, the draft is the chain of
 tokens that followed its first occurrence (up to BC - 1); otherwise the fallback method drafts
 (Spec-Bench's SAMD row uses EAGLE-2 there; `recycling` here by default, `none` for SAM alone,
-or a head drafter: eagle, eagle3, hydra, medusa). The fallback (methods/fallback.py) sees every
+or a head drafter: eagle, eagle3, hydra, medusa). The fallback (methods/core/fallback.py) sees every
 step and every verification either way, so its own state (Token Recycling's matrix, a head's
 KV cache) stays current. The target verifies every draft: lossless.
 """
@@ -18,11 +18,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
+from specbench_cli.engine.draft import Draft
 from specbench_cli.engine.drafter import DecodeState, Structure, VerifyResult
-from specbench_cli.engine.tree import Draft
 from specbench_cli.errors import UsageError
-from specbench_cli.methods.base import Method, opt
-from specbench_cli.methods.fallback import Fallback, shown_options
+from specbench_cli.methods.core.fallback import Fallback, shown_options
+from specbench_cli.methods.core.method import Method
+from specbench_cli.options import opt
 
 FALLBACKS = ("recycling", "pld", "eagle", "eagle3", "hydra", "medusa", "none")
 

@@ -26,12 +26,13 @@ from pathlib import Path
 from typing import Optional
 
 from specbench_cli.config import MAX_BUDGET
+from specbench_cli.engine.draft import Draft
 from specbench_cli.engine.drafter import DecodeState, Structure, VerifyResult
-from specbench_cli.engine.tree import Draft
 from specbench_cli.engine.verify import target_probs
 from specbench_cli.errors import UsageError
 from specbench_cli.lazy import inference_mode, torch
-from specbench_cli.methods.base import Method, opt
+from specbench_cli.methods.core.method import Method
+from specbench_cli.options import opt
 
 # Strings whose encodings must agree between target and draft tokenizers (besides the vocab).
 PROBE_TEXTS = (

@@ -2,7 +2,7 @@
 ArcticInference): speculation trees from suffix trees over the prompt, the output so far and
 the answers of earlier requests, with no draft model.
 
-Two suffix trees (methods/suffix_tree.py, the reference's trees token for token):
+Two suffix trees (methods/retrieval/suffix_tree.py, the reference's trees token for token):
 - the request's own tree over its prompt and every token generated since;
 - a global tree over this method's answers to the earlier turns of the run (`remember`), at most
   `max_cached_requests` of them, the oldest evicted first. The runner makes it empty at the start
@@ -22,7 +22,7 @@ when its score beats the fallback's expected acceptance, the mean number of draf
 target accepted on the fallback's own steps of this request (before its first step, 1, counted as
 one step); otherwise the fallback drafts. As ArcticInference's hybrid and SAM-decoding do,
 the model drafter is skipped when retrieval looks better; a skipped head drafter still takes
-the step's hidden states (methods/fallback.py).
+the step's hidden states (methods/core/fallback.py).
 """
 
 from __future__ import annotations
@@ -31,11 +31,12 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Optional
 
+from specbench_cli.engine.draft import Draft
 from specbench_cli.engine.drafter import DecodeState, Structure, VerifyResult
-from specbench_cli.engine.tree import Draft
-from specbench_cli.methods.base import Method, opt
-from specbench_cli.methods.fallback import Fallback, shown_options
-from specbench_cli.methods.suffix_tree import SuffixDraft, SuffixTree
+from specbench_cli.methods.core.fallback import Fallback, shown_options
+from specbench_cli.methods.core.method import Method
+from specbench_cli.methods.retrieval.suffix_tree import SuffixDraft, SuffixTree
+from specbench_cli.options import opt
 
 FALLBACKS = ("none", "eagle", "eagle3", "hydra", "medusa", "pld")
 

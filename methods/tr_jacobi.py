@@ -36,11 +36,12 @@ from functools import lru_cache
 from typing import Optional
 
 from specbench_cli.config import MAX_BUDGET
+from specbench_cli.engine.draft import Draft, children_lists, paths_to_parents
 from specbench_cli.engine.drafter import DecodeState, Structure, VerifyResult
-from specbench_cli.engine.tree import Draft, children_lists, paths_to_parents
 from specbench_cli.errors import UsageError
-from specbench_cli.methods.base import Method, opt
+from specbench_cli.methods.core.method import Method
 from specbench_cli.methods.pld import NgramIndex
+from specbench_cli.options import opt
 
 RETRIEVAL = -1  # the choice index that marks the retrieval path in a template path
 

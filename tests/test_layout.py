@@ -49,7 +49,7 @@ def test_contracts_would_catch_an_upward_import(installed_layout, tmp_path):
     pytest.importorskip("importlinter")
     broken = tmp_path / "broken"
     shutil.copytree(installed_layout, broken)
-    with open(broken / "specbench_cli" / "engine" / "tree.py", "a", encoding="utf-8") as f:
+    with open(broken / "specbench_cli" / "engine" / "draft.py", "a", encoding="utf-8") as f:
         f.write("\n\ndef _upward():\n    from specbench_cli.run import runner  # noqa: F401\n")
     res = _python("import sys; from importlinter.cli import lint_imports; sys.exit(lint_imports())", broken)
     assert res.returncode != 0 and "BROKEN" in res.stdout

@@ -24,7 +24,8 @@ from specbench_cli.engine.drafter import Structure
 from specbench_cli.engine.verify import SamplingConfig, target_probs
 from specbench_cli.errors import UsageError
 from specbench_cli.lazy import torch
-from specbench_cli.methods.base import Method, user_options
+from specbench_cli.methods.core.method import Method
+from specbench_cli.options import user_options
 
 HEAD_METHODS = ("medusa", "eagle", "eagle3", "hydra")
 

@@ -12,7 +12,7 @@ the head's own weights, in the public formats:
 
 Our provenance (target, data, recipe, tokens seen, time, kind, K, adversarial, lambda) sits
 under the `"specbench"` key of `config.json`. Inference APIs are documented on each class;
-the EAGLE-2 tree and the Medusa tree builders live in methods/heads/tree.py.
+the EAGLE-2 tree and the Medusa tree builders live in methods/heads/draft_trees.py.
 """
 
 from __future__ import annotations

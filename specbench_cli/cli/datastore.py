@@ -53,7 +53,7 @@ def build_cmd(
     import time
 
     from specbench_cli.atomic import output_problem
-    from specbench_cli.methods import datastore as store
+    from specbench_cli.methods.retrieval import datastore as store
 
     store.require_library()
     out = out.expanduser()

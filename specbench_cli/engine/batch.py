@@ -38,9 +38,9 @@ from typing import Any, Optional, Sequence
 import torch
 
 from specbench_cli.engine.cache import BatchKVCache, KVCache
+from specbench_cli.engine.draft import Draft, batch_tree_inputs
 from specbench_cli.engine.drafter import DecodeState, Drafter, VerifyResult
 from specbench_cli.engine.loop import BudgetExceeded, Decoder, Generation, _sync
-from specbench_cli.engine.tree import Draft, batch_tree_inputs
 
 
 class BatchDecoder(Decoder):

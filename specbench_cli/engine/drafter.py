@@ -23,7 +23,7 @@ import enum
 from dataclasses import dataclass
 from typing import ClassVar, Optional
 
-from specbench_cli.engine.tree import Draft
+from specbench_cli.engine.draft import Draft
 from specbench_cli.lazy import torch
 
 

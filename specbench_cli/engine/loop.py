@@ -25,8 +25,8 @@ from typing import Any, Optional
 import torch
 
 from specbench_cli.engine.cache import KVCache
+from specbench_cli.engine.draft import Draft, tree_inputs
 from specbench_cli.engine.drafter import DecodeState, Drafter, VerifyResult
-from specbench_cli.engine.tree import Draft, tree_inputs
 from specbench_cli.engine.verify import SamplingConfig, Verdict, verify_greedy, verify_sampling
 
 

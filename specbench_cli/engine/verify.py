@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
-from specbench_cli.engine.tree import Draft, children_lists
+from specbench_cli.engine.draft import Draft, children_lists
 from specbench_cli.lazy import torch
 
 

@@ -44,7 +44,7 @@ def method_context(cfg: RunConfig, model=None, tokenizer=None, budget: Optional[
     """The settings every method is planned against (and the target once loaded); `budget`
     defaults to the run's block complexity (the default one when that is `auto`)."""
     from specbench_cli.engine.verify import SamplingConfig
-    from specbench_cli.methods.base import MethodContext
+    from specbench_cli.methods.core.method import MethodContext
 
     if budget is None:
         budget = cfg.block_complexity if isinstance(cfg.block_complexity, int) else DEFAULT_BUDGET

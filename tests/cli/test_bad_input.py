@@ -202,7 +202,7 @@ def _datastores(d: Path, f: dict) -> None:
     import random
     import struct
 
-    from specbench_cli.methods.datastore import INDEX, write
+    from specbench_cli.methods.retrieval.datastore import INDEX, write
 
     class Tok:
         name_or_path = "fake"

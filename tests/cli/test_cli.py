@@ -8,7 +8,7 @@ import pytest
 from helpers.cli import cli, only_run_dir, run_rows, tiny_run_args
 
 from specbench_cli import methods
-from specbench_cli.methods.base import Method
+from specbench_cli.methods.core.method import Method
 
 
 @pytest.mark.parametrize("args,message", [

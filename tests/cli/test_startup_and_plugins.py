@@ -15,10 +15,10 @@ import torch
 from helpers.cli import cli
 
 from specbench_cli import tasks
+from specbench_cli.engine.draft import Draft
 from specbench_cli.engine.drafter import Structure
 from specbench_cli.engine.loop import Decoder
-from specbench_cli.engine.tree import Draft
-from specbench_cli.methods.base import Method, MethodContext
+from specbench_cli.methods.core.method import Method, MethodContext
 from specbench_cli.models.prompting import encode_chat, user_turn
 from specbench_cli.store.rows import SampleRow, required_keys
 from specbench_cli.store.runfolder import load_run
@@ -91,13 +91,13 @@ def test_registry_rejects_a_target_that_is_not_a_method(monkeypatch, capsys):
 
     monkeypatch.setitem(methods.REGISTRY, "notamethod", "specbench_cli.store.rows:SampleRow")
     code, _, err = cli(["run", "--methods", "notamethod"], capsys)
-    assert code == 2 and "is not a subclass of specbench_cli.methods.base.Method" in " ".join(err.split())
+    assert code == 2 and "is not a subclass of specbench_cli.methods.core.method.Method" in " ".join(err.split())
 
 
 PLUGIN = '''
 from specbench_cli.engine.drafter import Structure
-from specbench_cli.engine.tree import Draft
-from specbench_cli.methods.base import Method
+from specbench_cli.engine.draft import Draft
+from specbench_cli.methods.core.method import Method
 from specbench_cli.tasks.base import Question, Task
 
 
@@ -233,7 +233,7 @@ def test_options_annotated_with_real_types_are_coerced_too():
     from typing import Optional
 
     from specbench_cli.errors import UsageError
-    from specbench_cli.methods.base import parse_options
+    from specbench_cli.options import parse_options
 
     opts_cls = dataclasses.make_dataclass("O", [("depth", Optional[int], None), ("rate", float, 0.5)])
     assert parse_options("m", opts_cls, {"depth": "3", "rate": "0.25"}) == opts_cls(depth=3, rate=0.25)

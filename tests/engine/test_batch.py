@@ -12,11 +12,11 @@ from helpers.tiny import EOS, make_model, make_tokenizer
 from specbench_cli import methods
 from specbench_cli.engine.batch import BatchDecoder
 from specbench_cli.engine.cache import BatchKVCache, KVCache
+from specbench_cli.engine.draft import Draft, batch_tree_inputs
 from specbench_cli.engine.drafter import Drafter
 from specbench_cli.engine.loop import BudgetExceeded, Decoder
-from specbench_cli.engine.tree import Draft, batch_tree_inputs
 from specbench_cli.engine.verify import SamplingConfig
-from specbench_cli.methods.base import MethodContext
+from specbench_cli.methods.core.method import MethodContext
 
 PROMPTS = [[2, 5, 9, 14, 7, 3, 2, 6, 30, 31, 32, 33, 9, 14], [2, 40, 41, 42, 40, 41, 42, 40, 41], [2, 77],
            [2, 8, 9, 10, 11, 12, 13]]

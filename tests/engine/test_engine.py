@@ -9,11 +9,11 @@ import torch
 from helpers.tiny import EOS, VOCAB
 
 from specbench_cli.engine.cache import KVCache
+from specbench_cli.engine.draft import Draft, children_lists, depths, path_to, paths_to_parents, tree_inputs
 from specbench_cli.engine.loop import BudgetExceeded, Decoder
-from specbench_cli.engine.tree import Draft, children_lists, depths, path_to, paths_to_parents, tree_inputs
 from specbench_cli.engine.verify import SamplingConfig, target_probs, verify_greedy
 from specbench_cli.methods.ar import AutoRegressive
-from specbench_cli.methods.base import Method, MethodContext
+from specbench_cli.methods.core.method import Method, MethodContext
 
 PROMPT = [2, 5, 9, 14, 7, 3, 2, 6, 30, 31, 32, 33, 9, 14]
 

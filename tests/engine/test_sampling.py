@@ -29,9 +29,9 @@ from helpers.tiny import EOS, make_model, make_tokenizer, save_tiny
 
 from specbench_cli import methods
 from specbench_cli.engine import loop
-from specbench_cli.engine.tree import Draft
+from specbench_cli.engine.draft import Draft
 from specbench_cli.engine.verify import SamplingConfig, Verdict, target_probs, verify_sampling
-from specbench_cli.methods.base import MethodContext
+from specbench_cli.methods.core.method import MethodContext
 
 CFG = SamplingConfig(temperature=1.0, top_p=0.9)
 PROMPT = [2, 5, 9, 14, 7, 3, 2, 6, 9, 14]   # repeated n-grams: pld drafts something

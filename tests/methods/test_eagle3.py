@@ -14,11 +14,11 @@ import torch
 import torch.nn.functional as F
 from helpers.tiny import make_model
 
+from specbench_cli.engine.draft import Draft
 from specbench_cli.engine.drafter import Structure
 from specbench_cli.engine.loop import Decoder
-from specbench_cli.engine.tree import Draft
 from specbench_cli.errors import UsageError
-from specbench_cli.methods.base import Method, MethodContext
+from specbench_cli.methods.core.method import Method, MethodContext
 
 PROMPT = [2, 5, 9, 14, 7, 3, 2, 6]
 

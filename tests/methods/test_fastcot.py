@@ -12,7 +12,7 @@ from helpers.cli import cli, only_run_dir, run_rows
 from specbench_cli import methods
 from specbench_cli.engine.loop import Decoder
 from specbench_cli.errors import UsageError
-from specbench_cli.methods.base import MethodContext
+from specbench_cli.methods.core.method import MethodContext
 from specbench_cli.models.prompting import encode_chat, stop_token_ids, user_turn
 
 BC = 6

@@ -19,7 +19,7 @@ from specbench_cli.engine.drafter import Structure
 from specbench_cli.engine.loop import Decoder
 from specbench_cli.engine.verify import SamplingConfig
 from specbench_cli.errors import UsageError
-from specbench_cli.methods.base import MethodContext
+from specbench_cli.methods.core.method import MethodContext
 from specbench_cli.methods.heads.checkpoint import save_heads
 from specbench_cli.methods.heads.model import EagleHead, MedusaHeads, count_params, eagle_config
 

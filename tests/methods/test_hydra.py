@@ -21,10 +21,10 @@ from safetensors.torch import load_file
 from specbench_cli import methods
 from specbench_cli.engine.loop import Decoder
 from specbench_cli.errors import UsageError
-from specbench_cli.methods.base import MethodContext
+from specbench_cli.methods.core.method import MethodContext
 from specbench_cli.methods.heads.checkpoint import load_heads
+from specbench_cli.methods.heads.draft_trees import hydra_tree
 from specbench_cli.methods.heads.importers import import_heads
-from specbench_cli.methods.heads.tree import hydra_tree
 
 PROMPTS = [[2, 5, 9, 14, 7, 3, 2, 6, 30, 31, 32, 33, 9, 14], [2, 40, 41, 42, 40, 41, 42, 40, 41], [2, 77]]
 

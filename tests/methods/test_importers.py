@@ -21,7 +21,7 @@ from safetensors.torch import load_file
 from specbench_cli import methods
 from specbench_cli.engine.loop import Decoder
 from specbench_cli.errors import UsageError
-from specbench_cli.methods.base import MethodContext
+from specbench_cli.methods.core.method import MethodContext
 from specbench_cli.methods.heads.checkpoint import load_heads
 from specbench_cli.methods.heads.importers import import_heads
 

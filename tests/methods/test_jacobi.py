@@ -10,7 +10,7 @@ from specbench_cli import methods
 from specbench_cli.engine.loop import Decoder, DecodeState, VerifyResult
 from specbench_cli.engine.verify import verify_greedy
 from specbench_cli.errors import UsageError
-from specbench_cli.methods.base import MethodContext
+from specbench_cli.methods.core.method import MethodContext
 from specbench_cli.methods.jacobi import Jacobi
 
 PROMPT = [2, 5, 9, 14, 7, 3, 2, 6]

@@ -8,11 +8,11 @@ import torch
 from helpers.tiny import EOS, VOCAB
 
 from specbench_cli import methods
+from specbench_cli.engine.draft import depths, path_to
 from specbench_cli.engine.loop import Decoder, DecodeState, VerifyResult
-from specbench_cli.engine.tree import depths, path_to
 from specbench_cli.engine.verify import verify_greedy
 from specbench_cli.errors import UsageError
-from specbench_cli.methods.base import MethodContext
+from specbench_cli.methods.core.method import MethodContext
 from specbench_cli.methods.lookahead import Lookahead, NgramPool, build_trie, default_config, step_cost, window_parents
 
 PROMPT = [2, 5, 9, 14, 7, 3, 2, 6]

@@ -14,7 +14,7 @@ from specbench_cli import methods
 from specbench_cli.engine.forward import kernels, lean
 from specbench_cli.engine.forward.short import register as register_short
 from specbench_cli.engine.loop import Decoder
-from specbench_cli.methods.base import MethodContext
+from specbench_cli.methods.core.method import MethodContext
 
 LOSSLESS = [n for n in methods.names() if methods.get(n).lossless]
 
@@ -72,7 +72,7 @@ def tiny_datastore(tmp_path_factory, tiny_model, tiny_tok):
     """A REST datastore for the tiny model: its own greedy answers to the prompts below (the
     lossless test needs some drafts accepted, not realistic ones)."""
     pytest.importorskip("draftretriever")
-    from specbench_cli.methods.datastore import write
+    from specbench_cli.methods.retrieval.datastore import write
 
     dec = Decoder(tiny_model, {EOS})
     ar = methods.get("ar").create(MethodContext(tiny_model, tiny_tok, budget=1))

@@ -22,7 +22,7 @@ from test_lossless import (  # noqa: F401 - the lossless test's fixtures: the sa
 
 from specbench_cli import methods
 from specbench_cli.engine.batch import BatchDecoder
-from specbench_cli.methods.base import MethodContext
+from specbench_cli.methods.core.method import MethodContext
 from specbench_cli.run.replicas import replicas
 
 # mixed lengths; the repetitive ones give lookup-style drafts something to accept

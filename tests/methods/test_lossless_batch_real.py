@@ -11,7 +11,7 @@ import pytest
 
 from specbench_cli import methods
 from specbench_cli.engine.batch import BatchDecoder
-from specbench_cli.methods.base import MethodContext
+from specbench_cli.methods.core.method import MethodContext
 from specbench_cli.run.replicas import replicas
 
 pytestmark = pytest.mark.slow

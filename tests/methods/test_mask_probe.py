@@ -8,10 +8,10 @@ import pytest
 import torch
 from helpers.tiny import VOCAB
 
+from specbench_cli.engine.draft import Draft, depths
 from specbench_cli.engine.loop import DecodeState, VerifyResult
-from specbench_cli.engine.tree import Draft, depths
 from specbench_cli.errors import UsageError
-from specbench_cli.methods.base import MethodContext
+from specbench_cli.methods.core.method import MethodContext
 from specbench_cli.methods.mask_probe import MaskProbe, best_first_tree, mask_steps
 
 PROMPT = [2, 5, 9, 14, 7, 3, 2, 6, 30, 31, 32, 33, 9, 14]

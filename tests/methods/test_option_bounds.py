@@ -1,4 +1,4 @@
-"""Every method option has declared bounds, checked in one place (`methods.base.check_option`)
+"""Every method option has declared bounds, checked in one place (`options.check_option`)
 before any model loads. Property: for option values drawn across each option's type and well
 past its bounds (and block complexities up to the ceiling), a method either refuses with a
 UsageError (the CLI's exit 2) or plans, binds and decodes; never another exception (exit 1),
@@ -19,7 +19,8 @@ from specbench_cli import methods
 from specbench_cli.config import MAX_BUDGET
 from specbench_cli.engine.loop import Decoder
 from specbench_cli.errors import UsageError
-from specbench_cli.methods.base import MethodContext, _type_name, option_bounds
+from specbench_cli.methods.core.method import MethodContext
+from specbench_cli.options import option_bounds, type_name
 
 NAMES = methods.names()
 HEAD_METHODS = {"medusa", "eagle"}
@@ -39,14 +40,14 @@ def test_every_numeric_option_declares_bounds():
     """A new numeric option without bounds would let any value reach the drafter."""
     for name in NAMES:
         for f in dataclasses.fields(methods.get(name).Options):
-            if _type_name(f.type) in ("int", "float") and f.name != "seed":
+            if type_name(f.type) in ("int", "float") and f.name != "seed":
                 lo, hi, choices = option_bounds(f)
                 assert choices is not None or (lo is not None and hi is not None), f"{name}.{f.name} has no bounds"
 
 
 def _values(f: dataclasses.Field) -> st.SearchStrategy:
     lo, hi, choices = option_bounds(f)
-    t = _type_name(f.type)
+    t = type_name(f.type)
     text = st.text(min_size=0, max_size=6)
     if choices is not None:
         return st.one_of(st.sampled_from(choices), text, st.integers(-5, 5))
@@ -96,7 +97,7 @@ def test_any_option_values_refuse_or_decode(name, tiny_model, tiny_tok, draft_di
 
 
 def test_float_options_refuse_nan_and_infinity():
-    from specbench_cli.methods.base import parse_options
+    from specbench_cli.options import parse_options
 
     opts = methods.get("mask-probe").Options
     for bad in ("nan", "inf", "-inf", math.nan):

@@ -8,10 +8,10 @@ import json
 import pytest
 import torch
 
+from specbench_cli.engine.draft import Draft
 from specbench_cli.engine.drafter import DecodeState, VerifyResult
-from specbench_cli.engine.tree import Draft
 from specbench_cli.errors import UsageError
-from specbench_cli.methods.base import MethodContext
+from specbench_cli.methods.core.method import MethodContext
 from specbench_cli.methods.recycling import TEMPLATE_CHILDREN, TokenRecycling, template_paths, truncate
 
 

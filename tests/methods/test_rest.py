@@ -10,8 +10,8 @@ import pytest
 pytest.importorskip("draftretriever")
 
 from specbench_cli.errors import UsageError  # noqa: E402
-from specbench_cli.methods import datastore as store  # noqa: E402
 from specbench_cli.methods.rest import trie_from_paths  # noqa: E402
+from specbench_cli.methods.retrieval import datastore as store  # noqa: E402
 
 CORPUS = [{"conversations": [{"from": "human", "value": "the cat sat on the mat"},
                              {"from": "gpt", "value": "the cat sat on the hat and the cat sat on the mat"}]},
@@ -68,7 +68,7 @@ def test_damaged_or_foreign_datastores_are_refused(tiny_tok, tmp_path):
 
 def _cli_store(tmp_path, vocab_size=None):
     """A datastore folder whose record claims `vocab_size` (no tokenizer needed)."""
-    from specbench_cli.methods.datastore import write
+    from specbench_cli.methods.retrieval.datastore import write
 
     class Tok:
         name_or_path = "fake"
@@ -133,7 +133,7 @@ def test_datastore_build_command(tiny_model_dir, tmp_path, capsys):
 
 FUZZ = """
 import random, sys
-from specbench_cli.methods.base import MethodContext
+from specbench_cli.methods.core.method import MethodContext
 from specbench_cli.methods.rest import REST
 random.seed(0)
 for budget in (2, 3, 4, 6, 10, 30, 60):

@@ -9,7 +9,7 @@ import pytest
 
 from specbench_cli.engine.drafter import DecodeState
 from specbench_cli.errors import UsageError
-from specbench_cli.methods.base import MethodContext
+from specbench_cli.methods.core.method import MethodContext
 from specbench_cli.methods.samd import SAMDecoding, SuffixAutomaton
 
 

@@ -13,7 +13,7 @@ from specbench_cli import methods
 from specbench_cli.engine.loop import Decoder
 from specbench_cli.engine.verify import SamplingConfig, target_probs
 from specbench_cli.errors import UsageError
-from specbench_cli.methods.base import MethodContext
+from specbench_cli.methods.core.method import MethodContext
 from specbench_cli.methods.sps import SpeculativeSampling
 
 PROMPT = [2, 5, 9, 14, 7, 3, 2, 6, 30, 31, 32, 33, 9, 14]

@@ -12,9 +12,9 @@ from helpers.tiny import EOS
 from specbench_cli import methods
 from specbench_cli.engine.loop import Decoder
 from specbench_cli.errors import UsageError
-from specbench_cli.methods.base import MethodContext
-from specbench_cli.methods.heads.tree import medusa_tree
-from specbench_cli.methods.trees import EAGLE1_25, MC_SIM_7B_63, read_paths
+from specbench_cli.methods.core.method import MethodContext
+from specbench_cli.methods.core.tree_shapes import EAGLE1_25, MC_SIM_7B_63, read_paths
+from specbench_cli.methods.heads.draft_trees import medusa_tree
 
 PROMPTS = [[2, 5, 9, 14, 7, 3, 2, 6, 30, 31, 32, 33, 9, 14], [2, 40, 41, 42, 40, 41, 42, 40, 41], [2, 77]]
 
@@ -42,7 +42,7 @@ def our_sequences(tree) -> set[tuple[int, ...]]:
 def test_the_published_trees_have_their_published_sizes():
     assert len(MC_SIM_7B_63) == 63 and max(map(len, MC_SIM_7B_63)) == 4
     assert len(EAGLE1_25) == 25 and max(map(len, EAGLE1_25)) == 5
-    from specbench_cli.methods.trees import VICUNA_7B_STAGE2
+    from specbench_cli.methods.core.tree_shapes import VICUNA_7B_STAGE2
 
     assert len(VICUNA_7B_STAGE2) == 63 and max(map(len, VICUNA_7B_STAGE2)) == 4
     assert len({tuple(p) for p in VICUNA_7B_STAGE2}) == 63  # no repeated path
@@ -52,7 +52,7 @@ def test_the_published_trees_have_their_published_sizes():
 @pytest.mark.parametrize("seed", range(5))
 @pytest.mark.parametrize("tree_name", ["mc_sim_7b_63", "vicuna_7b_stage2"])
 def test_published_medusa_trees_give_medusa_s_tree_at_64_tokens(seed, tree_name):
-    from specbench_cli.methods.trees import NAMED
+    from specbench_cli.methods.core.tree_shapes import NAMED
 
     paths = NAMED[tree_name]
     g = torch.Generator().manual_seed(seed)

@@ -15,7 +15,7 @@ from specbench_cli import methods
 from specbench_cli.engine.drafter import DecodeState
 from specbench_cli.engine.loop import Decoder
 from specbench_cli.errors import UsageError
-from specbench_cli.methods.base import MethodContext
+from specbench_cli.methods.core.method import MethodContext
 from specbench_cli.methods.suffix import SuffixDecoding
 
 

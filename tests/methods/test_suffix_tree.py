@@ -1,4 +1,4 @@
-"""SuffixDecoding's suffix trees (methods/suffix_tree.py): identical to the reference's
+"""SuffixDecoding's suffix trees (methods/retrieval/suffix_tree.py): identical to the reference's
 (ArcticInference's `arctic_inference.suffix_decoding`) on recorded random and real histories,
 and right by a brute-force reading of the paper's definition on many more.
 
@@ -21,7 +21,7 @@ from collections import Counter
 import pytest
 from helpers.suffix_reference import GOLDEN, SCRIPT, peers
 
-from specbench_cli.methods.suffix_tree import SuffixTree, f32
+from specbench_cli.methods.retrieval.suffix_tree import SuffixTree, f32
 
 
 @pytest.fixture(scope="module")

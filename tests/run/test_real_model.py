@@ -11,7 +11,7 @@ import pytest
 
 from specbench_cli import methods
 from specbench_cli.engine.loop import Decoder
-from specbench_cli.methods.base import MethodContext
+from specbench_cli.methods.core.method import MethodContext
 
 pytestmark = pytest.mark.slow
 

@@ -9,7 +9,7 @@ import threading
 import torch
 
 from specbench_cli import methods
-from specbench_cli.methods.base import MethodContext
+from specbench_cli.methods.core.method import MethodContext
 from specbench_cli.run.replicas import copy_drafter, replicas
 
 

@@ -131,7 +131,7 @@ def test_resume_continues_exactly(tmp_path, tiny_model, e3cache):
 def test_decoding_with_the_trained_head_equals_ar_and_accepts_drafts(budget, trained, tiny_model, tiny_tok):
     from specbench_cli import methods
     from specbench_cli.engine.loop import Decoder
-    from specbench_cli.methods.base import MethodContext
+    from specbench_cli.methods.core.method import MethodContext
 
     dec = Decoder(tiny_model, {EOS})
     ctx = MethodContext(tiny_model, tiny_tok, budget=budget)

@@ -8,9 +8,10 @@ from helpers.cli import cli as run_cli
 from safetensors.torch import load_file
 
 from specbench_cli.errors import UsageError
+from specbench_cli.methods.core.tree_shapes import default_medusa_paths
 from specbench_cli.methods.heads.checkpoint import load_heads, save_heads
+from specbench_cli.methods.heads.draft_trees import eagle2_tree, medusa_tree
 from specbench_cli.methods.heads.model import EagleHead, MedusaHeads, causal_mask, eagle_config
-from specbench_cli.methods.heads.tree import default_medusa_paths, eagle2_tree, medusa_tree
 from specbench_cli.training.heads.data import (
     build_feature_cache,
     heads_prompts,

@@ -37,7 +37,7 @@ def calibrate(args) -> dict:
 
     from specbench_cli import methods
     from specbench_cli.engine.loop import Decoder
-    from specbench_cli.methods.base import MethodContext
+    from specbench_cli.methods.core.method import MethodContext
     from specbench_cli.methods.fastcot import FastCoT
     from specbench_cli.models.load import load_model
     from specbench_cli.models.prompting import encode_chat, set_threads, stop_token_ids, user_turn

@@ -22,7 +22,7 @@ import torch
 from specbench_cli.models.load import load_model
 from specbench_cli.training.heads.data import load_feature_cache, split_cache
 from specbench_cli.methods.heads.checkpoint import load_heads
-from specbench_cli.methods.heads.tree import eagle2_tree
+from specbench_cli.methods.heads.draft_trees import eagle2_tree
 
 
 @torch.no_grad()

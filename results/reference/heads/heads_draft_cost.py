@@ -17,7 +17,7 @@ import torch
 
 from specbench_cli.models.load import load_model
 from specbench_cli.methods.heads.model import EagleHead, eagle_config
-from specbench_cli.methods.heads.tree import eagle2_tree
+from specbench_cli.methods.heads.draft_trees import eagle2_tree
 
 
 def main() -> None:

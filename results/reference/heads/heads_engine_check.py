@@ -18,7 +18,7 @@ import torch
 
 from specbench_cli import methods
 from specbench_cli.engine.loop import Decoder
-from specbench_cli.methods.base import MethodContext
+from specbench_cli.methods.core.method import MethodContext
 from specbench_cli.report.metrics import chain_alphas
 from specbench_cli.models.load import load_model
 from specbench_cli.models.prompting import encode_chat, stop_token_ids, user_turn

@@ -216,7 +216,7 @@ def _measure_batch_curve(model: Any, max_q: int, context: int, rounds: int, warm
 
     from specbench_cli.engine.batch import BatchDecoder
     from specbench_cli.engine.cache import BatchKVCache, KVCache
-    from specbench_cli.engine.tree import Draft
+    from specbench_cli.engine.draft import Draft
 
     device = next(model.parameters()).device
     vocab = model.config.vocab_size

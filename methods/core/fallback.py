@@ -17,10 +17,11 @@ from __future__ import annotations
 
 from typing import Optional
 
+from specbench_cli.engine.draft import Draft
 from specbench_cli.engine.drafter import DecodeState, VerifyResult
-from specbench_cli.engine.tree import Draft
 from specbench_cli.errors import UsageError
-from specbench_cli.methods.base import Delegate, Method, user_options
+from specbench_cli.methods.core.method import Delegate, Method
+from specbench_cli.options import user_options
 
 HEAD_FALLBACKS = ("eagle", "eagle3", "hydra", "medusa")  # need trained heads: -o OWNER.heads=DIR
 

@@ -1,17 +1,19 @@
-"""Draft trees from the heads, as pure functions (no engine import): the phase-2 `eagle` and
-`medusa` drafters turn their output into an engine `Draft(tokens, parents)`.
+"""Draft trees grown from the heads' outputs, as pure functions (no engine import): EAGLE-2's
+dynamic tree and EAGLE-1's static one from an EAGLE head, Medusa's and Hydra's static trees from
+theirs. The head methods turn the result into an engine `Draft(tokens, parents)`; static trees take
+their shape from methods/core/tree_shapes.py.
 
-Both return a `HeadTree`: `tokens[i]` hangs below `parents[i]` (-1 = the root, i.e. the last
+Each returns a `HeadTree`: `tokens[i]` hangs below `parents[i]` (-1 = the root, i.e. the last
 accepted token; `parents[i] < i`), `scores[i]` is the node's cumulative draft log-probability.
 """
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass, field
 
 import torch
 
+from specbench_cli.methods.core.tree_shapes import static_plan
 from specbench_cli.methods.heads.model import EagleHead, HeadKV
 
 
@@ -192,84 +194,6 @@ def medusa_tree(logits: torch.Tensor, paths: list[list[int]], budget: int,
         tree.scores.append(val[d][r] + (tree.scores[parent] if parent >= 0 else 0.0))
         tree.depths.append(d + 1)
     return tree
-
-
-def default_medusa_paths(heads: int, width: int = 10, decay: float = 0.5,
-                         accuracy: tuple[float, ...] = (0.56, 0.32, 0.20, 0.15, 0.12),
-                         limit: int = 64) -> list[list[int]]:
-    """The `limit` best top-k paths by a prior acceptance estimate: prod over depth d of
-    acc_d(rank r) ~ accuracy[d] * decay ** r (Medusa's Vicuna-7B head-1..5 top-1 accuracies,
-    our choice of geometric decay over ranks). Prefix-closed, best first.
-
-    Best-first search: a popped path offers its first child and its next sibling, both scored
-    lower than itself, so the output is exactly the top `limit` and costs O(limit log limit)
-    whatever `width` is (a tree never holds more than BC - 1 paths)."""
-    import heapq
-
-    def acc(d: int) -> float:
-        return accuracy[min(d, len(accuracy) - 1)]
-
-    if heads < 1 or width < 1 or limit < 1:
-        return []
-    heap = [(-acc(0), (0,))]
-    out: list[list[int]] = []
-    while heap and len(out) < limit:
-        neg, path = heapq.heappop(heap)
-        out.append(list(path))
-        if len(path) < heads:
-            heapq.heappush(heap, (neg * acc(len(path)), path + (0,)))
-        if path[-1] + 1 < width:
-            heapq.heappush(heap, (neg * decay, path[:-1] + (path[-1] + 1,)))
-    return out
-
-
-def kept_paths(paths: list[list[int]], budget: int, max_depth: int) -> list[tuple[int, ...]]:
-    """The first `budget` paths (in the given order, best first) whose parents are kept and whose
-    depth is at most `max_depth`: the static tree one forward of BC = budget + 1 verifies."""
-    kept: list[tuple[int, ...]] = []
-    have: set[tuple[int, ...]] = set()
-    for p in paths:
-        key = tuple(p)
-        if len(kept) >= budget:
-            break
-        if key and len(key) <= max_depth and key not in have and (len(key) == 1 or key[:-1] in have):
-            kept.append(key)
-            have.add(key)
-    return kept
-
-
-@dataclass(frozen=True)
-class StaticPlan:
-    """What a static tree's shape fixes, computed once per (paths, budget, depth) rather than at
-    every decoding step: per depth the kept paths in order (`levels`) and grouped by parent in
-    order of first appearance (`groups`), the kept paths that have kept children (`inner`), and the
-    highest rank any path asks for + 1 (`max_rank`)."""
-
-    levels: tuple[tuple[tuple[int, ...], ...], ...]
-    groups: tuple[tuple[tuple[tuple[int, ...], tuple[tuple[int, ...], ...]], ...], ...]
-    inner: frozenset
-    max_rank: int
-
-
-def static_plan(paths, budget: int, max_depth: int) -> StaticPlan:
-    """The `StaticPlan` of `kept_paths(paths, budget, max_depth)`, cached (`paths` as lists or tuples)."""
-    key = paths if isinstance(paths, tuple) else tuple(tuple(p) for p in paths)
-    return _static_plan(key, budget, max_depth)
-
-
-@functools.lru_cache(maxsize=64)
-def _static_plan(paths: tuple[tuple[int, ...], ...], budget: int, max_depth: int) -> StaticPlan:
-    kept = kept_paths(list(paths), budget, max_depth)
-    depth = max((len(k) for k in kept), default=0)
-    levels = tuple(tuple(k for k in kept if len(k) == d) for d in range(1, depth + 1))
-    groups = []
-    for level in levels:
-        by_parent: dict[tuple[int, ...], list[tuple[int, ...]]] = {}
-        for k in level:
-            by_parent.setdefault(k[:-1], []).append(k)
-        groups.append(tuple((par, tuple(children)) for par, children in by_parent.items()))
-    return StaticPlan(levels, tuple(groups), frozenset(k[:-1] for k in kept),
-                      1 + max((k[-1] for k in kept), default=0))
 
 
 @torch.no_grad()
