@@ -8,7 +8,8 @@ derived from these declarations:
 - what `--resume` compares: a flag given with `--resume` is turned into the stored form by the
   same `Cli.to_config` the run uses, and compared with the manifest (`resume_normalisers`);
 - the manifest round-trip: `config_from_manifest` type-checks every stored value against the
-  field's annotation and rebuilds the same `RunConfig`;
+  field's annotation (`options.fits`, the type check method options use too) and rebuilds the
+  same `RunConfig`;
 - the sweep grid schema (`sweep/grid.py`): keys, checks and defaults come from `Grid` metadata.
 
 A new option is one new field here. `tests/test_config.py` checks that the four views agree.
@@ -20,7 +21,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import types
 import typing
 from dataclasses import MISSING, dataclass, field
 from pathlib import Path
@@ -31,6 +31,7 @@ from specbench_cli.engine.forward.modes import check_kernels
 from specbench_cli.errors import UsageError, unknown
 from specbench_cli.models.load import DEFAULT_MODEL, DTYPES, check_device
 from specbench_cli.models.templates import check_template
+from specbench_cli.options import fits, hint_name, is_int, strip_optional
 
 AUTO = "auto"
 AR = "ar"
@@ -161,7 +162,7 @@ def option(default: Any = MISSING, *, factory: Optional[Callable[[], Any]] = Non
 
 def _at_least(n: int, flag: str, most: Optional[int] = None) -> Callable[[Any], Any]:
     def check(value: Any) -> Any:
-        if value is not None and (not _is_int(value) or value < n):
+        if value is not None and (not is_int(value) or value < n):
             raise UsageError(f"{flag} must be at least {n} (got {value})")
         if value is not None and most is not None and value > most:
             raise UsageError(f"{flag} must be at most {most} (got {value})")
@@ -193,17 +194,13 @@ SEED_RANGE = (-(1 << 63), (1 << 64) - 1)  # what torch.manual_seed accepts
 
 
 def _seed(value: Any) -> Any:
-    if not _is_int(value) or not SEED_RANGE[0] <= value <= SEED_RANGE[1]:
+    if not is_int(value) or not SEED_RANGE[0] <= value <= SEED_RANGE[1]:
         raise UsageError(f"--seed must be an integer between {SEED_RANGE[0]} and {SEED_RANGE[1]} (got {value})")
     return value
 
 
 def _candidates(value: Any) -> Any:
     return None if value is None else parse_candidates(value)
-
-
-def _is_int(v: Any) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
 
 
 def _str_list(v: Any) -> bool:
@@ -474,7 +471,7 @@ def _grid_check(f: dataclasses.Field, g: Grid) -> Callable[[Any], bool]:
     check = f.metadata["check"]
 
     def one(v: Any) -> bool:
-        if not fits(v, _strip_optional(hint)) or (isinstance(v, str) and not v.strip()):
+        if not fits(v, strip_optional(hint)) or (isinstance(v, str) and not v.strip()):
             return False
         if check is not None:
             try:
@@ -485,16 +482,9 @@ def _grid_check(f: dataclasses.Field, g: Grid) -> Callable[[Any], bool]:
 
     if g.expands:
         return lambda v: isinstance(v, list) and bool(v) and all(one(x) for x in v)
-    if typing.get_origin(_strip_optional(hint)) is list:
+    if typing.get_origin(strip_optional(hint)) is list:
         return _str_list
     return one
-
-
-def _strip_optional(hint: Any) -> Any:
-    args = [a for a in typing.get_args(hint) if a is not type(None)]
-    if typing.get_origin(hint) in (typing.Union, types.UnionType) and len(args) == 1:
-        return args[0]
-    return hint
 
 
 # ----------------------------------------------------------------------------- the manifest
@@ -510,33 +500,9 @@ def config_from_manifest(manifest: dict, where: str = "manifest") -> RunConfig:
     for f in dataclasses.fields(RunConfig):
         if f.name in config:
             if not fits(config[f.name], hints[f.name]):
-                raise UsageError(f"{where}: 'config.{f.name}' must be {_type_name(hints[f.name])}, "
+                raise UsageError(f"{where}: 'config.{f.name}' must be {hint_name(hints[f.name])}, "
                                  f"got {type(config[f.name]).__name__} {str(config[f.name])[:40]!r}")
             values[f.name] = config[f.name]
     if "block_complexity" in values:  # int | str admits any string: only a number or 'auto' is one
         values["block_complexity"] = parse_bc(values["block_complexity"], f"{where}: 'config.block_complexity'")
     return RunConfig(**values)
-
-
-def fits(value: Any, hint: Any) -> bool:
-    """Does a JSON value fit a (simple) type annotation? bool is not an int here."""
-    origin, args = typing.get_origin(hint), typing.get_args(hint)
-    if hint is Any:
-        return True
-    if origin in (typing.Union, types.UnionType):
-        return any(fits(value, a) for a in args)
-    if hint is type(None):
-        return value is None
-    if origin is list:
-        return isinstance(value, list) and all(fits(v, args[0]) for v in value)
-    if origin is dict:
-        return isinstance(value, dict) and all(fits(k, args[0]) and fits(v, args[1]) for k, v in value.items())
-    if hint is float:
-        return isinstance(value, (int, float)) and not isinstance(value, bool)
-    if hint is int:
-        return _is_int(value)
-    return isinstance(value, hint)
-
-
-def _type_name(hint: Any) -> str:
-    return getattr(hint, "__name__", None) or str(hint).replace("typing.", "")

@@ -1,12 +1,19 @@
 """Typed options: dataclass fields whose annotations (and declared bounds or choices) are the
-checks, used by the run options (`config.py`: manifests and grids) and by every method's
-`Options` (`-o METHOD.KEY=VALUE`). Nothing here needs a model or torch.
+checks. One module for both kinds of options:
+
+- the run options (`config.py`): a manifest's or a grid's JSON/TOML value is checked against the
+  `RunConfig` field's annotation with `fits`, and named with `hint_name`;
+- every method's `Options` (`-o METHOD.KEY=VALUE`): `parse_options` turns the typed text into the
+  field's type and `check_option` checks it with the same `fits`, then the declared bounds.
+
+Nothing here needs a model or torch.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
+import types
 import typing
 from dataclasses import dataclass, field
 from typing import Any, Optional
@@ -30,6 +37,49 @@ def opt(default: Any, *, lo: Optional[float] = None, hi: Optional[float] = None,
 INT64 = (-(1 << 63), (1 << 63) - 1)
 
 
+# ----------------------------------------------------------------------------- types
+
+def is_int(v: Any) -> bool:
+    """An integer that is not a bool."""
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def strip_optional(hint: Any) -> Any:
+    """`X` for Optional[X] / X | None, the hint itself otherwise."""
+    args = [a for a in typing.get_args(hint) if a is not type(None)]
+    if typing.get_origin(hint) in (typing.Union, types.UnionType) and len(args) == 1:
+        return args[0]
+    return hint
+
+
+def fits(value: Any, hint: Any) -> bool:
+    """Does a JSON value fit a (simple) type annotation? bool is not an int here."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if hint is Any:
+        return True
+    if origin in (typing.Union, types.UnionType):
+        return any(fits(value, a) for a in args)
+    if hint is type(None):
+        return value is None
+    if origin is list:
+        return isinstance(value, list) and all(fits(v, args[0]) for v in value)
+    if origin is dict:
+        return isinstance(value, dict) and all(fits(k, args[0]) and fits(v, args[1]) for k, v in value.items())
+    if hint is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if hint is int:
+        return is_int(value)
+    return isinstance(value, hint)
+
+
+def hint_name(hint: Any) -> str:
+    """How a message names a type annotation ('int', 'list[str]', ...)."""
+    return getattr(hint, "__name__", None) or str(hint).replace("typing.", "")
+
+
+# ----------------------------------------------------------------------------- method options
+
+
 def option_bounds(f: dataclasses.Field) -> tuple[Optional[float], Optional[float], Optional[tuple]]:
     """(lo, hi, choices) declared for an option field (None where not declared)."""
     return f.metadata.get("lo"), f.metadata.get("hi"), f.metadata.get("choices")
@@ -46,8 +96,7 @@ def type_name(typ: Any) -> str:
     """'int' for int, Optional[int], int | None, or their string forms (modules with or
     without `from __future__ import annotations` annotate differently)."""
     if not isinstance(typ, str):
-        args = [a for a in typing.get_args(typ) if a is not type(None)]
-        typ = args[0] if len(args) == 1 else typ
+        typ = strip_optional(typ)
         return getattr(typ, "__name__", str(typ))
     return typ.replace("Optional[", "").replace("]", "").replace(" | None", "").replace("None | ", "")
 
@@ -84,28 +133,28 @@ def parse_options(method: str, options_cls: type, given: dict[str, Any]):
     return options_cls(**kwargs)
 
 
+_SCALARS = {"bool": bool, "int": int, "float": float, "str": str}
+_EXPECTS = {"bool": "expects true or false", "int": "expects a whole number", "float": "expects a finite number",
+            "str": "expects text"}
+
+
 def check_option(method: str, f: dataclasses.Field, value: Any) -> Any:
     """`value` against the field's type and declared bounds; UsageError naming the option."""
     if value is None and f.default is None:
         return value
     where, t = f"option {method}.{f.name}", type_name(f.type)
-    if t == "bool":
-        if not isinstance(value, bool):
-            raise UsageError(f"{where} expects true or false, got '{value}'")
-    elif t == "int":
-        if isinstance(value, float) and value.is_integer():
-            value = int(value)
-        if not isinstance(value, int) or isinstance(value, bool):
-            raise UsageError(f"{where} expects a whole number, got '{value}'")
-        if not INT64[0] <= value <= INT64[1]:  # what torch and numpy take (seeds have no other bound)
-            raise UsageError(f"{where} must be a 64-bit integer, between {INT64[0]} and {INT64[1]} (got {value})")
-    elif t == "float":
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-            raise UsageError(f"{where} expects a finite number, got '{value}'")
+    typ = _SCALARS.get(t)
+    if t == "int" and isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if typ is not None and not fits(value, typ):
+        raise UsageError(f"{where} {_EXPECTS[t]}, got '{value}'")
+    if t == "int" and not INT64[0] <= value <= INT64[1]:  # what torch and numpy take (seeds have no other bound)
+        raise UsageError(f"{where} must be a 64-bit integer, between {INT64[0]} and {INT64[1]} (got {value})")
+    if t == "float":
+        if not math.isfinite(value):
+            raise UsageError(f"{where} {_EXPECTS[t]}, got '{value}'")
         value = float(value)
-    elif t == "str" and not isinstance(value, str):
-        raise UsageError(f"{where} expects text, got '{value}'")
-    elif t == "str" and not value.strip():
+    if t == "str" and not value.strip():
         raise UsageError(f"{where} needs a value (got an empty one)")
     lo, hi, choices = option_bounds(f)
     if choices is not None and value not in choices:

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any, ClassVar, Optional
 
 from specbench_cli.errors import UsageError
+from specbench_cli.options import is_int
 
 STATUSES = ("ok", "error")
 
@@ -102,16 +103,12 @@ def defaults() -> dict[str, Any]:
     return out
 
 
-def _is_int(v: object) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
-
-
 def _is_num(v: object) -> bool:
-    return _is_int(v) or isinstance(v, float)
+    return is_int(v) or isinstance(v, float)
 
 
 def _ints(v: object) -> bool:
-    return isinstance(v, list) and all(_is_int(x) for x in v)
+    return isinstance(v, list) and all(is_int(x) for x in v)
 
 
 def _nums(v: object) -> bool:
@@ -129,25 +126,25 @@ FIELD_TYPES: dict[str, tuple[Any, str]] = {
     "method_label": (lambda v: isinstance(v, str) and v != "", "a non-empty string"),
     "method_params": (_opt(lambda v: isinstance(v, dict)), "an object or null"),
     "lossless": (_opt(lambda v: isinstance(v, bool)), "true, false or null"),
-    "extra_params": (lambda v: _is_int(v) and v >= 0, "an integer >= 0"),
+    "extra_params": (lambda v: is_int(v) and v >= 0, "an integer >= 0"),
     "structure": (_opt(lambda v: isinstance(v, str)), "a string or null"),
     "task": (_opt(lambda v: isinstance(v, str)), "a string"),
     "category": (lambda v: isinstance(v, str) and v != "", "a non-empty string"),
     "subcategory": (_opt(lambda v: isinstance(v, str)), "a string or null"),
     "difficulty": (_opt(lambda v: isinstance(v, str)), "a string or null"),
-    "question_id": (lambda v: (isinstance(v, str) and v != "") or _is_int(v), "a string or an integer"),
-    "turn": (lambda v: _is_int(v) and 0 <= v < 1000, "an integer in 0..999"),
-    "repeat": (lambda v: _is_int(v) and 0 <= v < 100000, "an integer >= 0"),
-    "block_complexity": (lambda v: _is_int(v) and v >= 0, "an integer >= 0"),
+    "question_id": (lambda v: (isinstance(v, str) and v != "") or is_int(v), "a string or an integer"),
+    "turn": (lambda v: is_int(v) and 0 <= v < 1000, "an integer in 0..999"),
+    "repeat": (lambda v: is_int(v) and 0 <= v < 100000, "an integer >= 0"),
+    "block_complexity": (lambda v: is_int(v) and v >= 0, "an integer >= 0"),
     "temperature": (lambda v: _is_num(v) and v >= 0, "a number >= 0"),
     "top_p": (lambda v: _is_num(v) and 0 <= v <= 1, "a number in [0, 1]"),
     "error": (_opt(lambda v: isinstance(v, str)), "a string or null"),
-    "prompt_tokens": (lambda v: _is_int(v) and v >= 0, "an integer >= 0"),
-    "new_tokens": (lambda v: _is_int(v) and v >= 0, "an integer >= 0"),
-    "max_new_tokens": (_opt(lambda v: _is_int(v) and v >= 0), "an integer >= 0 or null"),
+    "prompt_tokens": (lambda v: is_int(v) and v >= 0, "an integer >= 0"),
+    "new_tokens": (lambda v: is_int(v) and v >= 0, "an integer >= 0"),
+    "max_new_tokens": (_opt(lambda v: is_int(v) and v >= 0), "an integer >= 0 or null"),
     "wall_time": (lambda v: _is_num(v) and 0 <= v < float("inf"), "a finite number >= 0"),
     "prefill_time": (lambda v: _is_num(v) and 0 <= v < float("inf"), "a finite number >= 0"),
-    "steps": (lambda v: _is_int(v) and v >= 0, "an integer >= 0"),
+    "steps": (lambda v: is_int(v) and v >= 0, "an integer >= 0"),
     "accept_lengths": (_ints, "a list of integers"),
     "draft_sizes": (_ints, "a list of integers"),
     "draft_path_lengths": (_opt(_ints), "a list of integers or null"),
@@ -162,9 +159,9 @@ FIELD_TYPES: dict[str, tuple[Any, str]] = {
     "output_pieces": (_opt(lambda v: isinstance(v, list) and all(isinstance(x, str) for x in v)),
                       "a list of strings or null"),
     "ar_match": (_opt(lambda v: isinstance(v, bool)), "true, false or null"),
-    "first_mismatch": (_opt(lambda v: _is_int(v) and v >= 0), "an integer >= 0 or null"),
-    "batch_size": (lambda v: _is_int(v) and v >= 1, "an integer >= 1"),
-    "batch_id": (_opt(lambda v: _is_int(v) and v >= 0), "an integer >= 0 or null"),
+    "first_mismatch": (_opt(lambda v: is_int(v) and v >= 0), "an integer >= 0 or null"),
+    "batch_size": (lambda v: is_int(v) and v >= 1, "an integer >= 1"),
+    "batch_id": (_opt(lambda v: is_int(v) and v >= 0), "an integer >= 0 or null"),
     "timestamp": (_opt(lambda v: isinstance(v, str)), "a string or null"),
     "scorer": (_opt(lambda v: isinstance(v, str) and v != ""), "a scorer name (string) or null"),
     "method_stats": (_opt(lambda v: isinstance(v, dict)), "an object or null"),

@@ -24,17 +24,13 @@ import tomllib
 from specbench_cli.config import grid_schema
 from specbench_cli.errors import UsageError, check_not_special
 from specbench_cli.jsonl import MAX_JSON_DEPTH, too_deep
-
-
-def _is_int(v: Any) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
-
+from specbench_cli.options import is_int
 
 # key -> (check, what the check wants, default): the run options' own declarations (config.py),
 # plus how a grid splits a task's questions into jobs
 SCHEMA: dict[str, tuple[Callable[[Any], bool], str, Any]] = {
     **grid_schema(),
-    "shard": (lambda v: v in ("category", "none") or (_is_int(v) and v >= 1),
+    "shard": (lambda v: v in ("category", "none") or (is_int(v) and v >= 1),
               "'category', 'none' or a number of questions >= 1", "category"),
 }
 
