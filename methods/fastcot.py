@@ -27,7 +27,6 @@ from typing import Optional
 from specbench_cli.config import MAX_BUDGET
 from specbench_cli.engine.draft import Draft
 from specbench_cli.engine.drafter import DecodeState, Epilogue, Structure, VerifyResult
-from specbench_cli.errors import UsageError
 from specbench_cli.methods.core.method import Method
 from specbench_cli.options import opt
 
@@ -69,14 +68,6 @@ class FastCoT(Method):
     def plan(self) -> None:
         o = self.opts
         cap = self.ctx.budget - 1
-        if o.window is not None and o.window < 0:
-            raise UsageError(f"fastcot window must be >= 0 (got {o.window})")
-        if o.max_iters < 0:
-            raise UsageError(f"fastcot max_iters must be >= 0 (got {o.max_iters}; 0 = no cap)")
-        if o.answer_tokens < 1:
-            raise UsageError(f"{self.name} answer_tokens must be >= 1 (got {o.answer_tokens})")
-        if o.init not in INITS:
-            raise UsageError(f"fastcot init must be one of {', '.join(INITS)} (got '{o.init}')")
         self.k = cap if o.window is None else min(o.window, cap)
         self.max_iters, self.use_approx, self.init = o.max_iters, o.approx, o.init
 
@@ -171,8 +162,6 @@ class CoT(Method):
     structure = Structure.NONE
 
     def plan(self) -> None:
-        if self.opts.answer_tokens < 1:
-            raise UsageError(f"cot answer_tokens must be >= 1 (got {self.opts.answer_tokens})")
         self.k, self.max_iters, self.use_approx, self.init = 0, 0, False, "pad"
 
     def params(self) -> dict:

@@ -177,25 +177,17 @@ class Lookahead(Method):
         budget = self.ctx.budget
         dw, dn, dg = default_config(budget)
         n = dn if o.N is None else o.N
-        if n < 2:
-            raise UsageError(f"lookahead needs N >= 2 (got {n})")
         if o.N is not None and o.W is None and o.G is None:
             width = max(budget // (n - 1), 0)
             dw, dg = (width + 1) // 2, width // 2
         w = dw if o.W is None else o.W
         g = dg if o.G is None else o.G
-        if w < 0 or g < 0:
-            raise UsageError("lookahead needs W >= 0 and G >= 0")
-        if o.shift not in SHIFT_MODES:
-            raise UsageError(f"lookahead shift must be one of {', '.join(SHIFT_MODES)} (got '{o.shift}')")
         window_nodes = max((n - 1) * w - 1, 0)
         if 1 + window_nodes > budget:
             raise UsageError(f"lookahead window W={w}, N={n} needs {1 + window_nodes} tokens per step, "
                              f"more than block complexity {budget}")
         self.W, self.N, self.G = w, n, g
         self.cap = max(g, 8) if o.pool_cap is None else o.pool_cap
-        if self.cap < 1:
-            raise UsageError("lookahead pool_cap must be >= 1")
         self.parents_w, self.index = window_parents(w, n)
         self.n_window = len(self.parents_w)
         self.room = budget - 1 - self.n_window  # nodes left for verification n-grams

@@ -43,7 +43,6 @@ from typing import Optional
 
 from specbench_cli.engine.draft import Draft
 from specbench_cli.engine.drafter import DecodeState, Structure, VerifyResult
-from specbench_cli.errors import UsageError
 from specbench_cli.lazy import torch
 from specbench_cli.methods.core.method import Method
 from specbench_cli.options import opt
@@ -136,14 +135,6 @@ class MaskProbe(Method):
 
     def plan(self) -> None:
         o = self.opts
-        if o.init not in INITS:
-            raise UsageError(f"mask-probe init must be one of {', '.join(INITS)} (got '{o.init}')")
-        if o.masks_per_step not in (1, 2):
-            raise UsageError(f"mask-probe masks_per_step must be 1 or 2 (got {o.masks_per_step})")
-        if o.top_k < 1:
-            raise UsageError("mask-probe top_k must be >= 1")
-        if not 0.0 <= o.ema <= 1.0:
-            raise UsageError("mask-probe ema must be in [0, 1]")
         # BC 2 has room for one mask only: probe with one chain there
         m = self.chains = max(1, min(o.masks_per_step, self.ctx.budget - 1))
         self.steps = mask_steps(self.ctx.budget, m, o.steps)

@@ -64,7 +64,7 @@ class PromptLookup(Method):
 
     def plan(self) -> None:
         o = self.opts
-        if not 1 <= o.min_ngram <= o.max_ngram:
+        if o.min_ngram > o.max_ngram:  # each is bounded by its declaration; their order is checked here
             raise UsageError(f"pld needs 1 <= min_ngram <= max_ngram (got {o.min_ngram}, {o.max_ngram})")
         cap = self.ctx.budget - 1
         self.k = min(10, cap) if o.num_pred_tokens is None else min(o.num_pred_tokens, cap)

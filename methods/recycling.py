@@ -100,10 +100,6 @@ class TokenRecycling(Method):
 
     def plan(self) -> None:
         o = self.opts
-        if not 1 <= o.k <= 64:
-            raise UsageError(f"recycling.k must be in 1..64 (got {o.k})")
-        if o.order not in ORDERS:
-            raise UsageError(f"recycling.order must be one of {', '.join(ORDERS)} (got '{o.order}')")
         paths = read_tree_file(o.tree) if o.tree else template_paths(TEMPLATE_CHILDREN)
         too_wide = [p for p in paths if max(p) >= o.k]
         if too_wide:

@@ -109,10 +109,6 @@ class SAMDecoding(Method):
 
     def plan(self) -> None:
         o = self.opts
-        if not 1 <= o.threshold <= 1024:
-            raise UsageError(f"samd.threshold must be in 1..1024 (got {o.threshold})")
-        if o.fallback not in FALLBACKS:
-            raise UsageError(f"samd.fallback must be one of {', '.join(FALLBACKS)} (got '{o.fallback}')")
         if o.fallback == "none":
             if o.heads:
                 raise UsageError("samd.heads is for a head fallback, not 'none'")

@@ -38,7 +38,6 @@ from typing import Optional
 from specbench_cli.config import MAX_BUDGET
 from specbench_cli.engine.draft import Draft, children_lists, paths_to_parents
 from specbench_cli.engine.drafter import DecodeState, Structure, VerifyResult
-from specbench_cli.errors import UsageError
 from specbench_cli.methods.core.method import Method
 from specbench_cli.methods.pld import NgramIndex
 from specbench_cli.options import opt
@@ -115,10 +114,6 @@ class TRJacobi(Method):
 
     def plan(self) -> None:
         o = self.opts
-        if o.top_k < 1 or o.max_depth < 1 or o.max_ngram < 1:
-            raise UsageError("tr-jacobi needs top_k, max_depth and max_ngram >= 1")
-        if o.retrieval_len is not None and o.retrieval_len < 0:
-            raise UsageError("tr-jacobi retrieval_len must be >= 0")
         self.paths = template(self.ctx.budget, o.top_k, o.max_depth, o.retrieval_len)
         parents, keys = paths_to_parents(self.paths) if self.paths else ([], [])
         self.parents: list[int] = parents

@@ -66,7 +66,7 @@ def run(ctx: typer.Context, **params: Any) -> None:
         # the manifest stores the planned method list: AR first, the defaults when none were named
         normalise["methods"] = ("methods", lambda v: method_order(split_list(v) or default_methods()))
         check_resume_flags(given, cfg, normalise, str(extra["resume"]))
-        check_config(cfg)
+        planned = check_config(cfg)
         err.print(f"resuming {extra['resume']} ({len(store.rows())} rows already there)")
     else:
         store = None
@@ -86,12 +86,12 @@ def run(ctx: typer.Context, **params: Any) -> None:
             from specbench_cli.methods.heads.common import apply_heads_flag
 
             apply_heads_flag(cfg.methods, cfg.method_options, extra["heads"])
-        check_config(cfg)
+        planned = check_config(cfg)
         if tour:
             err.print(f"note: quick tour: {cfg.limit} mini question per category, {cfg.max_new_tokens} new tokens "
                       f"(the whole suite: --tasks mini)", highlight=False, soft_wrap=True)
     execute(cfg, store, report=not extra["no_report"], trust_remote_code=extra["trust_remote_code"],
-            retry_errors=extra["retry_errors"])
+            retry_errors=extra["retry_errors"], planned=planned)
 
 
 def _signature() -> None:

@@ -1,6 +1,6 @@
 """Tables from `metrics.summarize` output: markdown, csv, LaTeX, json, and the terminal.
 
-(~355 lines: the table model and its notes in one place; the renderers live in formats.py.)
+(The table model and its notes in one place; the file renderers are in render.py.)
 
 The Spec-Bench table has one row per (model, method) — plus block complexity when a method
 was measured at several — with the speedup of each category, then #MAT, tokens/s and the
@@ -415,11 +415,6 @@ def fit_table(table: TableData, width: int | None = None) -> tuple[Table, list[s
         dropped.append(victim.header)
         grid = _build_grid(table, columns, rows, compact=True)
     return grid, dropped
-
-
-def rich_table(table: TableData, width: int | None = None) -> Table:
-    """`fit_table` without the list of hidden columns."""
-    return fit_table(table, width)[0]
 
 
 def print_table(table: TableData) -> None:

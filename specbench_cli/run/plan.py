@@ -1,6 +1,7 @@
 """Planning a run before any model loads: every method instance (`pld`, `pld@6`, `pld@auto`)
 with its options checked against its budget and sampling, the default method set, and the
-questions. `check_config` is everything `specbench run` verifies before loading a model.
+questions. `check_config` is everything `specbench run` verifies before loading a model; the instances
+it plans are the ones the run binds.
 """
 
 from __future__ import annotations
@@ -15,9 +16,10 @@ from specbench_cli.run.auto import bcauto
 from specbench_cli.tasks.base import select as select_questions
 
 
-def check_config(cfg: RunConfig) -> None:
+def check_config(cfg: RunConfig) -> dict:
     """The field checks (`RunConfig.validate`), then what needs the registries: the tasks
-    exist and every method instance plans with its options. No model is loaded."""
+    exist and every method instance plans with its options. No model is loaded. Returns the
+    planned instances (`plan_methods`), which the run then binds: a run plans once."""
     cfg.validate()
     from specbench_cli.tasks import hf
 
@@ -37,7 +39,7 @@ def check_config(cfg: RunConfig) -> None:
     if cfg.questions and not any(task_registry.get(t, cfg).takes_questions_file for t in cfg.tasks):
         raise UsageError(f"--questions {cfg.questions} is not read by --tasks {','.join(cfg.tasks)} "
                          f"(use --tasks spec_bench, jsonl or humaneval with a file)")
-    plan_methods(cfg)
+    return plan_methods(cfg)
 
 
 def method_context(cfg: RunConfig, model=None, tokenizer=None, budget: Optional[int] = None):

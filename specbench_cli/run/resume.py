@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from specbench_cli.config import RunConfig, method_order
+from specbench_cli.config import RunConfig
 from specbench_cli.errors import UsageError
 from specbench_cli.store.runfolder import RunFolder
 
@@ -44,11 +44,6 @@ def _show(value: Any) -> str:
     if isinstance(value, list):
         return ",".join(map(str, value))
     return str(value)
-
-
-def methods_as_stored(names: list[str] | None, default: list[str]) -> list[str]:
-    """The `methods` list a manifest records for `--methods` (AR first, no duplicates)."""
-    return method_order(names or default)
 
 
 def check_resume_flags(given: dict[str, Any], cfg: RunConfig, normalise: dict[str, tuple[str, Normalise]],

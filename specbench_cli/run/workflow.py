@@ -41,10 +41,11 @@ class RunProgress(Progress):
 
 
 def execute(cfg: RunConfig, store: Optional[RunFolder] = None, report: bool = True,
-            trust_remote_code: bool = False, retry_errors: bool = False) -> Path:
-    """Run `cfg` into a new run folder, or continue `store`; the folder is locked while written."""
+            trust_remote_code: bool = False, retry_errors: bool = False, planned: Optional[dict] = None) -> Path:
+    """Run `cfg` into a new run folder, or continue `store`; the folder is locked while written.
+    `planned`: the method instances `check_config` already planned (planned here when None)."""
     with contextlib.ExitStack() as locks:
-        return _execute(cfg, store, report, trust_remote_code, retry_errors, locks)
+        return _execute(cfg, store, report, trust_remote_code, retry_errors, locks, planned)
 
 
 def _note(msg: str) -> None:
@@ -54,11 +55,12 @@ def _note(msg: str) -> None:
 # ~60 lines: the ordered checks before the model loads, the lock, the manifest and the progress bar
 # must happen in this order in one place; each step is a call.
 def _execute(cfg: RunConfig, store: Optional[RunFolder], report: bool, trust_remote_code: bool,
-             retry_errors: bool, locks: contextlib.ExitStack) -> Path:
+             retry_errors: bool, locks: contextlib.ExitStack, planned: Optional[dict]) -> Path:
     from specbench_cli.models.load import load_model
 
     questions = load_questions(cfg)           # bad input fails before the model loads
-    planned = plan_methods(cfg)               # so do bad method options
+    if planned is None:
+        planned = plan_methods(cfg)           # so do bad method options
     largest = limits.largest_budget(cfg, planned, auto_candidates(cfg))
     limits.check_declared(cfg, declared_context(cfg.model), largest)  # and lengths the model's header rules out
     limits.check_batch_before_load(cfg, questions, largest)  # and a batch whose KV cache the machine cannot hold

@@ -282,7 +282,3 @@ class RunFolder:
             f.write(json.dumps(row, ensure_ascii=False) + "\n")
             f.flush()
             os.fsync(f.fileno())
-
-    def append_many(self, rows: Iterable[dict]) -> None:
-        for r in rows:
-            self.append(r)

@@ -24,7 +24,7 @@ and profiles, so it is tested on synthetic numbers.
 from __future__ import annotations
 
 import statistics
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from specbench_cli.config import AR, AUTO, Budget, parse_spec
@@ -148,6 +148,3 @@ def feasible_budgets(plan: Callable[[int], Any], candidates: list[int], name: st
         raise UsageError(f"{name}: none of the auto candidates {list(candidates)} fits ({reason})")
     return ok
 
-
-def as_dict(profile: Profile) -> dict:
-    return asdict(profile)
