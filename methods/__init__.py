@@ -1,12 +1,14 @@
 """Methods: short name -> "module:Class" (a `specbench_cli.methods.core.method.Method` subclass).
 
-Built-ins are listed here in the order `specbench list methods` shows them; other packages
-add methods through the `specbench.methods` entry-point group (see `specbench_cli/registry.py`).
+Built-ins are listed here in the order `specbench list methods` shows them (the head methods,
+one per head kind, come from the head-kind registry, methods/heads/kinds/); other packages add
+methods through the `specbench.methods` entry-point group (see `specbench_cli/registry.py`).
 Modules are imported on first use only.
 """
 
 from __future__ import annotations
 
+from specbench_cli.methods.heads.kinds import REGISTRY as HEAD_KINDS
 from specbench_cli.registry import Registry
 
 _REGISTRY = Registry("method", "specbench.methods", "specbench_cli.methods.core.method:Method", {
@@ -21,10 +23,7 @@ _REGISTRY = Registry("method", "specbench.methods", "specbench_cli.methods.core.
     "suffix": "specbench_cli.methods.suffix:SuffixDecoding",
     "rest": "specbench_cli.methods.rest:REST",
     "sps": "specbench_cli.methods.sps:SpeculativeSampling",
-    "medusa": "specbench_cli.methods.medusa:Medusa",
-    "eagle": "specbench_cli.methods.eagle:Eagle",
-    "eagle3": "specbench_cli.methods.eagle3:Eagle3",
-    "hydra": "specbench_cli.methods.hydra:Hydra",
+    **{kind: registration.method for kind, registration in HEAD_KINDS.items()},
     "fastcot": "specbench_cli.methods.fastcot:FastCoT",
     "cot": "specbench_cli.methods.fastcot:CoT",
 })

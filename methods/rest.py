@@ -51,6 +51,7 @@ class REST(Method):
     name = "rest"
     summary = "REST: retrieve continuations of the context from a datastore (draftretriever) as a draft trie"
     needs_training = True  # needs a datastore built for the target: not in the default method list
+    requires = ("datastore",)
     structure = Structure.TREE
     Options = RESTOptions
 

@@ -21,11 +21,11 @@ from typing import Optional
 from specbench_cli.engine.draft import Draft
 from specbench_cli.engine.drafter import DecodeState, Structure, VerifyResult
 from specbench_cli.errors import UsageError
-from specbench_cli.methods.core.fallback import Fallback, shown_options
+from specbench_cli.methods.core.fallback import HEAD_FALLBACKS, Fallback, shown_options
 from specbench_cli.methods.core.method import Method
 from specbench_cli.options import opt
 
-FALLBACKS = ("recycling", "pld", "eagle", "eagle3", "hydra", "medusa", "none")
+FALLBACKS = ("recycling", "pld", *HEAD_FALLBACKS, "none")
 
 
 class SuffixAutomaton:

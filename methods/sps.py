@@ -78,6 +78,7 @@ class SpeculativeSampling(Method):
     summary = "speculative sampling with a draft model (--draft-model): gamma = BC-1 draft tokens per step"
     lossless = True
     needs_training = True  # needs a draft model: not in the default method list
+    requires = ("draft_model",)
     structure = Structure.CHAIN
     Options = SpSOptions
 

@@ -33,12 +33,12 @@ from typing import Optional
 
 from specbench_cli.engine.draft import Draft
 from specbench_cli.engine.drafter import DecodeState, Structure, VerifyResult
-from specbench_cli.methods.core.fallback import Fallback, shown_options
+from specbench_cli.methods.core.fallback import HEAD_FALLBACKS, Fallback, shown_options
 from specbench_cli.methods.core.method import Method
 from specbench_cli.methods.retrieval.suffix_tree import SuffixDraft, SuffixTree
 from specbench_cli.options import opt
 
-FALLBACKS = ("none", "eagle", "eagle3", "hydra", "medusa", "pld")
+FALLBACKS = ("none", *HEAD_FALLBACKS, "pld")
 
 
 @dataclass

@@ -55,3 +55,32 @@ def tiny_heads(tmp_path_factory, tiny_model, tiny_tok):
     from helpers.tiny_heads import train_tiny_heads
 
     return train_tiny_heads(tiny_model, tiny_tok, tmp_path_factory.mktemp("tiny-heads"))
+
+
+@pytest.fixture(scope="session")
+def tiny_head_folders(tiny_heads, tmp_path_factory, tiny_model):
+    """A heads folder of every head kind, trained on the tiny model: `tiny_heads` plus EAGLE-3."""
+    from helpers.tiny_eagle3 import train_tiny_eagle3
+
+    return {**tiny_heads, "eagle3": train_tiny_eagle3(tiny_model, tmp_path_factory.mktemp("eagle3") / "heads")}
+
+
+@pytest.fixture(scope="session")
+def tiny_datastore(tmp_path_factory, tiny_model, tiny_tok):
+    """A REST datastore for the tiny model: its own greedy answers to a few prompts (the lossless
+    tests need some drafts accepted, not realistic ones)."""
+    pytest.importorskip("draftretriever")
+    from helpers.artifacts import DATASTORE_PROMPTS
+    from helpers.tiny import EOS
+
+    from specbench_cli import methods
+    from specbench_cli.engine.loop import Decoder
+    from specbench_cli.methods.core.method import MethodContext
+    from specbench_cli.methods.retrieval.datastore import write
+
+    dec = Decoder(tiny_model, {EOS})
+    ar = methods.get("ar").create(MethodContext(tiny_model, tiny_tok, budget=1))
+    seqs = [p + dec.generate(ar, p, 48, 1).output_ids for p in DATASTORE_PROMPTS]
+    out = tmp_path_factory.mktemp("ds") / "store"
+    write(seqs, tiny_tok, out, ["tiny answers"])
+    return str(out)

@@ -21,9 +21,10 @@ from specbench_cli.engine.draft import Draft
 from specbench_cli.engine.drafter import DecodeState, VerifyResult
 from specbench_cli.errors import UsageError
 from specbench_cli.methods.core.method import Delegate, Method
+from specbench_cli.methods.heads.kinds import HEAD_METHODS
 from specbench_cli.options import user_options
 
-HEAD_FALLBACKS = ("eagle", "eagle3", "hydra", "medusa")  # need trained heads: -o OWNER.heads=DIR
+HEAD_FALLBACKS = tuple(sorted(HEAD_METHODS))  # need trained heads: -o OWNER.heads=DIR
 
 
 class Fallback:

@@ -45,11 +45,17 @@ class Method(Drafter):
     `create(ctx, **options)` does both (tests, scripts). Subclasses set `name`, `summary`,
     `structure` (engine.drafter.Structure), `Options`, and override `plan` / `setup` and the
     drafter contract (`reset`, `propose`, `observe`) they need.
+
+    `requires` names the artifacts a method cannot run without, so tools and tests can supply
+    them without knowing the method: "heads" (option `heads`: a heads folder of the method's
+    `kind`), "datastore" (option `datastore`: a REST datastore), "draft_model" (a draft model:
+    `--draft-model` or option `draft_model`).
     """
 
     summary: ClassVar[str] = ""
     lossless: ClassVar[bool] = True
     needs_training: ClassVar[bool] = False
+    requires: ClassVar[tuple[str, ...]] = ()
     Options: ClassVar[type] = NoOptions
 
     def __init__(self, ctx: MethodContext, **options: Any) -> None:

@@ -1,7 +1,9 @@
-"""What the head methods (`medusa`, `eagle`) share: the base class `HeadsMethod` (the heads
-folder as option `heads`, its checks against the target, chain drafts under sampling, the
-label from the checkpoint's metadata, the parameter count) and the sampled draft token. The
-heads themselves are `methods/heads/model.py` (docs/methods/heads.md).
+"""What the head methods (`medusa`, `eagle`, `eagle3`, `hydra`: one per head kind,
+methods/heads/kinds/) share: the base class `HeadsMethod` (the heads folder as option `heads`,
+its checks against the target, chain drafts under sampling, the label from the checkpoint's
+metadata, the parameter count) and the sampled draft token. What differs by kind (weight file,
+how the head is built and fits the target, its shape in labels) is the kind's declaration; the
+head modules are in methods/heads/ (docs/methods/heads.md).
 
 Checks, as early as each can run:
 - plan (no model): `heads` given, a heads folder of this method's kind, trained for this run's
@@ -25,14 +27,16 @@ from specbench_cli.engine.verify import SamplingConfig, target_probs
 from specbench_cli.errors import UsageError
 from specbench_cli.lazy import torch
 from specbench_cli.methods.core.method import Method
+from specbench_cli.methods.heads import kinds
+from specbench_cli.methods.heads.kinds import HEAD_METHODS, train_command
 from specbench_cli.options import user_options
 
-HEAD_METHODS = ("medusa", "eagle", "eagle3", "hydra")
+__all__ = ["HEAD_METHODS", "HeadsCheckpoint", "HeadsMethod", "apply_heads_flag", "train_command"]
 
 
 def apply_heads_flag(methods: list[str], options: dict[str, dict[str, str]], heads: Optional[str]) -> None:
     """`specbench run --heads PATH`: the same as `-o METHOD.heads=PATH` for the one head method
-    of `methods` (medusa or eagle) that has no `-o METHOD.heads` yet; edits `options` in place.
+    of `methods` (one of `HEAD_METHODS`) that has no `-o METHOD.heads` yet; edits `options` in place.
     UsageError when no head method is selected or the choice is ambiguous."""
     if not heads:
         return
@@ -45,13 +49,6 @@ def apply_heads_flag(methods: list[str], options: dict[str, dict[str, str]], hea
         raise UsageError(f"--heads is ambiguous: {' and '.join(chosen)} are selected and {why} -o METHOD.heads; "
                          f"give each its folder with -o {chosen[0]}.heads=DIR -o {chosen[-1]}.heads=DIR")
     options.setdefault(free[0], {})["heads"] = heads
-
-
-def train_command(kind: str) -> str:
-    """The command that trains heads of `kind` (EAGLE-3 heads can also be imported:
-    `specbench heads import PUBLISHED_EAGLE3_DIR --out HEADS_DIR`)."""
-    extra = {"medusa": " --heads-count 3", "hydra": " --heads-count 4", "eagle3": " --ttt-steps 7"}.get(kind, " --layers 1")
-    return f"specbench train heads --kind {kind}{extra} --data DATA.jsonl --out HEADS_DIR"
 
 
 def _same_target(a: str, b: str) -> bool:
@@ -69,17 +66,17 @@ def _same_target(a: str, b: str) -> bool:
 
 def check_sizes_against_header(kind: str, config: dict, target: str, folder: Path) -> None:
     """Before the target loads: the widths a heads config declares against the target's header
-    (its hidden size, and the vocabulary of heads that carry one). Medusa's widths come from its
-    tensors, checked once the target is loaded; an unreadable header checks nothing."""
+    (its hidden size, and the vocabulary of heads that carry one: the kind's `header_sizes`;
+    Medusa's widths come from its tensors, checked once the target is loaded); an unreadable
+    header checks nothing."""
     from specbench_cli.models.load import declared_field, declared_vocab
 
     try:
         vocab, hidden = declared_vocab(target), declared_field(target, "embedding_length", "hidden_size")
     except UsageError:
         return  # the target reference itself is checked (and named) by the run
-    hidden_key = "target_hidden_size" if kind == "eagle3" and "target_hidden_size" in config else "hidden_size"
-    pairs = [] if kind == "medusa" else [(hidden_key, hidden), ("vocab_size", vocab)]
-    for key, want in pairs:
+    declared = {"hidden": hidden, "vocab": vocab}
+    for key, want in ((key, declared[what]) for key, what in kinds.get(kind).header_sizes(config)):
         have = config.get(key)
         if want is not None and isinstance(have, int) and not isinstance(have, bool) and have != want:
             raise UsageError(f"heads {folder}: config.json's '{key}' is {have}, the target '{target}' declares "
@@ -124,20 +121,9 @@ class HeadsCheckpoint:
         weight = model.get_output_embeddings().weight
         head = load_heads(self.folder, model, dtype=weight.dtype).to(weight.device)
         hidden, vocab = int(model.config.hidden_size), int(weight.shape[0])
-        if self.kind in ("medusa", "hydra"):  # heads trained here share the target's LM head; published ones have their own
-            h_head = int(head[0][0].linear.weight.shape[0]) if self.kind == "medusa" else head.hidden
-            v_head = head.own_vocab
-            if v_head is not None:
-                self.vocab = None  # their own projections cover the whole vocabulary
-        elif self.kind == "eagle3":  # its features are 3 target states wide; its vocabulary maps through t2d
-            self.vocab = None
-            n_layers = int(model.config.num_hidden_layers)
-            head.feature_layers(n_layers)  # every layer it reads exists
-            h_head, v_head = head.target_hidden, int(head.t2d.shape[0])
-            if int(head.draft_ids.max()) >= vocab:
-                raise UsageError(f"heads {self.folder}: d2t maps draft tokens past the target's vocabulary ({vocab})")
-        else:
-            h_head, v_head = int(head.config.hidden_size), int(head.config.vocab_size)
+        h_head, v_head, own_vocab = kinds.get(self.kind).fit(head, model, self.folder)
+        if own_vocab:
+            self.vocab = None  # its own projection covers its vocabulary: no draft vocabulary
         if h_head != hidden or (v_head is not None and v_head != vocab):
             raise UsageError(f"heads {self.folder} (hidden {h_head}, vocab {v_head or 'target'}) do not fit this "
                              f"target (hidden {hidden}, vocab {vocab}): trained for '{self.meta.get('target', '?')}'")
@@ -163,11 +149,7 @@ class HeadsCheckpoint:
         return int(self.meta.get("params", 0))
 
     def shape_text(self) -> str:
-        h, c = self.head, self.config
-        if self.kind in ("medusa", "hydra"):
-            heads = h.n_heads if h is not None else c.get(f"{self.kind}_num_heads", "?")
-            return f"H={heads},K={h.n_layers if h is not None else c.get(f'{self.kind}_num_layers', '?')}"
-        return f"K={h.n_layers if h is not None else c.get('num_hidden_layers', '?')}"
+        return kinds.get(self.kind).shape(self.head, self.config)
 
     def head_label(self) -> str:
         """`eagle(K=3,adv)` / `medusa(H=3,K=2)`: from the metadata, else from the weights (public heads)."""
@@ -226,9 +208,10 @@ class HeadsMethod(Method):
     `kind` (the heads folder's kind), an `Options` dataclass with `heads`, `vocab` and `chain`,
     and `propose`; `plan_tree()` / `tree_params()` add their own checks and parameters."""
 
-    kind: str = ""
+    kind: str = ""  # a registered head kind (methods/heads/kinds/)
     lossless = True
     needs_training = True  # needs a trained heads folder: not in the default method list
+    requires = ("heads",)
     structure = Structure.TREE
     needs_hidden_states = True
 

@@ -37,7 +37,6 @@ from specbench_cli.errors import UsageError
 from specbench_cli.methods.heads.kv import HeadKV
 from specbench_cli.methods.heads.model import DraftVocabMixin, ResBlock, _target_parts
 
-HYDRA_FILE = "hydra_heads.safetensors"
 ARCHS = ("prefix-mlp", "mlp")
 PREFIX_FIELDS = ("intermediate_size", "num_attention_heads", "num_key_value_heads", "head_dim", "rms_norm_eps",
                  "rope_theta", "max_position_embeddings", "hidden_act")

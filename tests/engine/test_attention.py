@@ -9,6 +9,7 @@ import random
 
 import pytest
 import torch
+from helpers.artifacts import artifact_options
 from helpers.tiny import EOS, VOCAB, make_model
 
 from specbench_cli import methods
@@ -96,16 +97,15 @@ def test_bool_masks_hide_what_they_say(pair):
     torch.testing.assert_close(a, full.transpose(1, 2))
 
 
-HEAD_METHODS = {"medusa", "eagle"}  # read the target's hidden states: the lean body must give them too
-
-
-@pytest.mark.parametrize("name", [n for n in methods.names() if methods.get(n).lossless and n not in ("ar", "sps")
-                                  and (not methods.get(n).needs_training or n in HEAD_METHODS)])
+# head methods read the target's hidden states: the lean body must give them too (tiny heads of
+# every kind); methods that need another artifact (a draft model, a datastore) are left out
+@pytest.mark.parametrize("name", [n for n in methods.names() if methods.get(n).lossless and n != "ar"
+                                  and set(methods.get(n).requires) <= {"heads"}])
 def test_lossless_methods_equal_ar_under_short_attention(pair, tiny_tok, name, request):
     _, short = pair
     dec = Decoder(short, {EOS})
     ctx = MethodContext(short, tiny_tok, budget=10)
-    options = {"heads": request.getfixturevalue("tiny_heads")[name]} if name in HEAD_METHODS else {}
+    options = artifact_options(methods.get(name), request)
     ar, method = methods.get("ar").create(ctx), methods.get(name).create(ctx, **options)
     for prompt in ([2, 40, 41, 42, 40, 41, 42, 40, 41], PROMPT):
         assert dec.generate(method, prompt, 40, 10).output_ids == dec.generate(ar, prompt, 40, 10).output_ids

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from helpers.artifacts import DATASTORE_PROMPTS, artifact_options
 from helpers.tiny import EOS, make_model, make_tokenizer
 
 from specbench_cli import methods
@@ -18,11 +19,7 @@ from specbench_cli.methods.core.method import MethodContext
 
 LOSSLESS = [n for n in methods.names() if methods.get(n).lossless]
 
-PROMPTS = [
-    [2, 5, 9, 14, 7, 3, 2, 6, 30, 31, 32, 33, 9, 14],
-    [2, 40, 41, 42, 40, 41, 42, 40, 41],           # repetitive: lookup-style drafts get accepted
-    [2, 77],
-]
+PROMPTS = DATASTORE_PROMPTS  # one repetitive: lookup-style drafts get accepted; the tiny datastore answers them
 
 
 # Vanilla Jacobi only gets a guess accepted by luck: each refreshed guess is conditioned on a
@@ -67,34 +64,8 @@ def draft_dir(tmp_path_factory):
     return str(d)
 
 
-@pytest.fixture(scope="module")
-def tiny_datastore(tmp_path_factory, tiny_model, tiny_tok):
-    """A REST datastore for the tiny model: its own greedy answers to the prompts below (the
-    lossless test needs some drafts accepted, not realistic ones)."""
-    pytest.importorskip("draftretriever")
-    from specbench_cli.methods.retrieval.datastore import write
-
-    dec = Decoder(tiny_model, {EOS})
-    ar = methods.get("ar").create(MethodContext(tiny_model, tiny_tok, budget=1))
-    seqs = [p + dec.generate(ar, p, 48, 1).output_ids for p in PROMPTS]
-    out = tmp_path_factory.mktemp("ds") / "store"
-    write(seqs, tiny_tok, out, ["tiny answers"])
-    return str(out)
-
-
-@pytest.fixture(scope="module")
-def tiny_eagle3(tmp_path_factory, tiny_model):
-    from helpers.tiny_eagle3 import train_tiny_eagle3
-
-    return train_tiny_eagle3(tiny_model, tmp_path_factory.mktemp("eagle3") / "heads")
-
-
 def test_registry_has_the_baseline_and_pld():
     assert {"ar", "pld"} <= set(LOSSLESS)
-
-
-# Methods that draft from trained heads get tiny heads trained on the tiny model (conftest.tiny_heads).
-HEAD_METHODS = {"medusa", "eagle", "hydra"}
 
 
 @pytest.mark.parametrize("budget", [1, 4, 10, 30, 60])
@@ -103,12 +74,8 @@ def test_lossless_method_equals_ar_greedy(name, budget, target, tiny_tok, draft_
     dec = Decoder(target, {EOS})
     ctx = MethodContext(target, tiny_tok, budget=budget, draft_model=draft_dir)
     ar = methods.get("ar").create(ctx)
-    options = {"heads": request.getfixturevalue("tiny_heads")[name]} if name in HEAD_METHODS else {}
-    if name == "eagle3":
-        options = {"heads": request.getfixturevalue("tiny_eagle3")}
-    if name == "rest":
-        options = {"datastore": request.getfixturevalue("tiny_datastore")}
-    method = methods.get(name).create(ctx, **options)
+    # what the method declares it needs (`requires`): tiny heads of its kind, a datastore, a draft model
+    method = methods.get(name).create(ctx, **artifact_options(methods.get(name), request))
     accepted_extra = 0
     for prompt in PROMPTS:
         ref = dec.generate(ar, prompt, 48, budget)

@@ -9,15 +9,13 @@ drafting state is shared between the sequences of a batch. New methods join auto
 from __future__ import annotations
 
 import pytest
+from helpers.artifacts import artifact_options
 from helpers.tiny import EOS
-from test_lossless import (  # noqa: F401 - the lossless test's fixtures: the same targets, draft model and stores
-    HEAD_METHODS,
+from test_lossless import (  # noqa: F401 - the lossless test's fixtures: the same targets and draft model
     LOSSLESS,
     NOT_EXPECTED_TO_ACCEPT_ON_TINY,
     draft_dir,
     target,
-    tiny_datastore,
-    tiny_eagle3,
 )
 
 from specbench_cli import methods
@@ -41,13 +39,7 @@ IRREPRODUCIBLE_DRAFTS = {"rest"}
 
 
 def _options(name, request):
-    if name in HEAD_METHODS:
-        return {"heads": request.getfixturevalue("tiny_heads")[name]}
-    if name == "eagle3":
-        return {"heads": request.getfixturevalue("tiny_eagle3")}
-    if name == "rest":
-        return {"datastore": request.getfixturevalue("tiny_datastore")}
-    return {}
+    return artifact_options(methods.get(name), request)
 
 
 @pytest.mark.parametrize("budget", [4, 10])

@@ -11,6 +11,7 @@ import math
 import resource
 
 import pytest
+from helpers.artifacts import artifact_options
 from helpers.tiny import EOS, make_model, make_tokenizer
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -23,7 +24,6 @@ from specbench_cli.methods.core.method import MethodContext
 from specbench_cli.options import option_bounds, type_name
 
 NAMES = methods.names()
-HEAD_METHODS = {"medusa", "eagle"}
 PROMPT = [2, 40, 41, 42, 40, 41, 42, 40, 41]
 MEMORY_LIMIT = 2 << 30
 
@@ -66,13 +66,14 @@ def _values(f: dataclasses.Field) -> st.SearchStrategy:
 def _skip(name: str, field: str) -> bool:
     # paths to files and models are checked by their own tests (bad_input); drawn text would
     # only produce "not found" here
-    return field in ("heads", "tree", "draft_model", "trigger")
+    # the artifacts a method requires are given (tiny ones), not drawn
+    return field in ("heads", "tree", "draft_model", "trigger", "datastore")
 
 
 @pytest.mark.parametrize("name", NAMES)
 def test_any_option_values_refuse_or_decode(name, tiny_model, tiny_tok, draft_dir, request):
     fields = [f for f in dataclasses.fields(methods.get(name).Options) if not _skip(name, f.name)]
-    heads = request.getfixturevalue("tiny_heads")[name] if name in HEAD_METHODS else None
+    artifacts = artifact_options(methods.get(name), request)  # what it declares it requires
     dec = Decoder(tiny_model, {EOS})
     start = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss << 10
 
@@ -80,8 +81,7 @@ def test_any_option_values_refuse_or_decode(name, tiny_model, tiny_tok, draft_di
     @given(data=st.data(), budget=st.one_of(st.integers(1, 70), st.sampled_from([MAX_BUDGET, 0, -1])))
     def check(data, budget):
         options = {f.name: data.draw(_values(f), label=f.name) for f in fields if data.draw(st.booleans())}
-        if heads:
-            options["heads"] = heads
+        options.update(artifacts)
         ctx = MethodContext(tiny_model, tiny_tok, budget=max(1, budget), draft_model=draft_dir)
         try:
             method = methods.get(name)(ctx, **options)
@@ -109,7 +109,7 @@ def test_planning_at_the_budget_ceiling_is_quick_and_small():
     """The largest BC every method may be planned at: bounded planning (no model)."""
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss << 10
     for name in NAMES:
-        if name in HEAD_METHODS or name == "sps":
+        if methods.get(name).requires:  # their artifacts are checked when they plan: not at this ceiling
             continue
         try:
             methods.get(name)(MethodContext(budget=MAX_BUDGET))

@@ -3,7 +3,9 @@
 `specbench heads import SRC --out DIR` finds the importer whose `detect(SRC)` recognises the
 folder (one module per published layout in this package), reads its tensors (safetensors, or a
 pickle only through `torch.load(weights_only=True)`, which runs no code), checks every key and
-shape, and writes `config.json` + safetensors that `--heads DIR` loads. The source's config
+shape, and writes `config.json` + safetensors that `--heads DIR` loads, through the one writer of
+heads folders (methods/heads/checkpoint.py `write_heads_folder`). Each head kind names its
+importers in its declaration (methods/heads/kinds/). The source's config
 quirks (Medusa-1's wrong head count, EAGLE's optional `bias`, Hydra's repeated blocks) are resolved from the tensors and
 the resolution is recorded under `"specbench"."imported"` in the new config.
 """
@@ -17,10 +19,13 @@ from specbench_cli.methods.heads.importers.common import Importer
 
 
 def importers() -> list[Importer]:
-    from specbench_cli.methods.heads.importers import eagle, eagle3, hydra, medusa, medusa2
+    """Every head kind's importers (methods/heads/kinds/), in registration order: the first whose
+    `detect` recognises a folder converts it."""
+    import importlib
 
-    # medusa2 (a full model with heads inside) before eagle: both have config.json + model weights
-    return [medusa2.IMPORTER, eagle.IMPORTER, eagle3.IMPORTER, medusa.IMPORTER, hydra.IMPORTER]
+    from specbench_cli.methods.heads import kinds
+
+    return [importlib.import_module(module).IMPORTER for kind in kinds.kinds() for module in kind.importers]
 
 
 def import_heads(src: Path, out: Path, force: bool = False) -> dict:

@@ -28,10 +28,7 @@ def detect(src: Path) -> bool:
 
 
 def convert(src: Path, out: Path) -> dict:
-    from safetensors.torch import save_file
-
-    from specbench_cli.atomic import atomic_write
-    from specbench_cli.methods.heads.checkpoint import CONFIG_FILE, EAGLE_FILE
+    from specbench_cli.methods.heads.checkpoint import write_heads_folder
 
     cfg = read_config(src)
     weights = first_file(src, FILES)
@@ -52,14 +49,10 @@ def convert(src: Path, out: Path) -> dict:
     if layers != cfg.get("num_hidden_layers"):
         raise UsageError(f"{weights}: holds {layers} decoder layer(s), config.json says {cfg.get('num_hidden_layers')}")
     dtypes = sorted({str(v.dtype).replace("torch.", "") for v in kept.values()})
-    out.mkdir(parents=True, exist_ok=True)
-    atomic_write(out / EAGLE_FILE, lambda tmp: save_file(kept, str(tmp), metadata={"format": "pt"}))
     cfg["specbench"] = {"kind": "eagle", "layers": layers, "params": int(sum(v.numel() for v in kept.values())),
                         "imported": {"from": src.name, "format": "EAGLE-1/2 (SafeAILab)", "file": weights.name,
                                      "dropped": dropped, "dtypes": dtypes}}
-    import json
-
-    atomic_write(out / CONFIG_FILE, json.dumps(cfg, indent=2) + "\n")
+    write_heads_folder(out, "eagle", kept, cfg, atomic=True)
     return {"kind": "eagle", "layers": layers, "tensors": len(kept), "dropped": dropped, "dtypes": dtypes}
 
 

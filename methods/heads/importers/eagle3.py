@@ -13,7 +13,6 @@ is dropped, missing maps are the identity (`d2t` zeros, `t2d` all true)."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from specbench_cli.errors import UsageError
@@ -44,10 +43,8 @@ def detect(src: Path) -> bool:
 
 def convert(src: Path, out: Path) -> dict:
     import torch
-    from safetensors.torch import save_file
 
-    from specbench_cli.atomic import atomic_write
-    from specbench_cli.methods.heads.checkpoint import CONFIG_FILE, EAGLE_FILE
+    from specbench_cli.methods.heads.checkpoint import write_heads_folder
 
     raw = read_config(src)
     cfg = _flat(raw)
@@ -99,13 +96,11 @@ def convert(src: Path, out: Path) -> dict:
     if cfg.get("norm_before_residual"):
         config["norm_before_residual"] = True
     dtypes = sorted({str(v.dtype).replace("torch.", "") for v in kept.values() if v.dtype.is_floating_point})
-    out.mkdir(parents=True, exist_ok=True)
-    atomic_write(out / EAGLE_FILE, lambda tmp: save_file(kept, str(tmp), metadata={"format": "pt"}))
     config["specbench"] = {"kind": "eagle3", "layers": 1,
                            "params": int(sum(v.numel() for v in kept.values() if v.dtype.is_floating_point)),
                            "imported": {"from": src.name, "format": f"EAGLE-3 ({layout})", "file": weights.name,
                                         "dropped": dropped, "filled": filled, "dtypes": dtypes}}
-    atomic_write(out / CONFIG_FILE, json.dumps(config, indent=2) + "\n")
+    write_heads_folder(out, "eagle3", kept, config, atomic=True)
     return {"kind": "eagle3", "layout": layout, "tensors": len(kept), "dropped": dropped, "filled": filled,
             "dtypes": dtypes}
 

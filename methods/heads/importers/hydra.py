@@ -59,11 +59,9 @@ def _need(weights: Path, state: dict, key: str):
 
 def convert(src: Path, out: Path) -> dict:
     import torch
-    from safetensors.torch import save_file
 
-    from specbench_cli.atomic import atomic_write
-    from specbench_cli.methods.heads.checkpoint import CONFIG_FILE
-    from specbench_cli.methods.heads.hydra import ARCHS, HYDRA_FILE
+    from specbench_cli.methods.heads.checkpoint import write_heads_folder
+    from specbench_cli.methods.heads.hydra import ARCHS
 
     cfg = read_config(src)
     weights = first_file(src, FILES)
@@ -126,8 +124,6 @@ def convert(src: Path, out: Path) -> dict:
         gate = _need(weights, state, PREFIX + "layers.0.mlp.gate_proj.weight")
         prefix = {"intermediate_size": int(gate.shape[0])}  # attention geometry, eps and RoPE: the target's
     dtypes = sorted({str(v.dtype).replace("torch.", "") for v in new.values()})
-    out.mkdir(parents=True, exist_ok=True)
-    atomic_write(out / HYDRA_FILE, lambda tmp: save_file(new, str(tmp), metadata={"format": "pt"}))
     config = {"hydra_num_heads": heads, "hydra_num_layers": layers, "hydra_head_arch": arch,
               "grounded_heads": grounded, "hidden_size": hidden, "own_lm_heads": True, "vocab_size": vocab,
               "prefix": prefix, "architectures": ["HydraHeads"],
@@ -136,7 +132,7 @@ def convert(src: Path, out: Path) -> dict:
                             "imported": {"from": src.name, "format": f"Hydra ({arch})", "file": weights.name,
                                          "base_model": cfg.get("base_model_name_or_path"), "notes": notes,
                                          "dtypes": dtypes}}}
-    atomic_write(out / CONFIG_FILE, json.dumps(config, indent=2) + "\n")
+    write_heads_folder(out, "hydra", new, config, atomic=True)
     return {"kind": "hydra", "heads": heads, "layers": layers, "arch": arch, "own_vocab": vocab, "notes": notes,
             "dtypes": dtypes}
 

@@ -7,7 +7,6 @@ and the correction is recorded. Medusa-2 / TGI (`version: "2"`, ResBlocks only) 
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from specbench_cli.errors import UsageError
@@ -21,20 +20,16 @@ def detect(src: Path) -> bool:
 
 
 def convert(src: Path, out: Path) -> dict:
-    from safetensors.torch import save_file
-
-    from specbench_cli.atomic import atomic_write
-    from specbench_cli.methods.heads.checkpoint import CONFIG_FILE, MEDUSA_FILE, _medusa_layout
+    from specbench_cli.methods.heads.checkpoint import write_heads_folder
+    from specbench_cli.methods.heads.kinds.medusa import layout as medusa_layout
 
     cfg = read_config(src) if (src / "config.json").is_file() else {}
     weights = first_file(src, FILES)
     state = {k: v.contiguous() for k, v in read_tensors(weights).items()}
-    hidden, heads, layers, vocab = _medusa_layout(weights, {k: (str(v.dtype), tuple(v.shape)) for k, v in state.items()})
+    hidden, heads, layers, vocab = medusa_layout(weights, {k: (str(v.dtype), tuple(v.shape)) for k, v in state.items()})
     said = cfg.get("medusa_num_heads")
     notes = [] if said in (None, heads) else [f"config.json said medusa_num_heads {said}; the file holds {heads}"]
     dtypes = sorted({str(v.dtype).replace("torch.", "") for v in state.values()})
-    out.mkdir(parents=True, exist_ok=True)
-    atomic_write(out / MEDUSA_FILE, lambda tmp: save_file(state, str(tmp), metadata={"format": "pt"}))
     new = {"medusa_num_heads": heads, "medusa_num_layers": layers, "hidden_size": hidden,
            "version": "1" if vocab is not None else "2", "architectures": ["MedusaHeads"],
            "specbench": {"kind": "medusa", "heads": heads, "layers": layers,
@@ -44,7 +39,7 @@ def convert(src: Path, out: Path) -> dict:
                                       "notes": notes, "dtypes": dtypes}}}
     if vocab is None and not any(k.endswith(".linear.weight") for k in state):
         raise UsageError(f"{weights}: no Medusa blocks found")
-    atomic_write(out / CONFIG_FILE, json.dumps(new, indent=2) + "\n")
+    write_heads_folder(out, "medusa", state, new, atomic=True)
     return {"kind": "medusa", "heads": heads, "layers": layers, "own_vocab": vocab, "notes": notes, "dtypes": dtypes}
 
 

@@ -43,10 +43,8 @@ def detect(src: Path) -> bool:
 
 
 def convert(src: Path, out: Path) -> dict:
-    from safetensors.torch import save_file
-
-    from specbench_cli.atomic import atomic_write
-    from specbench_cli.methods.heads.checkpoint import CONFIG_FILE, MEDUSA_FILE, _medusa_layout
+    from specbench_cli.methods.heads.checkpoint import write_heads_folder
+    from specbench_cli.methods.heads.kinds.medusa import layout as medusa_layout
 
     cfg = read_config(src)
     files = _weight_files(src)
@@ -59,14 +57,12 @@ def convert(src: Path, out: Path) -> dict:
         state.update({k[len(PREFIX):]: v.contiguous() for k, v in read_tensors(path).items() if k.startswith(PREFIX)})
     if not state:
         raise UsageError(f"{files[0]}: no '{PREFIX}*' tensors (a Medusa-2 full model keeps its heads there)")
-    hidden, heads, layers, vocab = _medusa_layout(files[0], {k: (str(v.dtype), tuple(v.shape)) for k, v in state.items()})
+    hidden, heads, layers, vocab = medusa_layout(files[0], {k: (str(v.dtype), tuple(v.shape)) for k, v in state.items()})
     if hidden != cfg.get("hidden_size"):
         raise UsageError(f"{files[0]}: the heads are {hidden} wide, config.json's hidden_size is {cfg.get('hidden_size')}")
     said = cfg.get("medusa_num_heads")
     notes = [] if said == heads else [f"config.json said medusa_num_heads {said}; the weights hold {heads}"]
     dtypes = sorted({str(v.dtype).replace("torch.", "") for v in state.values()})
-    out.mkdir(parents=True, exist_ok=True)
-    atomic_write(out / MEDUSA_FILE, lambda tmp: save_file(state, str(tmp), metadata={"format": "pt"}))
     target = str(src.resolve())
     new = {"medusa_num_heads": heads, "medusa_num_layers": layers, "hidden_size": hidden,
            "version": "1" if vocab is not None else "2", "architectures": ["MedusaHeads"],
@@ -75,7 +71,7 @@ def convert(src: Path, out: Path) -> dict:
                          "imported": {"from": src.name, "format": "Medusa-2 full model", "files": [f.name for f in files],
                                       "notes": notes + [f"run with --model {target} (the fine-tuned target)"],
                                       "dtypes": dtypes}}}
-    atomic_write(out / CONFIG_FILE, json.dumps(new, indent=2) + "\n")
+    write_heads_folder(out, "medusa", state, new, atomic=True)
     return {"kind": "medusa", "heads": heads, "layers": layers, "own_vocab": vocab, "target": target,
             "notes": new["specbench"]["imported"]["notes"], "dtypes": dtypes}
 

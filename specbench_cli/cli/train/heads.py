@@ -25,7 +25,7 @@ def heads_cmd(
                               "folder (features.safetensors + features.json), or hf:PATH_OR_ID[:CONFIG][:SPLIT] "
                               "(instruction/response or ShareGPT conversations; needs --target)."),
     out: Path = typer.Option(..., "--out", "-o", help="Folder for the heads (+ checkpoints, history, curves)."),
-    kind: str = typer.Option("eagle", help="medusa | eagle | hydra | eagle3."),
+    kind: str = typer.Option("eagle", help="A head kind: medusa | eagle | eagle3 | hydra."),
     heads_count: Optional[int] = typer.Option(None, "--heads-count", help="Medusa / Hydra heads H (head i predicts "
                                               "token t+2+i); default 3 for Medusa, 4 for Hydra (Hydra++'s recipe)."),
     layers: int = typer.Option(1, help="K: ResBlocks per Medusa / Hydra head, decoder layers of the EAGLE head "
@@ -57,13 +57,14 @@ def heads_cmd(
     dtype: str = DTYPE, device: str = DEVICE, threads: Optional[int] = THREADS, quiet: bool = QUIET,
 ):
     """Train Medusa / EAGLE / KOALA / Hydra / EAGLE-3 draft heads on the frozen target's cached features."""
+    from specbench_cli.methods.heads.kinds import HEAD_METHODS
     from specbench_cli.models.load import check_device, torch_dtype
     from specbench_cli.models.prompting import set_threads
     from specbench_cli.training.heads.eagle3 import parse_feature_layers
-    from specbench_cli.training.heads.train import HeadsRecipe
+    from specbench_cli.training.heads.train import HeadsRecipe, trainer_hooks
 
-    if heads_count is None:
-        heads_count = 4 if kind == "hydra" else 3
+    if heads_count is None:  # the kind's default (an unknown kind is refused by the recipe's check)
+        heads_count = trainer_hooks(kind).heads_count if kind in HEAD_METHODS else 3
     recipe = HeadsRecipe(kind=kind, heads_count=heads_count, layers=layers, arch=hydra_arch, adversarial=adversarial, lam=lam,
                          disc_layers=disc_layers, steps=steps, batch_size=batch_size, lr=lr, disc_lr=disc_lr,
                          max_len=max_len, save_every=save_every, seed=seed, sub_vocab=not full_vocab,
@@ -79,12 +80,11 @@ def heads_cmd(
         raise UsageError(f"--data not found: {data}")
     if problem := output_problem(out, folder=True):  # before the target loads and features are built
         raise UsageError(f"--out: {problem}")
-    if kind == "eagle3" and target is not None:  # the target's layers, from its header: before any data is read
+    if trainer_hooks(kind).reads_layers and target is not None:  # the target's layers, from its header: before any data is read
         from specbench_cli.models.load import declared_layers
-        from specbench_cli.training.heads.eagle3 import feature_layers_for
 
         if (n_layers := declared_layers(target)) is not None:
-            feature_layers_for(n_layers, recipe.feature_layers)
+            trainer_hooks(kind).feature_layers(recipe, n_layers)
     from specbench_cli.training.heads.pipeline import run_heads
 
     _, table = run_heads(data, out, recipe, features, target, dtype, device, resume, not quiet,

@@ -1,7 +1,9 @@
 """The generic resumable training loop shared by distillation fine-tuning, `scratch`
-pretraining and `train sft|msn`: config, LR schedule, checkpoints (safetensors + JSON, no
-pickles), RNG state, the loss plot. Split out of finetune.py, which keeps the data and the
-distillation step."""
+pretraining, `train sft|msn` and the draft heads (`train heads`): config, LR schedule,
+checkpoints (safetensors + JSON, no pickles), RNG state, the loss plot. What a trainer needs
+beyond one model and one optimiser is an option of `train_loop`: its own folder writer and
+restore (`save_folder`, `restore`), a second model with its own optimiser (`second`: KOALA's
+discriminator), fields added to the summary (`finish`) and its own history files (`write_history`)."""
 
 from __future__ import annotations
 
@@ -21,6 +23,7 @@ from specbench_cli.training.common.io import save_model_folder, write_json
 from specbench_cli.training.common.state_io import has_state, load_state, save_state
 
 CKPT_DIR = "checkpoints"
+
 
 @dataclass
 class TrainConfig:
@@ -53,6 +56,17 @@ def checkpoints(out: Path) -> list[Path]:
     return list_checkpoints(Path(out) / CKPT_DIR, has_state)
 
 
+def check_resume(out: Path, resume: bool, flag: str = "-o") -> list[Path]:
+    """The checkpoints under `out` (oldest first); UsageError when `resume` finds none, or when
+    there are some and `resume` is off (`flag`: the command's output option)."""
+    found = checkpoints(out)
+    if resume and not found:
+        raise UsageError(f"--resume: no checkpoint under {Path(out) / CKPT_DIR}")
+    if not resume and found:
+        raise UsageError(f"{out} already has checkpoints; pass --resume to continue, or choose another {flag}")
+    return found
+
+
 def _lr_lambda(warmup: int, steps: int):
     return lambda step: lr_factor(step, warmup, steps)
 
@@ -73,12 +87,26 @@ def _set_rng_state(state: dict) -> None:
     np.random.set_state(state["numpy"])
 
 
+@dataclass
+class SecondModel:
+    """A model trained beside the main one with its own optimiser (KOALA's discriminator):
+    `step(step, logs)` is its update, run after the main model's at every step (it may add to
+    the step's logs); its weights and optimiser state are part of every checkpoint."""
+
+    module: Any
+    optimizer: Any
+    step: Callable[[int, dict], None]
+
+
 def _save_checkpoint(out: Path, step: int, model, tokenizer, opt, sched, history, meta, keep: int,
-                     save_folder=save_model_folder) -> Path:
+                     save_folder=save_model_folder, second: SecondModel | None = None) -> Path:
     def write(folder: Path) -> None:
         save_folder(model, tokenizer, folder, {**meta, "step": step})
-        save_state(folder, {"step": step, "optimizer": opt.state_dict(), "scheduler": sched.state_dict(),
-                            "rng": _rng_state(), "history": history})
+        state = {"step": step, "optimizer": opt.state_dict(), "scheduler": sched.state_dict(),
+                 "rng": _rng_state(), "history": history}
+        if second is not None:
+            state["second"] = {"weights": second.module.state_dict(), "optimizer": second.optimizer.state_dict()}
+        save_state(folder, state)
 
     return write_checkpoint(Path(out) / CKPT_DIR, step, write, keep, has_state)
 
@@ -124,16 +152,24 @@ def restore_weights(model: Any, ck: Path) -> None:
     del loaded
 
 
-def _resume(ck: Path, model: Any, opt: Any, sched: Any, cfg: TrainConfig, restore: Callable) -> tuple[list[dict], int]:
+def _resume(ck: Path, model: Any, opt: Any, sched: Any, cfg: TrainConfig, restore: Callable,
+            second: SecondModel | None = None) -> tuple[list[dict], int]:
     """Load checkpoint `ck` into model, optimizer, scheduler and RNGs; (history, step reached)."""
     from specbench_cli.console import err
 
     state = load_state(ck)  # no pickle: a checkpoint folder may come from anyone
     restore(model, ck)
     opt.load_state_dict(state["optimizer"])
+    if second is not None:
+        second.module.load_state_dict(state["second"]["weights"])
+        second.optimizer.load_state_dict(state["second"]["optimizer"])
     sched.load_state_dict(state["scheduler"])
     _set_rng_state(state["rng"])
     history, start = state["history"], state["step"]
+    # the LR is a function of the step under this run's schedule (--steps may have grown since)
+    sched.base_lrs = [cfg.lr for _ in opt.param_groups]
+    for group in opt.param_groups:
+        group["lr"] = cfg.lr * lr_factor(start, cfg.warmup, cfg.steps)
     if start > cfg.steps:
         raise UsageError(f"checkpoint {ck.name} is already at step {start} > --steps {cfg.steps}")
     # start == steps: nothing left to train; the final folder, curve and summary are (re)written
@@ -141,9 +177,17 @@ def _resume(ck: Path, model: Any, opt: Any, sched: Any, cfg: TrainConfig, restor
     return history, start
 
 
+def write_history_files(history: list[dict], out: Path, title: str) -> None:
+    """The default history files: `history.jsonl` and `loss_curve.png`."""
+    atomic_write(out / "history.jsonl", "".join(json.dumps(h) + "\n" for h in history))
+    plot_history(history, out / "loss_curve.png", title)
+
+
 def train_loop(model: Any, tokenizer: Any, out: Path, cfg: TrainConfig, step_fn: StepFn, meta: dict,
                resume: bool = False, progress: bool = True, title: str = "training",
-               save_folder: Callable = save_model_folder, restore: Callable = restore_weights) -> dict:
+               save_folder: Callable = save_model_folder, restore: Callable = restore_weights,
+               second: SecondModel | None = None, finish: Callable[[list[dict]], dict] | None = None,
+               write_history: Callable[[list[dict], Path, str], None] = write_history_files) -> dict:
     """Generic resumable loop: AdamW, warmup+cosine LR, grad clipping, checkpoints.
 
     `step_fn(step)` returns (scalar loss tensor with grad, dict of floats to log). Every
@@ -155,27 +199,28 @@ def train_loop(model: Any, tokenizer: Any, out: Path, cfg: TrainConfig, step_fn:
     At the end the model goes to `out/` (HF folder), with history.jsonl, loss_curve.png and
     training.json. Returns the training.json dict.
     `save_folder(model, tokenizer, folder, meta)` writes a model folder and `restore(model, ck)`
-    loads a checkpoint's weights back (defaults: all weights; LoRA passes its own, sft_lora.py).
+    loads a checkpoint's weights back (defaults: all weights; LoRA passes its own, sft_lora.py;
+    the heads trainer writes heads folders). `second`: a model updated after the main one at
+    every step, with its own optimiser. `finish(history)`: fields added to the summary once the
+    last step ran (the model in eval mode), before the final folder is written.
+    `write_history(history, out, title)`: the history files (default `write_history_files`).
+    A history entry's `seconds` counts training time across resumed runs.
     """
     import torch
 
-
     cfg.validate()
     out = Path(out)
-    found = checkpoints(out)
-    if resume and not found:
-        raise UsageError(f"--resume: no checkpoint under {out / CKPT_DIR}")
-    if not resume and found:
-        raise UsageError(f"{out} already has checkpoints; pass --resume to continue, or choose another -o")
+    found = check_resume(out, resume)
     torch.manual_seed(cfg.seed)
     random.seed(cfg.seed)
     opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=cfg.lr,
                             betas=(0.9, 0.95), weight_decay=cfg.weight_decay)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, _lr_lambda(cfg.warmup, cfg.steps))
-    history, start = _resume(found[-1], model, opt, sched, cfg, restore) if resume else ([], 0)
+    history, start = _resume(found[-1], model, opt, sched, cfg, restore, second) if resume else ([], 0)
     full_meta = {**meta, "train_config": asdict(cfg)}
     model.train()
     t0 = time.time()
+    seconds0 = float(history[-1].get("seconds", 0.0)) if history else 0.0
     from specbench_cli.training.common.progress import progress_bar
 
     with progress_bar(title, cfg.steps, start, progress) as advance:
@@ -188,18 +233,22 @@ def train_loop(model: Any, tokenizer: Any, out: Path, cfg: TrainConfig, step_fn:
             opt.step()
             sched.step()
             opt.zero_grad(set_to_none=True)
+            if second is not None:
+                second.step(step, logs)
             history.append({"step": step + 1, **logs, "lr": sched.get_last_lr()[0], "grad_norm": float(gnorm),
-                            "seconds": round(time.time() - t0, 3)})
+                            "seconds": round(seconds0 + time.time() - t0, 3)})
             advance(" ".join(f"{k}={v:.4g}" for k, v in logs.items() if isinstance(v, float)))
             if (step + 1) % cfg.save_every == 0 or step + 1 == cfg.steps:
                 _save_checkpoint(out, step + 1, model, tokenizer, opt, sched, history, full_meta, cfg.keep,
-                                 save_folder)
+                                 save_folder, second)
     model.eval()
     train_seconds = time.time() - t0
     summary = {**full_meta, "steps_done": cfg.steps, "resumed_from": start if resume else None,
                "wall_seconds_this_run": round(train_seconds, 2)}
+    if finish is not None:
+        summary.update(finish(history))
+        model.eval()
     save_folder(model, tokenizer, out, summary)
-    atomic_write(out / "history.jsonl", "".join(json.dumps(h) + "\n" for h in history))
-    plot_history(history, out / "loss_curve.png", title)
+    write_history(history, out, title)
     write_json(out / "training.json", summary)
     return summary

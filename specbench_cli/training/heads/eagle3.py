@@ -227,3 +227,53 @@ def make_eagle3_batch(cache: Any, seqs: list[int], max_len: int | None = None):
         top1[i, :n] = cache.top1[o:o + n]
     return tokens, feats, valid, loss, layers, top1
 
+
+
+# ----------------------------------------------------------------------------- trainer hooks
+
+def _build(recipe: Any, target: Any, cache: Any, resume_from: Path | None, vocab_file: Path | None):
+    """(head, draft-vocabulary rows of the target LM head [N, h], no separate vocabulary file: the
+    head holds its own, summary fields) of an EAGLE-3 run."""
+    import json
+
+    layers = feature_layers_for(int(target.config.num_hidden_layers), recipe.feature_layers)
+    check_cache(cache, "given to the trainer", layers)
+    vocab_size = int(target.config.vocab_size)
+    ids = draft_vocabulary(cache, vocab_size, recipe.draft_vocab)
+    if resume_from is not None:
+        saved = json.loads((resume_from / "config.json").read_text()).get("draft_vocab_size")
+        if saved != int(ids.shape[0]):
+            raise UsageError(f"--resume: checkpoint {resume_from.name} has a draft vocabulary of {saved} tokens, "
+                             f"this run {ids.shape[0]}: give the same --draft-vocab")
+    head = build_eagle3(target, layers, ids, recipe.seed)
+    resp = response_ids(cache)
+    extra = {"draft_vocab": int(ids.shape[0]), "feature_layers": list(layers),
+             "draft_vocab_coverage": round(float(head.t2d[resp].float().mean()) if resp.numel() else 0.0, 4),
+             "ttt_steps": recipe.ttt_steps}
+    return head, target.get_output_embeddings().weight[ids].float(), None, extra
+
+
+def _losses(head: Any, batch: tuple, weight: torch.Tensor, recipe: Any, step: int):
+    """Soft CE per unrolled step, 0.8^k weights; no discriminator rows."""
+    loss, logs = eagle3_loss(head, batch, weight, recipe.ttt_steps)
+    logs["distill"] = loss.item()
+    return loss, logs, []
+
+
+def _checks(recipe: Any) -> list[tuple[bool, str]]:
+    return [(recipe.layers == 1, "--kind eagle3: the EAGLE-3 head has one layer (--layers 1)"),
+            (not recipe.adversarial, "--adversarial applies to medusa, eagle and hydra heads, not eagle3"),
+            (recipe.sub_vocab, "--full-vocab does not apply to eagle3 (its vocabulary is --draft-vocab)")]
+
+
+def _hooks():
+    from specbench_cli.training.heads.hooks import TrainerHooks
+
+    return TrainerHooks(
+        build=_build, batch=lambda cache, seqs, recipe: make_eagle3_batch(cache, seqs, max_len=recipe.max_len),
+        losses=_losses, label=lambda recipe: f"eagle3(ttt={recipe.ttt_steps})", checks=_checks,
+        reads_layers=True, feature_layers=lambda recipe, n_layers: feature_layers_for(n_layers, recipe.feature_layers),
+        check_cache=check_cache, cache_suffix=".eagle3-features")  # an EAGLE-3 cache holds more: its own default
+
+
+HOOKS = _hooks()

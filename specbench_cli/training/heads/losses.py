@@ -3,7 +3,7 @@
 Distillation targets are the target's own next-token distributions, recomputed per batch as
 `softmax(lm_head(feature))` from the cached features (the logits ARE lm_head of the feature).
 For speed on CPU the softmax runs over a sub-vocabulary `vocab` (ids, [V']) of the tokens that
-occur in the data or are the target's top-1 somewhere in it (see heads_train.data_vocab); both
+occur in the data or are the target's top-1 somewhere in it (see training/heads/hooks.py data_vocab); both
 distributions are renormalised over it (as EAGLE-3 restricts its draft vocabulary). `vocab=None`
 uses the full vocabulary.
 """

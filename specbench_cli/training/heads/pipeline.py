@@ -29,16 +29,15 @@ def run_heads(data: Path, out: Path, recipe: HeadsRecipe, features: Path | None,
 
     from specbench_cli.console import err
     from specbench_cli.models.load import load_model
+    from specbench_cli.training.heads.train import trainer_hooks
 
     t0 = time.time()
-    eagle3 = recipe.kind == "eagle3"
+    hooks = trainer_hooks(recipe.kind)
     if data.is_dir() and not str(data).startswith("hf:"):
         cache_dir, rows = data, None
         cached = load_feature_cache(data).meta
-        if eagle3 and cached.get("kind") != "eagle3":
-            from specbench_cli.training.heads.eagle3 import check_cache
-
-            check_cache(load_feature_cache(data), data, ())
+        if hooks.reads_layers and cached.get("kind") != "eagle3":  # a cache of the last hidden state only
+            hooks.check_cache(load_feature_cache(data), data, ())
         target = target or cached.get("target")
         have = cached.get("prompt_template") or "auto"
         if template is not None and template != have:
@@ -48,23 +47,19 @@ def run_heads(data: Path, out: Path, recipe: HeadsRecipe, features: Path | None,
         rows, data_target, template = _rows_target(data, template)
         target = target or data_target
         default = Path(str(data).split(":")[1]).expanduser() if str(data).startswith("hf:") else data
-        suffix = ".eagle3-features" if eagle3 else ".features"  # an EAGLE-3 cache holds more: its own default
-        cache_dir = (features or default.with_name(default.name + suffix)).expanduser()
+        cache_dir = (features or default.with_name(default.name + hooks.cache_suffix)).expanduser()
     if not target:
         raise UsageError(f"{data} does not name one target model; pass --target")
-    layers = None
-    if eagle3:
+    if hooks.reads_layers:
         from specbench_cli.models.load import declared_layers
-        from specbench_cli.training.heads.eagle3 import check_cache, feature_layers_for
 
         declared = declared_layers(target)
         if declared is not None:  # the layer check before the target loads, when its header tells
-            feature_layers_for(declared, recipe.feature_layers)
+            hooks.feature_layers(recipe, declared)
     lm = load_model(target, device=device, dtype=dtype)
-    if eagle3:
-        layers = feature_layers_for(int(lm.model.config.num_hidden_layers), recipe.feature_layers)
-        if (cache_dir / FEATURES_FILE).is_file():
-            check_cache(load_feature_cache(cache_dir), cache_dir, layers)
+    layers = hooks.feature_layers(recipe, int(lm.model.config.num_hidden_layers))  # None: the last state only
+    if layers is not None and (cache_dir / FEATURES_FILE).is_file():
+        hooks.check_cache(load_feature_cache(cache_dir), cache_dir, layers)
     if rows is not None and not (cache_dir / FEATURES_FILE).is_file():
         with Progress(console=err, disable=not progress) as bar:
             task = bar.add_task("target features", total=len(rows))

@@ -1,0 +1,81 @@
+"""Head kinds: every kind of draft head (Medusa, EAGLE, EAGLE-3, Hydra) declared once.
+
+A kind is a `HeadKind` in its own module of this package: the file its weights are stored in,
+how a heads folder is recognised as this kind and its config.json checked, how the head module
+is built from the config (the module itself lives in methods/heads/), how it is checked against
+the target (before it loads, from the target's header; once loaded, from its weights), its
+label, the importers of its published layouts, and its trainer hooks (`specbench train heads`).
+`REGISTRY` below registers each kind with the method that runs it, and everything that varies
+by kind reads it: the heads folders (methods/heads/checkpoint.py), the head methods'
+`HeadsMethod` (methods/heads/common.py), `specbench heads import` (methods/heads/importers/),
+`specbench train heads` (training/heads/train.py), the method registry (methods/__init__.py)
+and `HEAD_METHODS`.
+
+A new head kind: its head module, a module here with its `KIND`, its importer(s) and trainer
+hooks, its method (a `HeadsMethod` subclass with `kind = NAME`), and one line in `REGISTRY`
+(docs/adding-a-method.md, "A new head kind"). Nothing here imports torch: `HEAD_METHODS` and the
+registry are read before any model loads.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, NamedTuple, Optional
+
+
+@dataclass(frozen=True)
+class HeadKind:
+    name: str  # the kind (config.json's "specbench"."kind"), also the method that runs it
+    weights: str  # the weight file of a heads folder (safetensors)
+    claims: Callable[[Path, dict], bool]  # (folder, config.json) -> does the folder hold this kind?
+    check_config: Callable[[dict, Path], None]  # config.json's fields typed; UsageError naming the file
+    build: Callable[[dict, dict, Path, Any], Any]  # (config, tensor header {key: (dtype, shape)}, weights, target config | None) -> the head module
+    fit: Callable[[Any, Any, Path], tuple[int, Optional[int], bool]]  # (loaded head, target, folder) -> (hidden, vocab | None: the target's, own vocabulary?)
+    header_sizes: Callable[[dict], list[tuple[str, str]]]  # config keys checked against the target's header before it loads: (key, "hidden" | "vocab")
+    shape: Callable[[Any, dict], str]  # "H=3,K=1" from the loaded head (None before) and the config
+    train_flags: str  # the shape flags of `specbench train heads --kind NAME` in hints
+    trainer: str  # "module:ATTR" of its `training.heads.hooks.TrainerHooks`
+    importers: tuple[str, ...] = ()  # modules whose IMPORTER converts a published layout into this kind
+
+
+class Registration(NamedTuple):
+    kind: str  # "module:ATTR" of the HeadKind
+    method: str  # "module:Class" of the method that runs it
+
+
+REGISTRY: dict[str, Registration] = {
+    "medusa": Registration("specbench_cli.methods.heads.kinds.medusa:KIND", "specbench_cli.methods.medusa:Medusa"),
+    "eagle": Registration("specbench_cli.methods.heads.kinds.eagle:KIND", "specbench_cli.methods.eagle:Eagle"),
+    "eagle3": Registration("specbench_cli.methods.heads.kinds.eagle3:KIND", "specbench_cli.methods.eagle3:Eagle3"),
+    "hydra": Registration("specbench_cli.methods.heads.kinds.hydra:KIND", "specbench_cli.methods.hydra:Hydra"),
+}
+
+HEAD_METHODS: tuple[str, ...] = tuple(REGISTRY)  # the methods that draft from trained heads, one per kind
+
+
+def load_ref(ref: str) -> Any:
+    """The object a "module:ATTR" reference names."""
+    module, _, attr = ref.partition(":")
+    return getattr(importlib.import_module(module), attr)
+
+
+def get(name: str) -> HeadKind:
+    """The declaration of kind `name` (a registered one: callers check names first)."""
+    return load_ref(REGISTRY[name].kind)
+
+
+def kinds() -> list[HeadKind]:
+    """Every registered kind, in registration order."""
+    return [get(name) for name in REGISTRY]
+
+
+def train_command(kind: str) -> str:
+    """The command that trains heads of `kind` (EAGLE-3 heads can also be imported:
+    `specbench heads import PUBLISHED_EAGLE3_DIR --out HEADS_DIR`)."""
+    return f"specbench train heads --kind {kind}{get(kind).train_flags} --data DATA.jsonl --out HEADS_DIR"
+
+
+def positive_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 1

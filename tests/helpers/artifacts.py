@@ -1,0 +1,23 @@
+"""The artifacts a method declares it needs (`Method.requires`), supplied by the tests' tiny
+fixtures, so tests run every registered method without naming any."""
+
+from __future__ import annotations
+
+# the prompts of the lossless test: the tiny datastore holds the tiny model's answers to them
+DATASTORE_PROMPTS = [
+    [2, 5, 9, 14, 7, 3, 2, 6, 30, 31, 32, 33, 9, 14],
+    [2, 40, 41, 42, 40, 41, 42, 40, 41],
+    [2, 77],
+]
+
+
+def artifact_options(method_cls, request) -> dict:
+    """Options giving `method_cls` what it requires: "heads" -> tiny heads of its kind
+    (`tiny_head_folders`), "datastore" -> the tiny REST datastore (`tiny_datastore`). A draft
+    model ("draft_model") comes through the context (`MethodContext(draft_model=...)`)."""
+    options = {}
+    if "heads" in method_cls.requires:
+        options["heads"] = request.getfixturevalue("tiny_head_folders")[method_cls.kind]
+    if "datastore" in method_cls.requires:
+        options["datastore"] = request.getfixturevalue("tiny_datastore")
+    return options
