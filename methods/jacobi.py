@@ -82,6 +82,7 @@ class Jacobi(Method):
     Options = JacobiOptions
 
     structure = Structure.CHAIN
+    drafts_by_chance = True  # each refreshed guess is conditioned on a rejected one (docs/methods/jacobi.md)
 
     def plan(self) -> None:
         o = self.opts

@@ -46,6 +46,10 @@ class Method(Drafter):
     `structure` (engine.drafter.Structure), `Options`, and override `plan` / `setup` and the
     drafter contract (`reset`, `propose`, `observe`) they need.
 
+    `drafts_by_chance`: its drafts are guesses never conditioned on the text the target accepted
+    (vanilla Jacobi), so no acceptance is promised (tests do not expect one); a method that drafts
+    nothing has `structure = Structure.NONE` (AR).
+
     `requires` names the artifacts a method cannot run without, so tools and tests can supply
     them without knowing the method: "heads" (option `heads`: a heads folder of the method's
     `kind`), "datastore" (option `datastore`: a REST datastore), "draft_model" (a draft model:
@@ -56,6 +60,7 @@ class Method(Drafter):
     lossless: ClassVar[bool] = True
     needs_training: ClassVar[bool] = False
     requires: ClassVar[tuple[str, ...]] = ()
+    drafts_by_chance: ClassVar[bool] = False
     Options: ClassVar[type] = NoOptions
 
     def __init__(self, ctx: MethodContext, **options: Any) -> None:

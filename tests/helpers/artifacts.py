@@ -11,6 +11,15 @@ DATASTORE_PROMPTS = [
 ]
 
 
+def expects_acceptance(method_cls) -> bool:
+    """Should the method get draft tokens accepted on the tiny model? Not when it drafts nothing
+    (AR) or its drafts are guesses never conditioned on the accepted text (vanilla Jacobi: only
+    luck gets one accepted, and on the tiny model that luck does not come)."""
+    from specbench_cli.engine.drafter import Structure
+
+    return method_cls.structure is not Structure.NONE and not method_cls.drafts_by_chance
+
+
 def artifact_options(method_cls, request) -> dict:
     """Options giving `method_cls` what it requires: "heads" -> tiny heads of its kind
     (`tiny_head_folders`), "datastore" -> the tiny REST datastore (`tiny_datastore`). A draft

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from helpers.artifacts import DATASTORE_PROMPTS, artifact_options
+from helpers.artifacts import DATASTORE_PROMPTS, artifact_options, expects_acceptance
 from helpers.tiny import EOS, make_model, make_tokenizer
 
 from specbench_cli import methods
@@ -20,11 +20,6 @@ from specbench_cli.methods.core.method import MethodContext
 LOSSLESS = [n for n in methods.names() if methods.get(n).lossless]
 
 PROMPTS = DATASTORE_PROMPTS  # one repetitive: lookup-style drafts get accepted; the tiny datastore answers them
-
-
-# Vanilla Jacobi only gets a guess accepted by luck: each refreshed guess is conditioned on a
-# rejected one (see docs/methods/jacobi.md); on the tiny model that luck does not come.
-NOT_EXPECTED_TO_ACCEPT_ON_TINY = {"ar", "jacobi"}
 
 
 KERNELS = kernels.available(torch.float32)
@@ -83,7 +78,7 @@ def test_lossless_method_equals_ar_greedy(name, budget, target, tiny_tok, draft_
         assert got.output_ids == ref.output_ids, f"{name} differs from AR at BC={budget}"
         assert max(got.budget_used, default=1) <= budget
         accepted_extra += sum(got.accept_lengths) - got.steps
-    if budget > 1 and name not in NOT_EXPECTED_TO_ACCEPT_ON_TINY:
+    if budget > 1 and expects_acceptance(methods.get(name)):
         # not a proof of speed, but a method that never gets a draft token accepted on these
         # prompts is almost surely not drafting at all
         assert accepted_extra > 0, f"{name} had no draft token accepted at BC={budget}"
