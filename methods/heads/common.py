@@ -31,8 +31,6 @@ from specbench_cli.methods.heads import kinds
 from specbench_cli.methods.heads.kinds import HEAD_METHODS, train_command
 from specbench_cli.options import user_options
 
-__all__ = ["HEAD_METHODS", "HeadsCheckpoint", "HeadsMethod", "apply_heads_flag", "train_command"]
-
 
 def apply_heads_flag(methods: list[str], options: dict[str, dict[str, str]], heads: Optional[str]) -> None:
     """`specbench run --heads PATH`: the same as `-o METHOD.heads=PATH` for the one head method

@@ -15,11 +15,12 @@ import typer
 from specbench_cli.config import UNSET, RunConfig, field_default, method_order, resume_normalisers, split_list
 from specbench_cli.console import err
 from specbench_cli.errors import UsageError
+from specbench_cli.methods.heads.kinds import HEAD_METHODS
 
 # Parameters of `run` that are not run settings: never stored in the manifest.
 EXTRA = {
     "heads": (Optional[str], typer.Option(None, "--heads", help="Trained heads folder for the selected head method "
-                                          "(medusa or eagle): same as -o METHOD.heads=PATH.")),
+                                          f"({' or '.join(HEAD_METHODS)}): same as -o METHOD.heads=PATH.")),
     "resume": (Optional[Path], typer.Option(None, "--resume", help="Continue an interrupted run folder (its "
                                             "manifest's settings are used).")),
     "no_report": (bool, typer.Option(False, "--no-report", help="Do not print/write the summary table at the end.")),

@@ -130,3 +130,15 @@ def test_failing_samples_become_error_rows_and_exit_1(tiny_model_dir, tmp_path, 
     assert bad and all(r["status"] == "error" and r["output_text"] == "" for r in bad)
     assert "drafter blew up" in bad[0]["error"]
     assert "earlier turn failed" in [r for r in bad if r["turn"] == 1][0]["error"]
+
+
+def test_a_run_plans_each_method_instance_once(tiny_model_dir, tmp_path, capsys, monkeypatch):
+    """The instances planned before the model loads (bad options exit 2 there) are the ones the
+    run binds: planning is not repeated."""
+    from specbench_cli.run import plan
+
+    planned, real = [], plan.plan_instance
+    monkeypatch.setattr(plan, "plan_instance", lambda cfg, spec, budget: planned.append(spec) or real(cfg, spec, budget))
+    code, _, err = cli(tiny_run_args(tiny_model_dir, tmp_path), capsys)
+    assert code == 0, err
+    assert sorted(planned) == ["ar", "pld"]
