@@ -51,6 +51,8 @@ def turn_table(summary: pd.DataFrame) -> TableData:
     cols.append(Column("Method", "method_label", numeric=False))
     if "block_complexity" in keys or frame["method_label"].astype(str).str.contains("@").any():
         cols.append(Column("BC", "block_complexity", digits=0))
+    if frame["batch_size"].nunique() > 1:
+        cols.append(Column("N", "batch_size", digits=0))
     cols += [Column(f"#MAT t{t + 1}", f"mat_t{t}") for t in turns]
     cols += [Column(f"Speedup t{t + 1}", f"speedup_t{t}", f"speedup_std_t{t}") for t in turns]
     return TableData("#MAT and speedup over AR per turn", cols, frame.reset_index(drop=True),
