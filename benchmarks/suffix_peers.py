@@ -324,6 +324,16 @@ def trace_program(histories: list[dict], settings: dict) -> tuple[list, dict]:
     return program, {"requests": len(histories), "steps": steps}
 
 
+def suffix_instance(declared: dict) -> str:
+    """The run's `suffix` instance whose every step drafts from the suffix trees (an instance name
+    is `suffix`, `suffix@BC` or `suffix@auto`; one with a model fallback drafts some steps from
+    that model, which a trace cannot replay); `ar` when there is none."""
+    for name, entry in declared.items():
+        if name.split("@")[0] == "suffix" and ((entry or {}).get("params") or {}).get("fallback", "none") == "none":
+            return name
+    return "ar"
+
+
 def run_histories(run_dir: Path, method: str | None) -> tuple[list[dict], dict]:
     """(histories, the method's settings) of a run folder's finished turns, in run order."""
     from specbench_cli.config import config_from_manifest
@@ -334,9 +344,11 @@ def run_histories(run_dir: Path, method: str | None) -> tuple[list[dict], dict]:
 
     run = load_run(run_dir)
     cfg = config_from_manifest(run.manifest)
-    names = {r["method"] for r in run.rows}
-    method = method or ("suffix" if "suffix" in names else "ar")
-    params = (run.manifest.get("methods", {}).get(method, {}) or {}).get("params", {})
+    declared = run.manifest.get("methods", {}) or {}
+    method = method or suffix_instance(declared)
+    if method not in declared:
+        raise SystemExit(f"{run_dir}: no method {method!r} in the run (it has {', '.join(declared) or 'none'})")
+    params = (declared.get(method) or {}).get("params", {})
     from specbench_cli.methods.suffix import SuffixOptions
 
     settings = {k: params.get(k, getattr(SuffixOptions(), k)) for k in

@@ -51,6 +51,17 @@ def test_a_real_run_drafts_exactly_as_the_reference(golden):
     assert turns == {0, 1}  # first turns and the revisions that repeat them
 
 
+def test_a_trace_replays_the_suffix_instance_that_drafts_only_from_its_trees():
+    """Run folders name instances by budget (`suffix@auto`); the trace takes the one without a
+    model fallback, and AR only when the run has no suffix at all."""
+    pick = peers().suffix_instance
+    none, heads = {"params": {"fallback": "none"}}, {"params": {"fallback": "hydra"}}
+    assert pick({"ar": {}, "pld@auto": {}, "suffix@auto": none}) == "suffix@auto"
+    assert pick({"ar": {}, "suffix@auto": heads, "suffix@6": none}) == "suffix@6"
+    assert pick({"ar": {}, "suffix": {"params": {}}}) == "suffix"
+    assert pick({"ar": {}, "suffixes": none, "samd@auto": none}) == "ar"
+
+
 ARCTIC = os.environ.get("SPECBENCH_ARCTIC_PYTHON")
 
 
