@@ -79,3 +79,13 @@ def train_command(kind: str) -> str:
 
 def positive_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 1
+
+
+def heads_and_layers(prefix: str) -> Callable[[Any, dict], str]:
+    """`HeadKind.shape` for kinds of several heads of several layers: "H=<heads>,K=<layers>" from
+    the loaded head, or before loading from the config's `<prefix>_num_heads` / `_num_layers`."""
+    def shape(head: Any, cfg: dict) -> str:
+        if head is not None:
+            return f"H={head.n_heads},K={head.n_layers}"
+        return f"H={cfg.get(prefix + '_num_heads', '?')},K={cfg.get(prefix + '_num_layers', '?')}"
+    return shape

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from specbench_cli.methods.heads.kinds import HeadKind
+from specbench_cli.methods.heads.kinds import HeadKind, heads_and_layers
 
 FILE = "hydra_heads.safetensors"
 
@@ -28,17 +28,12 @@ def _fit(head: Any, model: Any, folder: Path) -> tuple[int, int | None, bool]:
     return head.hidden, head.own_vocab, head.own_vocab is not None
 
 
-def _shape(head: Any, cfg: dict) -> str:
-    heads = head.n_heads if head is not None else cfg.get("hydra_num_heads", "?")
-    return f"H={heads},K={head.n_layers if head is not None else cfg.get('hydra_num_layers', '?')}"
-
-
 KIND = HeadKind(
     name="hydra", weights=FILE,
     claims=lambda folder, cfg: (folder / FILE).is_file(),
     check_config=_check, build=_build, fit=_fit,
     header_sizes=lambda cfg: [("hidden_size", "hidden"), ("vocab_size", "vocab")],
-    shape=_shape, train_flags=" --heads-count 4",
+    shape=heads_and_layers("hydra"), train_flags=" --heads-count 4",
     trainer="specbench_cli.training.heads.hooks:HYDRA",
     importers=("specbench_cli.methods.heads.importers.hydra",),
 )

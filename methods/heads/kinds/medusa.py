@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from specbench_cli.errors import UsageError
-from specbench_cli.methods.heads.kinds import HeadKind
+from specbench_cli.methods.heads.kinds import HeadKind, heads_and_layers
 
 FILE = "medusa_lm_head.safetensors"
 
@@ -54,18 +54,13 @@ def _fit(head: Any, model: Any, folder: Path) -> tuple[int, int | None, bool]:
     return int(head[0][0].linear.weight.shape[0]), head.own_vocab, head.own_vocab is not None
 
 
-def _shape(head: Any, cfg: dict) -> str:
-    heads = head.n_heads if head is not None else cfg.get("medusa_num_heads", "?")
-    return f"H={heads},K={head.n_layers if head is not None else cfg.get('medusa_num_layers', '?')}"
-
-
 KIND = HeadKind(
     name="medusa", weights=FILE,
     claims=lambda folder, cfg: (folder / FILE).is_file(),
     check_config=lambda cfg, path: None,
     build=_build, fit=_fit,
     header_sizes=lambda cfg: [],  # its widths come from its tensors, checked once the target is loaded
-    shape=_shape, train_flags=" --heads-count 3",
+    shape=heads_and_layers("medusa"), train_flags=" --heads-count 3",
     trainer="specbench_cli.training.heads.hooks:MEDUSA",
     # medusa2 (a full model with heads inside) first: like EAGLE's folders it has config.json + model weights
     importers=("specbench_cli.methods.heads.importers.medusa2", "specbench_cli.methods.heads.importers.medusa"),
