@@ -328,8 +328,10 @@ def suffix_instance(declared: dict) -> str:
     """The run's `suffix` instance whose every step drafts from the suffix trees (an instance name
     is `suffix`, `suffix@BC` or `suffix@auto`; one with a model fallback drafts some steps from
     that model, which a trace cannot replay); `ar` when there is none."""
+    from specbench_cli.config import parse_spec
+
     for name, entry in declared.items():
-        if name.split("@")[0] == "suffix" and ((entry or {}).get("params") or {}).get("fallback", "none") == "none":
+        if parse_spec(name)[0] == "suffix" and ((entry or {}).get("params") or {}).get("fallback", "none") == "none":
             return name
     return "ar"
 
