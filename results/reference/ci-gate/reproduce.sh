@@ -6,7 +6,9 @@
 #      ones are kept, so the script can be run again until every pair exists;
 #   2. gate_study.py: false alarms (b checked against a baseline of a) and detections (b with
 #      its drafting methods made SLOWDOWN slower) for 18 questions (the first 3 per category,
-#      the questions `--limit 3` selects) and for 60, written to results.md and results.json.
+#      the questions `--limit 3` selects) and for 60, written to results-<N>q.md and .json (N: the
+#      runs' question count, 60 by default). It uses every finished pair, so a partial study can be
+#      read while the rest is still to be run.
 # Run alone on the machine: each manifest records the load average, and the study flags busy runs.
 # The run folders stay in runs/ (about 0.5 MB each; not committed).
 set -euo pipefail
@@ -43,4 +45,4 @@ for i in $(seq -f "%02g" 1 "$PAIRS"); do
   done
 done
 python gate_study.py "$OUT" --sizes "${SIZES:-18,$((LIMIT * 6))}" --slowdown "$SLOWDOWN" \
-  --out results.md
+  --out "${REPORT:-results-$((LIMIT * 6))q.md}"
