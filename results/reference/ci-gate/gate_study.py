@@ -14,7 +14,7 @@ A size smaller than the runs uses the first questions of each category in run or
 the questions `--limit` of that size selects (18 = 3 per category of Spec-Bench's 6). Writes a
 Markdown table and a JSON file with every pair's numbers.
 
-    python gate_study.py RUNS [--sizes 18,60] [--slowdown 0.10] [--out results.md]
+    python gate_study.py RUNS [--sizes 18,60] [--slowdown 0.10] [--out results-60q.md]
 """
 
 from __future__ import annotations
@@ -157,7 +157,7 @@ def markdown(result: dict) -> str:
         for method, r in block["rates"].items():
             lines.append(f"| {size} | {method} | {r['pairs']} | {r['false_alarms']} | {_rate(r['false_alarm_rate'], r['false_alarm_ci'])} "
                          f"| {r['detected']} | {_rate(r['detection_rate'], r['detection_ci'])} | "
-                         f"{_pct(r['aa_change_median'])} | {_pct(r['aa_width_median'])} | "
+                         f"{_pct(r['aa_change_median'])} | {_pct(r['aa_width_median'], sign=False)} | "
                          f"{r['accept_identical']} of {r['pairs']} |")
     busy = sorted({p["pair"] for block in result["sizes"].values() for p in block["pairs"] if p["busy"]})
     if busy:
@@ -169,8 +169,8 @@ def _rate(rate: float, ci: tuple[float, float]) -> str:
     return "–" if math.isnan(rate) else f"{rate:.0%} [{ci[0]:.0%}, {ci[1]:.0%}]"
 
 
-def _pct(value: float) -> str:
-    return "–" if math.isnan(value) else f"{value * 100:+.1f}%"
+def _pct(value: float, sign: bool = True) -> str:
+    return "–" if math.isnan(value) else f"{value * 100:{'+' if sign else ''}.1f}%"
 
 
 def main() -> None:
@@ -181,15 +181,17 @@ def main() -> None:
     parser.add_argument("--tolerance", type=float, default=gate.DEFAULT_TOLERANCE)
     parser.add_argument("--confidence", type=float, default=gate.DEFAULT_CONFIDENCE)
     parser.add_argument("--resamples", type=int, default=gate.DEFAULT_RESAMPLES)
-    parser.add_argument("--out", type=Path, default=Path("results.md"))
+    parser.add_argument("--out", type=Path, help="report file (default results-<largest size>q.md)")
     args = parser.parse_args()
+    sizes = [int(s) for s in args.sizes.split(",")]
+    out = args.out or Path(f"results-{max(sizes)}q.md")
     pairs = find_pairs(args.runs)
     if not pairs:
         raise SystemExit(f"no finished pairs under {args.runs} (pair-NN/a/<run>, pair-NN/b/<run>)")
-    result = study(pairs, [int(s) for s in args.sizes.split(",")], args.slowdown, args.tolerance, args.confidence,
+    result = study(pairs, sizes, args.slowdown, args.tolerance, args.confidence,
                    args.resamples)
-    args.out.write_text(markdown(result), encoding="utf-8")
-    args.out.with_suffix(".json").write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
+    out.write_text(markdown(result), encoding="utf-8")
+    out.with_suffix(".json").write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
     print(markdown(result), end="")
 
 
