@@ -1,11 +1,17 @@
 """Whole-file writes that never leave a 0-byte or half-written file: the data goes to a temporary
 file in the same folder, is flushed to disk, and is renamed over the target (atomic on POSIX and
 Windows); on any failure (a full disk, Ctrl-C) the temporary file is removed and the target keeps
-its old content, or stays absent."""
+its old content, or stays absent.
+
+Links: the temporary file gets a fresh random name and is created exclusively (`O_EXCL`, which
+never follows a link), and the rename replaces whatever is at the target, a planted symbolic
+link included, instead of writing through it; so a folder from elsewhere holding
+`manifest.json -> /some/file` cannot make specbench overwrite that file."""
 
 from __future__ import annotations
 
 import os
+import secrets
 from pathlib import Path
 from typing import Callable, Union
 
@@ -16,13 +22,13 @@ def atomic_write(path: Union[str, Path], data: Data, encoding: str = "utf-8") ->
     """Write `data` (text, bytes, or a function that writes the file at the path it is given)
     to `path` atomically; returns `path`."""
     path = Path(path)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp, fd = new_temp(path)
     try:
+        with open(tmp, "wb", opener=lambda _path, _flags: fd) as f:  # the file created just now
+            if not callable(data):
+                f.write(data.encode(encoding) if isinstance(data, str) else data)
         if callable(data):
             data(tmp)
-        else:
-            with open(tmp, "wb") as f:
-                f.write(data.encode(encoding) if isinstance(data, str) else data)
         with open(tmp, "rb+") as f:
             os.fsync(f.fileno())
         os.replace(tmp, path)
@@ -30,6 +36,18 @@ def atomic_write(path: Union[str, Path], data: Data, encoding: str = "utf-8") ->
         tmp.unlink(missing_ok=True)
         raise
     return path
+
+
+def new_temp(path: Path) -> tuple[Path, int]:
+    """A new empty file beside `path` (`.NAME.PID.RANDOM.tmp`) and its open descriptor: created
+    exclusively, so a link or file already at that name is never opened."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+    while True:
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+        try:
+            return tmp, os.open(tmp, flags, 0o666)
+        except FileExistsError:
+            continue
 
 
 def output_problem(path: Union[str, Path], folder: bool) -> Union[str, None]:

@@ -7,6 +7,7 @@ with `--debug`).
 from __future__ import annotations
 
 import difflib
+import errno
 import os
 import stat
 from pathlib import Path
@@ -102,3 +103,29 @@ def check_input_file(path: str | Path, what: str) -> Path:
     if file.is_dir():
         raise UsageError(f"{what} {file} is a folder, not a file")
     return file
+
+
+def link_refused(path: str | Path) -> UsageError:
+    """The one line for a symbolic link where specbench writes a file of its own: a run folder or
+    cache from elsewhere may plant `run.lock -> /some/file`, and writing through it would
+    overwrite a file outside the folder."""
+    return UsageError(f"{path} is a symbolic link; specbench never writes through a link it did not create "
+                      f"(remove the link)")
+
+
+def check_not_link(path: str | Path) -> Path:
+    """`path` unless it is a symbolic link (decided by `lstat`, nothing is opened or followed)."""
+    if Path(path).is_symlink():
+        raise link_refused(path)
+    return Path(path)
+
+
+def open_no_link(path: str | Path, flags: int, mode: int = 0o644) -> int:
+    """`os.open` that never follows a link at the last component (`O_NOFOLLOW`); a link there is
+    `link_refused`, however it got there (checked again by the kernel at the open itself)."""
+    try:
+        return os.open(path, flags | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0), mode)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP or (Path(path).is_symlink() and exc.errno in (errno.EEXIST, errno.EMLINK)):
+            raise link_refused(path) from None
+        raise

@@ -13,7 +13,7 @@ from rich.markup import escape
 
 from specbench_cli.atomic import atomic_write
 from specbench_cli.console import err
-from specbench_cli.errors import RuntimeFailure, UsageError
+from specbench_cli.errors import RuntimeFailure, UsageError, check_not_link
 from specbench_cli.report import metrics, render, turns
 from specbench_cli.report import table as report
 from specbench_cli.store.conditions import busy_reason, machine_line
@@ -58,7 +58,7 @@ def write_report(run_dirs: List[Path], fmt: Optional[str] = None, output: Option
     busy = busy_runs(runs)
     table.notes += machine_notes(runs) + busy_notes(busy)
     extras = extra_tables(rows, summary)
-    directory = output or Path(run_dirs[0]) / "report"
+    directory = output or report_folder(run_dirs[0])
     written = write_tables(table, summary, directory, [fmt] if fmt else list(report.FORMATS), extras)
     per_turn = turns.turn_summary(rows) if fmt is None else []  # --format: table.<ext> only
     turn_table = turns.turn_table(per_turn) if len(per_turn) else None
@@ -90,6 +90,12 @@ def write_report(run_dirs: List[Path], fmt: Optional[str] = None, output: Option
     err.print(f"wrote {len(written)} file{'s' if len(written) != 1 else ''} to {escape(str(directory))}",
               highlight=False)
     return directory
+
+
+def report_folder(run_dir: Path) -> Path:
+    """RUN/report, the default output folder; a UsageError when it is a symbolic link (a run folder
+    from elsewhere may carry `report -> /some/folder`, and every table would be written there)."""
+    return check_not_link(Path(run_dir) / "report")
 
 
 def main_table(rows: list[dict], summary: pd.DataFrame, columns: str, execute_code: bool) -> report.TableData:
@@ -124,7 +130,7 @@ def write_html_report(run_dirs: List[Path], output: Optional[Path] = None, colum
         err.print(f"[yellow]note:[/] {escape(note)}", highlight=False)
     text = html.page(runs, [table, *extra_tables(rows, summary)], figures, html.viewer_data(runs, sources), notes,
                      [f"{run.run_id}: {why}" for run, why in busy])
-    path = output or Path(run_dirs[0]) / "report" / "report.html"
+    path = output or report_folder(run_dirs[0]) / "report.html"
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         atomic_write(path, text)

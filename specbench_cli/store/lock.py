@@ -7,6 +7,10 @@ starting at once exactly one wins. The file's content (the holder's pid and host
 holder in the message the others get; an empty or unreadable file never blocks anyone. After
 locking, the holder checks that the path still names the file it locked (a releasing holder
 deletes it), and starts again if not.
+
+The lock file is never a link or a special file: a folder from elsewhere holding
+`run.lock -> /some/file` (or a FIFO, whose reading blocks) is refused in one line, and the file is
+opened with `O_NOFOLLOW`, so the holder's pid is never written through a link.
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ import time
 from pathlib import Path
 from typing import Callable, Optional
 
-from specbench_cli.errors import UsageError
+from specbench_cli.errors import UsageError, check_not_link, check_not_special, open_no_link
 
 LOCK = "sweep.lock"
 
@@ -63,18 +67,24 @@ class FolderLock:
         self.fd: Optional[int] = None
 
     def _holder(self) -> dict:
-        """The pid/host the lock file names ({} when it is empty, unreadable or gone)."""
+        """The pid/host the lock file names ({} when it is empty, unreadable, gone, or not a short
+        JSON object: only its first 4 KB are read, never through a link, never blocking)."""
         try:
-            doc = json.loads(self.path.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
+            fd = os.open(self.path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0))
+            try:
+                doc = json.loads(os.read(fd, 4096).decode("utf-8"))
+            finally:
+                os.close(fd)
+        except (OSError, ValueError, RecursionError):
             return {}
         return doc if isinstance(doc, dict) else {}
 
     def acquire(self) -> "FolderLock":
         self.path.parent.mkdir(parents=True, exist_ok=True)
         for _ in range(20):  # a holder that deletes the file between our open and our lock: start again
+            check_not_special(check_not_link(self.path), "lock file")
             before = self._holder()
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            fd = open_no_link(self.path, os.O_RDWR | os.O_CREAT)
             if not _try_lock(fd):
                 os.close(fd)
                 pid, host = before.get("pid") or self._holder().get("pid"), before.get("host")

@@ -21,7 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Optional
 
-from specbench_cli.errors import UsageError, check_output_folder
+from specbench_cli.atomic import atomic_write
+from specbench_cli.errors import UsageError, check_not_link, check_output_folder, open_no_link
 from specbench_cli.jsonl import read_json_object
 from specbench_cli.store.conditions import cpu_flags, cpu_model, gpu
 from specbench_cli.store.rows import row_key, validate_row
@@ -222,7 +223,11 @@ class RunFolder:
 
     @classmethod
     def open(cls, path: Path) -> "RunFolder":
+        """An existing run folder to continue; a UsageError when it is none, or when a file the
+        writer writes is a symbolic link (a folder from elsewhere may plant `run.lock -> FILE`)."""
         store = cls(Path(path))
+        for name in (MANIFEST, SAMPLES, LOCK):
+            check_not_link(store.path / name)
         if not store.manifest_path.is_file():
             raise UsageError(f"{path} is not a run folder (no {MANIFEST})")
         return store
@@ -244,18 +249,12 @@ class RunFolder:
         kept = [r for r in rows if not drop(r)]
         if len(kept) == len(rows):
             return 0
-        tmp = self.samples_path.with_suffix(".jsonl.tmp")
-        with tmp.open("w", encoding="utf-8") as f:
-            f.writelines(json.dumps(r, ensure_ascii=False) + "\n" for r in kept)
-            f.flush()
-            os.fsync(f.fileno())
-        tmp.replace(self.samples_path)
+        atomic_write(self.samples_path, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in kept))
         return len(rows) - len(kept)
 
     def write_manifest(self, manifest: dict) -> None:
-        tmp = self.manifest_path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(manifest, indent=2, sort_keys=False) + "\n")
-        tmp.replace(self.manifest_path)
+        """Atomically (atomic.py), so a planted link at the name is replaced, never written through."""
+        atomic_write(self.manifest_path, json.dumps(manifest, indent=2, sort_keys=False) + "\n")
 
     def update_manifest(self, **fields: Any) -> None:
         m = self.read_manifest()
@@ -272,13 +271,19 @@ class RunFolder:
         """Drop a torn final line so appends start on a fresh line."""
         if not self.samples_path.is_file():
             return
-        data = self.samples_path.read_bytes()
-        if data and not data.endswith(b"\n"):
-            cut = data.rfind(b"\n") + 1
-            self.samples_path.write_bytes(data[:cut])
+        fd = open_no_link(self.samples_path, os.O_RDWR)
+        try:
+            size = os.fstat(fd).st_size
+            if size and os.pread(fd, 1, size - 1) != b"\n":
+                os.ftruncate(fd, os.pread(fd, size, 0).rfind(b"\n") + 1)
+                os.fsync(fd)
+        finally:
+            os.close(fd)
 
     def append(self, row: dict) -> None:
-        with self.samples_path.open("a", encoding="utf-8") as f:
+        """One row, flushed and fsynced; the file is opened with O_NOFOLLOW (a link is refused)."""
+        fd = open_no_link(self.samples_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+        with os.fdopen(fd, "a", encoding="utf-8") as f:
             f.write(json.dumps(row, ensure_ascii=False) + "\n")
             f.flush()
             os.fsync(f.fileno())

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Optional
 
 from specbench_cli.atomic import atomic_write
+from specbench_cli.errors import open_no_link
 
 MANIFEST = "manifest.json"
 SAMPLES = "samples.jsonl"
@@ -70,8 +71,13 @@ def job_state(job_dir: Path) -> tuple[str, Optional[Path]]:
 
 
 def _log_attempt(job_dir: Path, record: dict) -> None:
-    with (job_dir / "attempts.jsonl").open("a", encoding="utf-8") as f:
+    with _append(job_dir / "attempts.jsonl") as f:
         f.write(json.dumps(record) + "\n")
+
+
+def _append(path: Path):
+    """`path` opened for appending text, never through a planted link (exit 2 naming it)."""
+    return os.fdopen(open_no_link(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT), "a", encoding="utf-8")
 
 
 def attempts(job_dir: Path) -> list[dict]:
@@ -136,7 +142,7 @@ def run_job(job: dict, sweep_dir: str, attempt: int = 0) -> dict:
         return {**result, "status": "failed", "error": "interrupted"}
     log = job_dir / "job.log"
     started = time.time()
-    with log.open("a", encoding="utf-8") as out:
+    with _append(log) as out:
         out.write(f"--- attempt {attempt} on {host}: specbench {' '.join(args)}\n")
         out.flush()
         proc = subprocess.Popen([sys.executable, "-m", "specbench_cli", *args], stdout=out, stderr=subprocess.STDOUT,
@@ -164,13 +170,15 @@ def _drop_foreign_run_lock(run: Path, job_dir: Path, host: str) -> None:
     remote pid and would refuse the retry with exit 2, so remove it and say so in job.log. A
     lock of this host is left to `run` itself, which takes it over when its pid is dead."""
     lock = run / "run.lock"
+    if lock.is_symlink() or not lock.is_file():  # a planted link is `run --resume`'s to refuse
+        return
     try:
-        holder = json.loads(lock.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        holder = json.loads(lock.read_text(encoding="utf-8")[:4096])
+    except (OSError, ValueError, RecursionError):
         return
     if isinstance(holder, dict) and holder.get("host") not in (None, host):
         lock.unlink(missing_ok=True)
-        with (job_dir / "job.log").open("a", encoding="utf-8") as out:
+        with _append(job_dir / "job.log") as out:
             out.write(f"note: removed {lock} left by pid {holder.get('pid')} on {holder.get('host')} "
                       f"(that attempt ended)\n")
 

@@ -13,6 +13,8 @@ import sys
 import time
 from pathlib import Path
 
+from specbench_cli.atomic import atomic_write
+
 STATUS = "sweep.json"
 
 
@@ -31,11 +33,7 @@ def write_status(sweep_dir: Path, grid_path: Path, jobs: list, results: dict[str
         "jobs": [{"id": job.id, "settings": job.settings, **_state(results.get(job.id, {}), sweep_dir)}
                  for job in jobs],
     }
-    path = sweep_dir / STATUS
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
-    tmp.replace(path)
-    return path
+    return atomic_write(sweep_dir / STATUS, json.dumps(doc, indent=2) + "\n")
 
 
 def _state(result: dict, sweep_dir: Path) -> dict:
