@@ -1,13 +1,23 @@
-"""One lazy registry for methods and tasks: short name -> "module:Class".
+"""One lazy registry mechanism for everything a name picks: short name -> "module:attr".
 
-Built-in entries are listed in `specbench_cli/methods/__init__.py` and `.../tasks/__init__.py`.
-Packages outside this repository add their own through Python entry points, e.g. in their
-pyproject.toml:
+Every kind of pluggable thing is one `Registry`, each with the same API (`names`, `get`,
+`register`, `describe`) and its own entry-point group:
+
+    methods          specbench.methods         methods/__init__.py          a `Method` subclass
+    head kinds       specbench.head_kinds      methods/heads/kinds/         a `HeadKind` (its `KIND`)
+    tasks            specbench.tasks           tasks/__init__.py            a `Task` subclass
+    task sources     specbench.task_sources    tasks/__init__.py            a `TaskSource` (`hf:`, `speed-bench:`)
+    report formats   specbench.report_formats  report/formats.py            a `Format`
+    targets          specbench.targets         specbench_cli/targets.py     a `Target` subclass
+
+Built-in entries are listed in those modules, and nowhere else: messages, help texts and the
+docs read the names from the registries. Packages outside this repository add their own
+through Python entry points, e.g. in their pyproject.toml:
 
     [project.entry-points."specbench.methods"]
     my-method = "my_package.my_module:MyMethod"
 
-Nothing is imported until a name is used (`get`, `describe`). `describe` imports the class and
+Nothing is imported until a name is used (`get`, `describe`). `describe` imports the entry and
 reads its declared attributes (`summary`, `lossless`, ...): importing every built-in method
 takes well under a second and imports no torch (method modules reach torch through
 `specbench_cli.lazy`), so `specbench list methods` stays fast. A built-in name cannot be taken
@@ -24,10 +34,13 @@ from specbench_cli.errors import UsageError, unknown
 
 
 class Registry:
-    """Names -> "module:Class" targets of one kind (`method`, `task`), checked against a base class."""
+    """Names -> "module:attr" references of one kind (`method`, `task`, ...), each checked
+    against a base class: a subclass of it, or with `instances=True` an instance of it (a
+    declaration object such as a head kind's `KIND` or a report `Format`)."""
 
-    def __init__(self, kind: str, group: str, base: str, builtins: dict[str, str]) -> None:
-        self.kind, self.group, self.base = kind, group, base
+    def __init__(self, kind: str, group: str, base: str, builtins: dict[str, str], *, instances: bool = False) -> None:
+        self.kind, self.group, self.base, self.instances = kind, group, base, instances
+        self.builtins: tuple[str, ...] = tuple(builtins)  # the names listed in this repository, in order
         self.entries: dict[str, str] = dict(builtins)
         self.plugins: dict[str, str] = {}  # names that came from entry points -> distribution
         self._discovered = False
@@ -54,35 +67,41 @@ class Registry:
         self.discover()
         return name in self.entries
 
-    def register(self, name: str, target: str) -> None:
-        """Add an entry at run time (tests, notebooks): `target` is "module:Class"."""
-        self.entries[name] = target
+    def register(self, name: str, ref: str) -> None:
+        """Add an entry at run time (tests, notebooks): `ref` is "module:attr"."""
+        self.entries[name] = ref
 
     # -- lookup -----------------------------------------------------------------------------
-    def target(self, name: str) -> str:
-        if name not in self:
+    def ref(self, name: str) -> str:
+        """The "module:attr" registered as `name`; UsageError naming the known ones otherwise. A
+        built-in name needs no look at the entry points (a plugin cannot take it over)."""
+        if name not in self.entries and name not in self:
             raise unknown(self.kind, name, self.entries)
         return self.entries[name]
 
-    def get(self, name: str) -> type:
-        """The class registered as `name`; UsageError for unknown names and for entries that
-        do not resolve to a subclass of the base class (a broken plugin)."""
-        target = self.target(name)
-        obj = load_target(target, f"{self.kind} '{name}'")
-        base = load_target(self.base, "base class")
-        if not (isinstance(obj, type) and issubclass(obj, base)):
-            raise UsageError(f"{self.kind} '{name}' ({target}) is not a subclass of {self.base.replace(':', '.')}")
+    def get(self, name: str) -> Any:
+        """What is registered as `name`; UsageError for unknown names and for entries that are
+        not a subclass (an instance) of the base class (a broken plugin)."""
+        ref = self.ref(name)
+        obj = load_ref(ref, f"{self.kind} '{name}'")
+        base = load_ref(self.base, "base class")
+        fits = isinstance(obj, base) if self.instances else isinstance(obj, type) and issubclass(obj, base)
+        if not fits:
+            what = "an instance" if self.instances else "a subclass"
+            raise UsageError(f"{self.kind} '{name}' ({ref}) is not {what} of {self.base.replace(':', '.')}")
         return obj
 
     def describe(self, name: str, attrs: dict[str, Any]) -> dict[str, Any]:
-        """Class attributes `attrs` (name -> default) of the class registered as `name`."""
+        """Attributes `attrs` (name -> default) of what is registered as `name`."""
         obj = self.get(name)
         return {k: getattr(obj, k, d) for k, d in attrs.items()}
 
 
-def load_target(target: str, what: str) -> Any:
-    """Import "module:attr"; UsageError (with the cause) when it cannot be imported."""
-    module, _, attr = target.partition(":")
+def load_ref(ref: str, what: str = "") -> Any:
+    """The object a "module:attr" reference names (`attr` may be dotted); UsageError (with the
+    cause) when it cannot be imported. The one loader of such references."""
+    module, _, attr = ref.partition(":")
+    what = what or ref
     try:
         obj = importlib.import_module(module)
     except ImportError as exc:

@@ -27,6 +27,7 @@ from typing import Any, Optional
 
 from specbench_cli.errors import UsageError, check_not_special
 from specbench_cli.jsonl import MAX_JSON_DEPTH, file_too_deep
+from specbench_cli.tasks import TaskSource
 from specbench_cli.tasks.base import Question, Task
 
 PREFIX = "hf:"
@@ -355,3 +356,14 @@ def hf_task(name: str, fields: Fields = Fields()) -> type[Task]:
 
     HfDataset.name = name
     return HfDataset
+
+
+def task_for(name: str, settings: Any = None) -> type[Task]:
+    """The Task class of an `hf:` name, checked as far as it can be before reading (`check_source`),
+    with the column mapping of `settings` (a RunConfig, a sweep grid or None)."""
+    check_source(name)
+    return hf_task(name, fields_of(settings))
+
+
+SOURCE = TaskSource(PREFIX + "PATH_OR_ID[:CONFIG][:SPLIT]",
+                    "rows of any dataset `datasets` reads: a local data file or folder, or a hub id", task_for)

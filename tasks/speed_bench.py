@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Optional
 
 from specbench_cli.errors import RuntimeFailure, UsageError
+from specbench_cli.tasks import TaskSource
 from specbench_cli.tasks.base import Question, Task
 
 NAME = "speed-bench"
@@ -57,8 +58,9 @@ def is_speed_bench(name: str) -> bool:
     return isinstance(name, str) and name.startswith(NAME + ":")
 
 
-def task_for(name: str) -> type[Task]:
-    """The Task class of `speed-bench:CONFIG`; UsageError naming the configs for another one."""
+def task_for(name: str, settings: object = None) -> type[Task]:
+    """The Task class of `speed-bench:CONFIG`; UsageError naming the configs for another one.
+    (`settings` are not read: every split has the same fields.)"""
     config = name[len(NAME) + 1:]
     if config not in CONFIGS:
         raise UsageError(f"--tasks {name}: SPEED-Bench has the splits {', '.join(CONFIGS)} "
@@ -69,6 +71,9 @@ def task_for(name: str) -> type[Task]:
 
     SpeedBenchSplit.name, SpeedBenchSplit.config = name, config
     return SpeedBenchSplit
+
+
+SOURCE = TaskSource(NAME + ":CONFIG", f"one of SPEED-Bench's splits: {', '.join(CONFIGS)}", task_for)
 
 
 # ----------------------------------------------------------------------------- reading

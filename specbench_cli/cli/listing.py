@@ -1,4 +1,6 @@
-"""`specbench list`: registered methods, tasks and model aliases."""
+"""`specbench list`: what each registry holds (methods, tasks and task sources, report formats,
+targets, head kinds) and the model aliases. Built-ins and the entries of installed packages
+alike: every list is read from its registry."""
 
 from __future__ import annotations
 
@@ -6,9 +8,11 @@ import typer
 
 from specbench_cli.console import out
 
+LISTS = ("methods", "tasks", "models", "formats", "targets", "head-kinds")
 
-def list_(what: str = typer.Argument(..., help="methods, tasks or models")) -> None:
-    """List registered methods, tasks or model aliases."""
+
+def list_(what: str = typer.Argument(..., help=" | ".join(LISTS))) -> None:
+    """List registered methods, tasks, report formats, targets, head kinds or model aliases."""
     from rich.table import Table
 
     if what == "methods":
@@ -24,6 +28,28 @@ def list_(what: str = typer.Argument(..., help="methods, tasks or models")) -> N
         t = Table("name", "summary")
         for n in reg.names():
             t.add_row(n, reg.describe(n)["summary"])
+        for source in reg.sources():
+            t.add_row(source.usage, source.summary)
+    elif what == "formats":
+        from specbench_cli.report import formats as reg
+
+        t = Table("name", "file", "summary")
+        for n in reg.names():
+            d = reg.describe(n)
+            t.add_row(n, f"table.{d['extension']}", d["summary"])
+    elif what == "targets":
+        from specbench_cli import targets as reg
+
+        t = Table("name", "class")
+        for n in reg.names():  # not imported: a target module may import its runtime
+            t.add_row(n, reg.REGISTRY[n])
+    elif what == "head-kinds":
+        from specbench_cli.methods.heads import kinds as reg
+
+        t = Table("kind", "weights", "train with")
+        for n in reg.names():
+            d = reg.describe(n)
+            t.add_row(n, d["weights"], f"specbench train heads --kind {n}{d['train_flags']}")
     elif what == "models":
         from specbench_cli.models.load import ALIASES, DEFAULT_MODEL
 
@@ -36,7 +62,7 @@ def list_(what: str = typer.Argument(..., help="methods, tasks or models")) -> N
     else:
         from specbench_cli.errors import unknown
 
-        raise unknown("list target", what, ["methods", "tasks", "models"])
+        raise unknown("list target", what, LISTS)
     out.print(t)
 
 

@@ -16,6 +16,7 @@ from rich.markup import escape
 
 from specbench_cli.console import err, out
 from specbench_cli.errors import UsageError, check_output_file, check_output_folder
+from specbench_cli.report import formats
 
 # The work behind these commands (pandas, matplotlib) is imported inside each command, so
 # that `specbench run` with a bad option, which never reaches them, does not pay for it.
@@ -33,7 +34,8 @@ def register(app: typer.Typer) -> None:
 def report_command(
     run_dirs: List[Path] = typer.Argument(..., metavar="RUN_DIR...", help="One or more result folders."),
     fmt: Optional[str] = typer.Option(
-        None, "--format", "-f", help="markdown|csv|latex|json: write only table.<ext> and print it instead of the terminal table."
+        None, "--format", "-f", help=f"{'|'.join(formats.BUILTIN)} (or a format a package registers: specbench list "
+        "formats): write only table.<ext> and print it instead of the terminal table."
     ),
     output: Optional[Path] = typer.Option(None, "--output", "-o", help="Output folder [default: first RUN_DIR/report]; "
                                           "with --html the page's file."),

@@ -202,8 +202,8 @@ def write_batch_report(rows: Sequence[dict] | pd.DataFrame, directory: Path, for
     """The batch table (batch.<ext> per format) and figure, when any row ran at N > 1 or the
     rows span several N; (None, []) otherwise."""
     from specbench_cli.atomic import atomic_write
+    from specbench_cli.report import formats as report_formats
     from specbench_cli.report import render
-    from specbench_cli.report.table import EXTENSIONS
 
     frame = metrics.to_frame(rows)
     if frame.empty or (frame["batch_size"].nunique() < 2 and not (frame["batch_size"] > 1).any()):
@@ -213,7 +213,7 @@ def write_batch_report(rows: Sequence[dict] | pd.DataFrame, directory: Path, for
     directory.mkdir(parents=True, exist_ok=True)
     written = []
     for fmt in formats:
-        path = directory / f"batch.{EXTENSIONS[fmt]}"
+        path = directory / f"batch.{report_formats.get(fmt).extension}"
         atomic_write(path, render.render(table, fmt, summary))
         written.append(path)
     if plots and summary["batch_size"].nunique() > 1:

@@ -1,4 +1,5 @@
-"""Renderers of a `report.TableData`: markdown, csv, LaTeX and json."""
+"""Renderers of a `report.TableData`: markdown, csv, LaTeX and json, each declared as a report
+`Format` (registered in report/formats.py)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,9 @@ from typing import Sequence
 
 import pandas as pd
 
-from specbench_cli.report.table import FORMATS, TableData
+from specbench_cli.report import formats
+from specbench_cli.report.formats import Format
+from specbench_cli.report.table import TableData
 
 
 def to_markdown(table: TableData) -> str:
@@ -111,18 +114,19 @@ def to_json(table: TableData, summary: pd.DataFrame | None = None, extras: Seque
     return json.dumps(jsonable(doc), indent=2, ensure_ascii=False) + "\n"
 
 
+# markdown and json carry the `extras` too (the acceptance and difficulty tables), csv and LaTeX
+# hold the main table only.
+MARKDOWN = Format("md", "GitHub-flavoured markdown, every table",
+                  lambda table, summary, extras: "\n".join(to_markdown(t) for t in (table, *extras)))
+CSV = Format("csv", "the main table's numbers (means and stds in columns of their own)",
+             lambda table, summary, extras: to_csv(table))
+LATEX = Format("tex", "a LaTeX document with the main table", lambda table, summary, extras: to_latex(table))
+JSON = Format("json", "every table, display cells and numbers, and the summary", to_json)
+
+
 def render(table: TableData, fmt: str, summary: pd.DataFrame | None = None, extras: Sequence[TableData] = ()) -> str:
-    """Render `table` in one of FORMATS; markdown and json carry the `extras` too (the acceptance
-    and difficulty tables), csv and LaTeX hold the main table only."""
-    if fmt == "markdown":
-        return "\n".join(to_markdown(t) for t in (table, *extras))
-    if fmt == "csv":
-        return to_csv(table)
-    if fmt == "latex":
-        return to_latex(table)
-    if fmt == "json":
-        return to_json(table, summary, extras)
-    raise ValueError(f"unknown format {fmt!r}; choose from {', '.join(FORMATS)}")
+    """Render `table` in the registered format `fmt` (UsageError naming the formats for another)."""
+    return formats.get(fmt).render(table, summary, extras)
 
 
 # Spec-Bench leaderboard-style abbreviations, used when the terminal is too narrow.

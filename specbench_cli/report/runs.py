@@ -14,6 +14,7 @@ from rich.markup import escape
 from specbench_cli.atomic import atomic_write
 from specbench_cli.console import err
 from specbench_cli.errors import RuntimeFailure, UsageError, check_not_link
+from specbench_cli.report import formats as report_formats
 from specbench_cli.report import metrics, render, turns
 from specbench_cli.report import table as report
 from specbench_cli.store.conditions import busy_reason, machine_line
@@ -51,19 +52,19 @@ def write_report(run_dirs: List[Path], fmt: Optional[str] = None, output: Option
     only with `execute_code` (the user's --execute-code). Returns the folder."""
     import typer
 
-    if fmt is not None and fmt not in report.FORMATS:
-        raise UsageError(f"unknown format '{fmt}'; choose from {', '.join(report.FORMATS)}")
+    if fmt is not None:
+        report_formats.get(fmt)  # an unknown format is refused before anything is read
     runs, rows, summary = summary_of(run_dirs)
     table = main_table(rows, summary, columns, execute_code)
     busy = busy_runs(runs)
     table.notes += machine_notes(runs) + busy_notes(busy)
     extras = extra_tables(rows, summary)
     directory = output or report_folder(run_dirs[0])
-    written = write_tables(table, summary, directory, [fmt] if fmt else list(report.FORMATS), extras)
+    written = write_tables(table, summary, directory, [fmt] if fmt else report_formats.names(), extras)
     per_turn = turns.turn_summary(rows) if fmt is None else []  # --format: table.<ext> only
     turn_table = turns.turn_table(per_turn) if len(per_turn) else None
     if turn_table is not None:
-        written += write_tables(turn_table, per_turn, directory, list(report.FORMATS), stem=turns.FILE_STEM)
+        written += write_tables(turn_table, per_turn, directory, report_formats.names(), stem=turns.FILE_STEM)
     if fmt:
         typer.echo(render.render(table, fmt, summary, extras), nl=False)
     else:
@@ -79,7 +80,7 @@ def write_report(run_dirs: List[Path], fmt: Optional[str] = None, output: Option
                   f"are not a quiet machine's", highlight=False)
     from specbench_cli.report.batch import write_batch_report
 
-    batch_table, batch_files = write_batch_report(rows, directory, [fmt] if fmt else list(report.FORMATS), plots)
+    batch_table, batch_files = write_batch_report(rows, directory, [fmt] if fmt else report_formats.names(), plots)
     written += batch_files
     if batch_table is not None and not fmt:
         report.print_table(batch_table)
@@ -170,7 +171,7 @@ def write_tables(table: report.TableData, summary: pd.DataFrame, directory: Path
         directory.mkdir(parents=True, exist_ok=True)
         paths = []
         for fmt in formats:
-            path = directory / f"{stem}.{report.EXTENSIONS[fmt]}"
+            path = directory / f"{stem}.{report_formats.get(fmt).extension}"
             atomic_write(path, render.render(table, fmt, summary, extras))
             paths.append(path)
     except OSError as exc:

@@ -29,8 +29,6 @@ from specbench_cli.tasks.categories import display_category
 
 OPTIONAL_COLUMNS = ("bc", "mbsu", "params", "median", "agree", "alpha")
 DEFAULT_COLUMNS = ("median", "agree")  # `report` and the table at the end of `run`: Median and =AR
-FORMATS = ("markdown", "csv", "latex", "json")
-EXTENSIONS = {"markdown": "md", "csv": "csv", "latex": "tex", "json": "json"}
 MISSING = "–"
 ROW_KEY = ["model", "method_label", "block_complexity", "batch_size"]
 

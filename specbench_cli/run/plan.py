@@ -24,10 +24,7 @@ def check_config(cfg: RunConfig) -> dict:
     from specbench_cli.tasks import hf
 
     for t in cfg.tasks:
-        if hf.is_hf(t):
-            hf.check_source(t)
-        else:
-            task_registry.get(t)
+        task_registry.get(t, cfg)  # a source's name (hf:...) is checked as far as it can be before reading
     if cfg.scorer is not None:
         from specbench_cli.scoring.quality import check_scorer
 
@@ -37,8 +34,9 @@ def check_config(cfg: RunConfig) -> dict:
         raise UsageError(f"--{given[0].replace('_', '-')} maps the columns of an hf: task; --tasks "
                          f"{','.join(cfg.tasks)} has none")
     if cfg.questions and not any(task_registry.get(t, cfg).takes_questions_file for t in cfg.tasks):
+        *some, last = task_registry.reading_questions_file()
         raise UsageError(f"--questions {cfg.questions} is not read by --tasks {','.join(cfg.tasks)} "
-                         f"(use --tasks spec_bench, jsonl or humaneval with a file)")
+                         f"(use --tasks {', '.join(some)} or {last} with a file)")
     return plan_methods(cfg)
 
 

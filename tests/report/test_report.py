@@ -126,7 +126,9 @@ def test_json_has_table_summary_and_no_nan(table):
 
 
 def test_render_rejects_unknown_format(table):
-    with pytest.raises(ValueError, match="unknown format"):
+    from specbench_cli.errors import UsageError
+
+    with pytest.raises(UsageError, match="unknown format 'html'.*Known: csv, json, latex, markdown"):
         rn.render(table, "html")
 
 

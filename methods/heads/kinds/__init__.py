@@ -5,24 +5,28 @@ how a heads folder is recognised as this kind and its config.json checked, how t
 is built from the config (the module itself lives in methods/heads/), how it is checked against
 the target (before it loads, from the target's header; once loaded, from its weights), its
 label, the importers of its published layouts, and its trainer hooks (`specbench train heads`).
-`REGISTRY` below registers each kind with the method that runs it, and everything that varies
-by kind reads it: the heads folders (methods/heads/checkpoint.py), the head methods'
+`REGISTRY` below registers each built-in kind with the method that runs it (the head-kind
+`Registry` of specbench_cli/registry.py adds the kinds of other packages), and everything that
+varies by kind reads it: the heads folders (methods/heads/checkpoint.py), the head methods'
 `HeadsMethod` (methods/heads/common.py), `specbench heads import` (methods/heads/importers/),
 `specbench train heads` (training/heads/train.py), the method registry (methods/__init__.py)
 and `HEAD_METHODS`.
 
 A new head kind: its head module, a module here with its `KIND`, its importer(s) and trainer
 hooks, its method (a `HeadsMethod` subclass with `kind = NAME`), and one line in `REGISTRY`
-(docs/adding-a-method.md, "A new head kind"). Nothing here imports torch: `HEAD_METHODS` and the
-registry are read before any model loads.
+(docs/adding-a-method.md, "A new head kind"); a package outside this repository names its `KIND`
+in the entry-point group `specbench.head_kinds` and its method, under the same name, in
+`specbench.methods`. Nothing here imports torch: `HEAD_METHODS` and the registry are read before
+any model loads.
 """
 
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, NamedTuple, Optional
+
+from specbench_cli.registry import Registry
 
 
 @dataclass(frozen=True)
@@ -52,23 +56,28 @@ REGISTRY: dict[str, Registration] = {
     "hydra": Registration("specbench_cli.methods.heads.kinds.hydra:KIND", "specbench_cli.methods.hydra:Hydra"),
 }
 
-HEAD_METHODS: tuple[str, ...] = tuple(REGISTRY)  # the methods that draft from trained heads, one per kind
+HEAD_METHODS: tuple[str, ...] = tuple(REGISTRY)  # the methods that draft from trained heads, one per built-in kind
 
+_REGISTRY = Registry("head kind", "specbench.head_kinds", "specbench_cli.methods.heads.kinds:HeadKind",
+                     {name: registration.kind for name, registration in REGISTRY.items()}, instances=True)
+DESCRIBED = {"weights": "", "train_flags": ""}
 
-def load_ref(ref: str) -> Any:
-    """The object a "module:ATTR" reference names."""
-    module, _, attr = ref.partition(":")
-    return getattr(importlib.import_module(module), attr)
+names = _REGISTRY.names  # the built-in kinds, then those of other packages
+register = _REGISTRY.register
 
 
 def get(name: str) -> HeadKind:
-    """The declaration of kind `name` (a registered one: callers check names first)."""
-    return load_ref(REGISTRY[name].kind)
+    """The declaration of kind `name`; UsageError naming the known kinds for another name."""
+    return _REGISTRY.get(name)
+
+
+def describe(name: str) -> dict:
+    return _REGISTRY.describe(name, DESCRIBED)
 
 
 def kinds() -> list[HeadKind]:
     """Every registered kind, in registration order."""
-    return [get(name) for name in REGISTRY]
+    return [get(name) for name in names()]
 
 
 def train_command(kind: str) -> str:

@@ -18,6 +18,7 @@ from specbench_cli.cli.train.common import (
     print_table,
 )
 from specbench_cli.errors import UsageError
+from specbench_cli.methods.heads import kinds as head_kinds
 
 
 def heads_cmd(
@@ -25,7 +26,8 @@ def heads_cmd(
                               "folder (features.safetensors + features.json), or hf:PATH_OR_ID[:CONFIG][:SPLIT] "
                               "(instruction/response or ShareGPT conversations; needs --target)."),
     out: Path = typer.Option(..., "--out", "-o", help="Folder for the heads (+ checkpoints, history, curves)."),
-    kind: str = typer.Option("eagle", help="A head kind: medusa | eagle | eagle3 | hydra."),
+    kind: str = typer.Option("eagle", help=f"A head kind: {' | '.join(head_kinds.HEAD_METHODS)} (or one a package "
+                             "registers)."),
     heads_count: Optional[int] = typer.Option(None, "--heads-count", help="Medusa / Hydra heads H (head i predicts "
                                               "token t+2+i); default 3 for Medusa, 4 for Hydra (Hydra++'s recipe)."),
     layers: int = typer.Option(1, help="K: ResBlocks per Medusa / Hydra head, decoder layers of the EAGLE head "
@@ -57,14 +59,13 @@ def heads_cmd(
     dtype: str = DTYPE, device: str = DEVICE, threads: Optional[int] = THREADS, quiet: bool = QUIET,
 ):
     """Train Medusa / EAGLE / KOALA / Hydra / EAGLE-3 draft heads on the frozen target's cached features."""
-    from specbench_cli.methods.heads.kinds import HEAD_METHODS
     from specbench_cli.models.load import check_device, torch_dtype
     from specbench_cli.models.prompting import set_threads
     from specbench_cli.training.heads.eagle3 import parse_feature_layers
     from specbench_cli.training.heads.train import HeadsRecipe, trainer_hooks
 
     if heads_count is None:  # the kind's default (an unknown kind is refused by the recipe's check)
-        heads_count = trainer_hooks(kind).heads_count if kind in HEAD_METHODS else 3
+        heads_count = trainer_hooks(kind).heads_count if kind in head_kinds.names() else 3
     recipe = HeadsRecipe(kind=kind, heads_count=heads_count, layers=layers, arch=hydra_arch, adversarial=adversarial, lam=lam,
                          disc_layers=disc_layers, steps=steps, batch_size=batch_size, lr=lr, disc_lr=disc_lr,
                          max_len=max_len, save_every=save_every, seed=seed, sub_vocab=not full_vocab,

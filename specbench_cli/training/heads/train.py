@@ -28,6 +28,7 @@ from specbench_cli.errors import UsageError
 from specbench_cli.methods.heads import kinds
 from specbench_cli.methods.heads.checkpoint import save_heads
 from specbench_cli.methods.heads.model import count_params
+from specbench_cli.registry import load_ref
 from specbench_cli.training.common.compute import autocast
 from specbench_cli.training.common.io import write_json
 from specbench_cli.training.common.loop import SecondModel, TrainConfig, check_resume, train_loop
@@ -35,12 +36,10 @@ from specbench_cli.training.heads.data import FeatureCache, split_cache
 from specbench_cli.training.heads.hooks import TrainerHooks
 from specbench_cli.training.heads.losses import Discriminator, d_loss, g_adv_loss
 
-KINDS = kinds.HEAD_METHODS
-
 
 def trainer_hooks(kind: str) -> TrainerHooks:
     """The trainer hooks of head kind `kind` (a registered one)."""
-    return kinds.load_ref(kinds.get(kind).trainer)
+    return load_ref(kinds.get(kind).trainer, f"the trainer of head kind '{kind}'")
 
 
 @dataclass
@@ -73,10 +72,7 @@ class HeadsRecipe:
 
     def validate(self) -> None:
         """UsageError (exit 2) on a bad option; called before any model loads."""
-        if self.kind not in KINDS:
-            from specbench_cli.errors import unknown
-
-            raise unknown("head kind", self.kind, KINDS)
+        kinds.get(self.kind)  # an unknown kind: UsageError naming the registered ones
         checks = [(self.heads_count >= 1, "--heads-count must be >= 1"), (self.layers >= 1, "--layers must be >= 1"),
                   (self.steps >= 1, "--steps must be >= 1"), (self.batch_size >= 1, "--batch-size must be >= 1"),
                   (self.lr > 0 and self.disc_lr > 0, "--lr must be > 0"), (self.lam >= 0, "--lambda must be >= 0"),
