@@ -15,16 +15,24 @@ exclusive `flock` on `.NAME.lock`. So:
 
 Entries written before records existed are adopted (recorded once) when every safetensors file
 is structurally whole (header and data length agree), otherwise rebuilt.
+
+The record is read defensively (a link, a file over 64 MB, JSON nested too deeply: damaged, so
+rebuilt), and the lock file is never written through a link: a planted `.NAME.lock -> FILE` is
+replaced by a lock file of our own. A cache folder that cannot be written (read-only, full) is one
+warning line, and the entry is built in a temporary folder outside the cache for this process
+only (removed when it exits).
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import hashlib
 import json
 import os
 import shutil
+import stat
 import struct
 import tempfile
 from pathlib import Path
@@ -89,11 +97,11 @@ def problem(entry: Path, deep: Optional[bool] = None) -> Optional[str]:
     if not entry.is_dir():
         return "missing"
     try:
-        record = json.loads((entry / RECORD).read_text(encoding="utf-8"))
+        record = _read_record(entry / RECORD)
         files = record["files"]
     except FileNotFoundError:
         return "unrecorded"
-    except (OSError, ValueError, KeyError, TypeError):
+    except (OSError, ValueError, KeyError, TypeError, RecursionError):
         return f"{RECORD} unreadable"
     if not isinstance(files, dict) or not files:
         return f"{RECORD} lists no files"
@@ -107,6 +115,24 @@ def problem(entry: Path, deep: Optional[bool] = None) -> Optional[str]:
         if (deep or size <= SMALL_FILE) and file_sha256(p) != info.get("sha256"):
             return f"{name} checksum differs from the record"
     return None
+
+
+MAX_RECORD = 64 << 20  # a record names each file once: a few KB for a real model
+
+
+def _read_record(path: Path) -> dict:
+    """The record's JSON: a regular file (never through a link) of at most MAX_RECORD bytes,
+    nested within MAX_JSON_DEPTH; OSError or ValueError otherwise."""
+    from specbench_cli.jsonl import too_deep
+
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW)
+    with os.fdopen(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(f.fileno()).st_mode) or os.fstat(f.fileno()).st_size > MAX_RECORD:
+            raise ValueError("not a regular file of a record's size")
+        text = f.read(MAX_RECORD + 1).decode("utf-8")
+    if too_deep(text):
+        raise ValueError("nested too deeply")
+    return json.loads(text)
 
 
 def safetensors_whole(path: Path) -> bool:
@@ -133,7 +159,7 @@ def _legacy_whole(entry: Path) -> bool:
 def locked(lock_path: Path, blocking: bool = True) -> Iterator[bool]:
     """Hold an exclusive flock on `lock_path` (created if needed; never deleted, so every process
     locks the same inode). Yields False instead of waiting when not `blocking` and it is held."""
-    fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+    fd = _open_lock(lock_path)
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | (0 if blocking else fcntl.LOCK_NB))
@@ -145,6 +171,24 @@ def locked(lock_path: Path, blocking: bool = True) -> Iterator[bool]:
         yield True
     finally:
         os.close(fd)  # closing drops the lock
+
+
+def _open_lock(lock_path: Path) -> int:
+    """The lock file, opened without following a link: anything at its name that is not a regular
+    file (a planted link, a FIFO) is removed and replaced by one of ours."""
+    flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK
+    for _ in range(10):
+        try:
+            fd = os.open(lock_path, flags, 0o644)
+        except OSError as exc:
+            if exc.errno != errno.ELOOP:
+                raise
+        else:
+            if stat.S_ISREG(os.fstat(fd).st_mode):
+                return fd
+            os.close(fd)
+        lock_path.unlink(missing_ok=True)  # removes the link (or FIFO) itself, not what it names
+    raise OSError(errno.ELOOP, f"{lock_path} keeps being replaced by a link")
 
 
 def _lock_path(entry: Path) -> Path:
@@ -179,9 +223,34 @@ def ensure_entry(entry: Path, build: Callable[[Path], None], say: Callable[[str]
     """Return `entry`, first building it with `build(temp_folder)` if it is missing or damaged.
 
     `build` writes the entry's files into the (empty) folder it is given. `say` gets one line
-    when a damaged entry is rebuilt."""
+    when a damaged entry is rebuilt, or when the cache cannot be written: then the entry is built
+    in a temporary folder of this process instead (`uncached`)."""
     if problem(entry) is None:
         return entry
+    try:
+        return _ensure_in_cache(entry, build, say)
+    except OSError as exc:
+        if exc.errno not in UNWRITABLE:
+            raise
+        say(f"warning: cannot write the cache under {entry.parent} ({exc.strerror or exc}); building {entry.name} "
+            f"in a temporary folder for this run only (set SPECBENCH_CACHE to a writable folder to keep it)")
+    return uncached(entry, build)
+
+
+UNWRITABLE = {errno.EROFS, errno.EACCES, errno.EPERM, errno.ENOSPC, errno.EDQUOT, errno.ENOTDIR}
+
+
+def uncached(entry: Path, build: Callable[[Path], None]) -> Path:
+    """`entry` built in a private temporary folder, removed when the process exits."""
+    import atexit
+
+    tmp = Path(tempfile.mkdtemp(prefix=f"specbench-{entry.name}-"))
+    atexit.register(shutil.rmtree, tmp, True)
+    build(tmp)
+    return tmp
+
+
+def _ensure_in_cache(entry: Path, build: Callable[[Path], None], say: Callable[[str], None]) -> Path:
     entry.parent.mkdir(parents=True, exist_ok=True)
     with locked(_lock_path(entry)):
         why = problem(entry)  # another process may have built it while we waited

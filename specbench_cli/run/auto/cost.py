@@ -22,8 +22,7 @@ the batch size when above 1).
 
 from __future__ import annotations
 
-import hashlib
-import json
+import math
 import platform
 import random
 import statistics
@@ -34,6 +33,7 @@ from typing import Any, Callable, Optional
 
 from specbench_cli.atomic import atomic_write
 from specbench_cli.errors import UsageError
+from specbench_cli.models.json_cache import KeyedJsonCache
 
 
 @dataclass
@@ -72,14 +72,31 @@ class CostCurve:
 
     @classmethod
     def from_dict(cls, data: dict) -> "CostCurve":
+        """A curve from its JSON (the cache's), every field checked: what a later run computes with
+        must be finite, positive numbers (a cached `Infinity` or `true` made `--bc auto` predict
+        0 tok/s or 702 tok/s). ValueError says which field is wrong."""
         ms = data.get("ms")
-        if not isinstance(ms, list) or not ms or not all(isinstance(v, (int, float)) and v > 0 for v in ms):
+        if not isinstance(ms, list) or not ms or not all(_positive(v) for v in ms):
             raise ValueError("cost curve: 'ms' must be a non-empty list of positive numbers")
+        rounds, spread, again = data.get("rounds", 0), data.get("spread") or [], data.get("remeasured") or []
+        if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 0:
+            raise ValueError("cost curve: 'rounds' must be a whole number >= 0")
+        if not isinstance(spread, list) or not all(_positive(v) or v == 0 for v in spread):
+            raise ValueError("cost curve: 'spread' must be a list of numbers >= 0")
+        if not isinstance(again, list) or not all(_whole(q) and 1 <= q <= len(ms) for q in again):
+            raise ValueError("cost curve: 'remeasured' must list q values of the curve")
+        if not isinstance(data.get("key", {}), dict) or not isinstance(data.get("measured_at", ""), str):
+            raise ValueError("cost curve: 'key' must be an object and 'measured_at' a string")
         roof = data.get("roofline")
-        return cls(ms=[float(v) for v in ms], key=dict(data.get("key") or {}), rounds=int(data.get("rounds", 0)),
-                   measured_at=str(data.get("measured_at", "")), spread=list(data.get("spread") or []),
-                   roofline=dict(roof) if isinstance(roof, dict) else None,
-                   remeasured=[int(q) for q in data.get("remeasured") or []])
+        if roof is not None and not (isinstance(roof, dict) and all(
+                _positive(roof.get(name)) for name in ("bandwidth_gbs", "peak_gflops", "weight_bytes",
+                                                       "matmul_params", "context"))
+                and all(_positive(roof.get(n)) or roof.get(n) == 0
+                        for n in ("kv_bytes_per_token", "attn_flops_per_pair"))):
+            raise ValueError("cost curve: 'roofline' must hold the floor's positive numbers")
+        return cls(ms=[float(v) for v in ms], key=dict(data.get("key") or {}), rounds=rounds,
+                   measured_at=data.get("measured_at", ""), spread=[float(v) for v in spread],
+                   roofline=dict(roof) if roof is not None else None, remeasured=list(again))
 
     def floor(self, q: int) -> Optional[float]:
         """The machine's floor for a q-token forward in ms (None when not measured)."""
@@ -110,28 +127,38 @@ def curve_key(model_ref: str, resolved: str, device: str, dtype: str, threads: i
     return key
 
 
-def cache_path(key: dict[str, Any]) -> Path:
+def _whole(v: object) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _positive(v: object) -> bool:
+    """A finite number > 0 (a bool is no number here)."""
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v > 0
+
+
+# curves are a keyed JSON cache (models/json_cache.py): validated on read (`from_dict`), measured
+# again with one warning when invalid; a cache that cannot be written is one warning, never a crash
+CACHE = KeyedJsonCache("cost", "cost curve", "measuring it again", CostCurve.from_dict, CostCurve.to_dict)
+
+
+def _root() -> Path:
     from specbench_cli.models.load import cache_root
 
-    digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
-    return cache_root() / "cost" / f"{digest}.json"
+    return cache_root()
+
+
+def cache_path(key: dict[str, Any]) -> Path:
+    return CACHE.path(key, _root())
 
 
 def load_cached(key: dict[str, Any]) -> Optional[CostCurve]:
-    """The cached curve for `key`, or None (missing, unreadable, or for another key)."""
-    path = cache_path(key)
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-        curve = CostCurve.from_dict(data)
-    except (OSError, ValueError, TypeError):
-        return None
-    return curve if curve.key == key else None
+    """The cached curve for `key`, or None (missing, or invalid: then one warning line)."""
+    return CACHE.load(key, _root())
 
 
-def save_cached(curve: CostCurve) -> Path:
-    path = cache_path(curve.key)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    return atomic_write(path, json.dumps(curve.to_dict(), indent=1))
+def save_cached(curve: CostCurve) -> Optional[Path]:
+    """Write the curve; None when the cache cannot be written (one warning: the curve is still used)."""
+    return CACHE.save(curve, _root())
 
 
 def validate(max_q: int, context: int, rounds: int, warmup: int, batch_size: int = 1) -> None:
