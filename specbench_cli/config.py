@@ -20,7 +20,6 @@ anything. Checks that need the registries (method options, task names) are in `r
 from __future__ import annotations
 
 import dataclasses
-import math
 import typing
 from dataclasses import MISSING, dataclass, field
 from pathlib import Path
@@ -31,7 +30,7 @@ from specbench_cli.engine.forward.modes import check_kernels
 from specbench_cli.errors import UsageError, unknown
 from specbench_cli.models.load import DEFAULT_MODEL, DTYPES, check_device
 from specbench_cli.models.templates import check_template
-from specbench_cli.options import fits, hint_name, is_int, strip_optional
+from specbench_cli.options import Bound, fits, hint_name, is_int, strip_optional
 
 AUTO = "auto"
 AR = "ar"
@@ -46,6 +45,13 @@ MAX_BATCH = 256                     # sequences decoded together (the KV cache's
 DEFAULT_CALIBRATION_QUESTIONS = 6   # one per mini category: acceptance differs by kind of text
 CALIBRATION_TOKENS = 32             # new tokens per calibration question (first turn only)
 
+# Each bound declared once, as a `Bound` (options.py): it checks a value and words the refusal.
+BUDGET = Bound(1, MAX_BUDGET)
+NEW_TOKENS = Bound(1, MAX_NEW_TOKENS)
+REPEATS = Bound(1, MAX_REPEATS)
+THREADS = Bound(1, MAX_THREADS)
+BATCH = Bound(1, MAX_BATCH)
+TEMPERATURE = Bound(0, finite=True)
 Budget = Union[int, str]            # a number of tokens, or "auto"
 UNSET: Any = type("Unset", (), {"__repr__": lambda self: "UNSET"})()  # "not given" in Cli / Grid
 
@@ -60,9 +66,7 @@ def parse_bc(value: Any, flag: str = "--block-complexity") -> Budget:
         bc = int(str(value).strip())
     except ValueError:
         raise UsageError(f"{flag} must be a whole number or 'auto' (got '{value}')") from None
-    if not 1 <= bc <= MAX_BUDGET:
-        raise UsageError(f"{flag} must be between 1 and {MAX_BUDGET} (got {bc})")
-    return bc
+    return BUDGET.check(bc, flag)
 
 
 def parse_candidates(values: Any) -> list[int]:
@@ -160,12 +164,11 @@ def option(default: Any = MISSING, *, factory: Optional[Callable[[], Any]] = Non
     return field(default=default, metadata=meta)
 
 
-def _at_least(n: int, flag: str, most: Optional[int] = None) -> Callable[[Any], Any]:
+def _whole(bound: Bound, flag: str) -> Callable[[Any], Any]:
+    """The check of a whole-number option within `bound` (None: not given)."""
     def check(value: Any) -> Any:
-        if value is not None and (not is_int(value) or value < n):
-            raise UsageError(f"{flag} must be at least {n} (got {value})")
-        if value is not None and most is not None and value > most:
-            raise UsageError(f"{flag} must be at most {most} (got {value})")
+        if value is not None and (not is_int(value) or not bound.holds(value)):
+            raise bound.refusal(value, flag)
         return value
     return check
 
@@ -179,9 +182,9 @@ def _one_of(choices: tuple[str, ...], what: str) -> Callable[[Any], Any]:
 
 
 def _temperature(value: Any) -> Any:
-    if not isinstance(value, (int, float)) or not value >= 0 or not math.isfinite(value):  # NaN fails both ways
-        raise UsageError(f"--temperature must be >= 0 and finite (got {value})")
-    return value
+    if not isinstance(value, (int, float)):
+        raise TEMPERATURE.refusal(value, "--temperature")
+    return TEMPERATURE.check(value, "--temperature")
 
 
 def _top_p(value: Any) -> Any:
@@ -190,12 +193,12 @@ def _top_p(value: Any) -> Any:
     return value
 
 
-SEED_RANGE = (-(1 << 63), (1 << 64) - 1)  # what torch.manual_seed accepts
+SEED = Bound(-(1 << 63), (1 << 64) - 1)  # what torch.manual_seed accepts
 
 
 def _seed(value: Any) -> Any:
-    if not is_int(value) or not SEED_RANGE[0] <= value <= SEED_RANGE[1]:
-        raise UsageError(f"--seed must be an integer between {SEED_RANGE[0]} and {SEED_RANGE[1]} (got {value})")
+    if not is_int(value) or not SEED.holds(value):
+        raise UsageError(f"--seed must be an integer {SEED.span()} (got {value})")
     return value
 
 
@@ -322,7 +325,7 @@ class RunConfig:
                       to_config=split_list),
         grid=Grid("categories", "a non-empty list of category names"))
     limit: Optional[int] = option(
-        None, cli=Cli(("--limit",), "At most this many questions per category."), check=_at_least(1, "--limit"),
+        None, cli=Cli(("--limit",), "At most this many questions per category."), check=_whole(Bound(1), "--limit"),
         grid=Grid("limit", "an integer >= 1 (questions per category)"))
     question_ids: Optional[list[str]] = option(
         None, cli=Cli(("--question-ids",), "Only these question ids (comma-separated).", type=Optional[List[str]],
@@ -357,11 +360,11 @@ class RunConfig:
         1, cli=Cli(("--batch-size",), "Decode N questions at a time, one target forward per step over every live "
                    "sequence (1: one question at a time). AR runs at the same N as the baseline of every speedup; "
                    "docs/batch.md."),
-        check=_at_least(1, "--batch-size", MAX_BATCH),
+        check=_whole(BATCH, "--batch-size"),
         grid=Grid("batch_sizes", "a non-empty list of integers >= 1 (one job per batch size)", expands=True))
     max_new_tokens: int = option(128, cli=Cli(("--max-new-tokens",), "Generation cap per turn."),
-                                 check=_at_least(1, "--max-new-tokens", MAX_NEW_TOKENS),
-                                 grid=Grid("max_new_tokens", f"an integer between 1 and {MAX_NEW_TOKENS}"))
+                                 check=_whole(NEW_TOKENS, "--max-new-tokens"),
+                                 grid=Grid("max_new_tokens", f"an integer {NEW_TOKENS.span()}"))
     dtype: str = option("float32", cli=Cli(("--dtype",), "float32 (exact lossless check), bfloat16 or float16."),
                         check=_one_of(DTYPES, "dtype"),
                         grid=Grid("dtypes", f"a list drawn from {', '.join(DTYPES)}", expands=True))
@@ -370,15 +373,15 @@ class RunConfig:
                                    check=lambda v: isinstance(v, str) and bool(v.strip())))
     threads: Optional[int] = option(
         None, cli=Cli(("--threads",), "torch intra-op threads (default: min(cores, 2))."),
-        check=_at_least(1, "--threads", MAX_THREADS), grid=Grid("threads", f"an integer between 1 and {MAX_THREADS}",
+        check=_whole(THREADS, "--threads"), grid=Grid("threads", f"an integer {THREADS.span()}",
                                                                   default=1))
     temperature: float = option(0.0, cli=Cli(("--temperature",), "0 = greedy."), check=_temperature)
     top_p: float = option(1.0, cli=Cli(("--top-p",), "Nucleus sampling mass (with --temperature > 0)."), check=_top_p)
     seed: int = option(0, cli=Cli(("--seed",), "Sampling seed."), check=_seed,
-                       grid=Grid("seed", f"an integer between {SEED_RANGE[0]} and {SEED_RANGE[1]}"))
+                       grid=Grid("seed", f"an integer {SEED.span()}"))
     repeats: int = option(1, cli=Cli(("--repeats",), "Run everything N times (mean ± std of speedups in reports)."),
-                          check=_at_least(1, "--repeats", MAX_REPEATS),
-                          grid=Grid("repeats", f"an integer between 1 and {MAX_REPEATS}"))
+                          check=_whole(REPEATS, "--repeats"),
+                          grid=Grid("repeats", f"an integer {REPEATS.span()}"))
     warmup: bool = option(True, cli=Cli(("--no-warmup",), "Skip the untimed warm-up generation.", type=bool,
                                         default=False, to_config=lambda v: not v, param="no_warmup"))
     draft_model: Optional[str] = option(
@@ -392,11 +395,11 @@ class RunConfig:
     auto_questions: int = option(
         DEFAULT_CALIBRATION_QUESTIONS,
         cli=Cli(("--auto-questions",), "Calibration questions for 'auto' (from the mini suite, one per "
-                "category, never reported)."), check=_at_least(1, "--auto-questions", 10_000))
+                "category, never reported)."), check=_whole(Bound(1, 10_000), "--auto-questions"))
     auto_tokens: int = option(
         CALIBRATION_TOKENS,
         cli=Cli(("--auto-tokens",), "New tokens per calibration question for 'auto' (capped by --max-new-tokens)."),
-        check=_at_least(1, "--auto-tokens", MAX_NEW_TOKENS))
+        check=_whole(NEW_TOKENS, "--auto-tokens"))
     preset: Optional[str] = option(
         None, cli=Cli(("--preset",), "A published benchmark's settings in one flag (spec-bench); explicit flags "
                       "override it; recorded in the manifest."), check=_preset, grid=None)

@@ -6,6 +6,10 @@ checks. One module for both kinds of options:
 - every method's `Options` (`-o METHOD.KEY=VALUE`): `parse_options` turns the typed text into the
   field's type and `check_option` checks it with the same `fits`, then the declared bounds.
 
+A number's bounds are a `Bound`, declared once and checked (and worded) by it wherever they
+apply: method options (`opt(lo=, hi=)`), run options (config.py) and every number option of
+every command (cli/main.py).
+
 Nothing here needs a model or torch.
 """
 
@@ -26,15 +30,50 @@ class NoOptions:
     pass
 
 
+@dataclass(frozen=True)
+class Bound:
+    """Inclusive bounds of a number (None: unbounded on that side); `finite`: NaN and the
+    infinities are refused too (a NaN fails any declared bound anyway: it compares false)."""
+
+    lo: Optional[float] = None
+    hi: Optional[float] = None
+    finite: bool = False
+
+    def holds(self, value: float) -> bool:
+        if self.finite and not math.isfinite(value):
+            return False
+        return (self.lo is None or value >= self.lo) and (self.hi is None or value <= self.hi)
+
+    def span(self) -> str:
+        """What a value must be: 'between 1 and 64', 'at least 1', 'a finite number >= 0', ..."""
+        number = "a finite number " if self.finite else ""
+        if self.lo is not None and self.hi is not None:
+            return f"{number}between {self.lo} and {self.hi}"
+        if self.lo is not None:
+            return f"{number}>= {self.lo}" if self.finite else f"at least {self.lo}"
+        if self.hi is not None:
+            return f"{number}<= {self.hi}" if self.finite else f"at most {self.hi}"
+        return number.strip() or "a number"
+
+    def refusal(self, value: Any, where: str) -> UsageError:
+        return UsageError(f"{where} must be {self.span()} (got {value})")
+
+    def check(self, value: float, where: str) -> float:
+        """`value`, or a UsageError naming `where` and the bounds."""
+        if not self.holds(value):
+            raise self.refusal(value, where)
+        return value
+
+
 def opt(default: Any, *, lo: Optional[float] = None, hi: Optional[float] = None,
         choices: Optional[tuple] = None) -> Any:
-    """A method option with declared bounds (inclusive) or choices, checked in `parse_options`
-    before any model loads. `hi` is an absolute ceiling that keeps memory and time bounded;
-    budget-dependent limits are the method's `plan`."""
-    return field(default=default, metadata={"lo": lo, "hi": hi, "choices": choices})
+    """A method option with declared bounds (inclusive, a `Bound`) or choices, checked in
+    `parse_options` before any model loads. `hi` is an absolute ceiling that keeps memory and
+    time bounded; budget-dependent limits are the method's `plan`."""
+    return field(default=default, metadata={"bound": Bound(lo, hi), "choices": choices})
 
 
-INT64 = (-(1 << 63), (1 << 63) - 1)
+INT64 = Bound(-(1 << 63), (1 << 63) - 1)  # what torch and numpy take (seeds have no other bound)
 
 
 # ----------------------------------------------------------------------------- types
@@ -82,7 +121,8 @@ def hint_name(hint: Any) -> str:
 
 def option_bounds(f: dataclasses.Field) -> tuple[Optional[float], Optional[float], Optional[tuple]]:
     """(lo, hi, choices) declared for an option field (None where not declared)."""
-    return f.metadata.get("lo"), f.metadata.get("hi"), f.metadata.get("choices")
+    bound = f.metadata.get("bound", Bound())
+    return bound.lo, bound.hi, f.metadata.get("choices")
 
 
 def user_options(opts) -> dict:
@@ -148,21 +188,20 @@ def check_option(method: str, f: dataclasses.Field, value: Any) -> Any:
         value = int(value)
     if typ is not None and not fits(value, typ):
         raise UsageError(f"{where} {_EXPECTS[t]}, got '{value}'")
-    if t == "int" and not INT64[0] <= value <= INT64[1]:  # what torch and numpy take (seeds have no other bound)
-        raise UsageError(f"{where} must be a 64-bit integer, between {INT64[0]} and {INT64[1]} (got {value})")
+    if t == "int" and not INT64.holds(value):
+        raise UsageError(f"{where} must be a 64-bit integer, {INT64.span()} (got {value})")
     if t == "float":
         if not math.isfinite(value):
             raise UsageError(f"{where} {_EXPECTS[t]}, got '{value}'")
         value = float(value)
     if t == "str" and not value.strip():
         raise UsageError(f"{where} needs a value (got an empty one)")
-    lo, hi, choices = option_bounds(f)
+    choices = f.metadata.get("choices")
     if choices is not None and value not in choices:
         raise UsageError(f"{where} must be one of {', '.join(map(str, choices))} (got '{value}')")
-    if lo is not None and value < lo or hi is not None and value > hi:
-        span = f"between {lo} and {hi}" if lo is not None and hi is not None else (
-            f"at least {lo}" if lo is not None else f"at most {hi}")
-        raise UsageError(f"{where} must be {span} (got {value})")
+    bound = f.metadata.get("bound")
+    if bound is not None and (bound.lo is not None or bound.hi is not None):
+        bound.check(value, where)
     return value
 
 

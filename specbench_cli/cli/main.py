@@ -10,6 +10,7 @@ import typer
 
 from specbench_cli.console import err
 from specbench_cli.errors import SpecBenchError
+from specbench_cli.options import Bound
 
 app = typer.Typer(
     help="Run speculative-decoding methods side by side on Spec-Bench-style suites.",
@@ -19,6 +20,7 @@ app = typer.Typer(
 )
 
 STATE = {"debug": False}
+NUMBER = Bound(0, finite=True)  # every number option of every command (seeds excepted)
 
 
 @app.callback()
@@ -45,13 +47,9 @@ _register_commands()
 
 
 def _check_numbers(command) -> None:
-    """Wrap every command so that a number option that is not finite, or is negative, is one line
-    and exit 2 before the command starts (`--lr inf`, `--lambda nan`, `--steps -3`); a command's own
-    checks then handle the finer limits. Seeds may be any integer."""
-    import math
-
-    from specbench_cli.errors import UsageError
-
+    """Wrap every command so that a number option outside `NUMBER` (not finite, or negative) is one
+    line and exit 2 before the command starts (`--lr inf`, `--lambda nan`, `--steps -3`); a command's
+    own checks then handle the finer limits. Seeds may be any integer."""
     if isinstance(getattr(command, "commands", None), dict):  # a group (typer may vendor click: no isinstance)
         for sub in command.commands.values():
             _check_numbers(sub)
@@ -64,8 +62,7 @@ def _check_numbers(command) -> None:
         for name, value in kwargs.items():
             if isinstance(value, bool) or not isinstance(value, (int, float)) or "seed" in name:
                 continue
-            if not math.isfinite(value) or value < 0:
-                raise UsageError(f"{flags.get(name, name)} must be a finite number >= 0 (got {value})")
+            NUMBER.check(value, flags.get(name, name))
         return inner(*args, **kwargs)
 
     checked._numbers_checked = True

@@ -134,8 +134,8 @@ def test_calibration_takes_the_runs_own_suite_first_then_mini():
     (["run", "--methods", "ar@auto"], "ar ignores the block complexity"),
     (["run", "--methods", "pldd@auto"], "unknown method 'pldd'"),
     (["run", "--bc", "auto", "--auto-candidates", "0,4"], "--auto-candidates must be between 1 and 4096"),
-    (["run", "--bc", "auto", "--auto-questions", "0"], "--auto-questions must be at least 1"),
-    (["run", "--bc", "auto", "--auto-tokens", "0"], "--auto-tokens must be at least 1"),
+    (["run", "--bc", "auto", "--auto-questions", "0"], "--auto-questions must be between 1 and 10000"),
+    (["run", "--bc", "auto", "--auto-tokens", "0"], "--auto-tokens must be between 1 and 1000000"),
     (["run", "--methods", "lookahead@auto", "--auto-candidates", "1", "-o", "lookahead.W=4"],
      "lookahead@auto: none of the auto candidates [1] fits"),
 ])
