@@ -59,7 +59,8 @@ class Ours:
     name = "ours"
 
     def __init__(self) -> None:
-        from specbench_cli.methods.retrieval.suffix_tree import SuffixCache, SuffixTree
+        from specbench_cli.methods.retrieval.suffix_cache import SuffixCache
+        from specbench_cli.methods.retrieval.suffix_tree import SuffixTree
 
         self.Tree, self.Cache = SuffixTree, SuffixCache
 
