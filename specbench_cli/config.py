@@ -10,7 +10,8 @@ derived from these declarations:
 - the manifest round-trip: `config_from_manifest` type-checks every stored value against the
   field's annotation (`options.fits`, the type check method options use too) and rebuilds the
   same `RunConfig`;
-- the sweep grid schema (`sweep/grid.py`): keys, checks and defaults come from `Grid` metadata.
+- the sweep grid schema (`sweep/grid.py`): keys, checks and defaults come from `GridKey` metadata
+  (one key of a grid file; the grid itself is `sweep.grid.Grid`).
 
 A new option is one new field here. `tests/test_config.py` checks that the four views agree.
 The checks here need no model and no torch: `specbench run` rejects bad input before loading
@@ -53,7 +54,7 @@ THREADS = Bound(1, MAX_THREADS)
 BATCH = Bound(1, MAX_BATCH)
 TEMPERATURE = Bound(0, finite=True)
 Budget = Union[int, str]            # a number of tokens, or "auto"
-UNSET: Any = type("Unset", (), {"__repr__": lambda self: "UNSET"})()  # "not given" in Cli / Grid
+UNSET: Any = type("Unset", (), {"__repr__": lambda self: "UNSET"})()  # "not given" in Cli / GridKey
 
 
 # ----------------------------------------------------------------------------- value syntax
@@ -143,7 +144,7 @@ class Cli:
 
 
 @dataclass(frozen=True)
-class Grid:
+class GridKey:
     """How a sweep grid (GRID.toml) names a field. `expands`: the key takes a list and the grid
     has one job per value; otherwise one value applies to every job."""
 
@@ -155,7 +156,7 @@ class Grid:
 
 
 def option(default: Any = MISSING, *, factory: Optional[Callable[[], Any]] = None, cli: Cli,
-           check: Optional[Callable[[Any], Any]] = None, grid: Optional[Grid] = None) -> Any:
+           check: Optional[Callable[[Any], Any]] = None, grid: Optional[GridKey] = None) -> Any:
     """A RunConfig field. `check(value)` raises UsageError for a bad value (and may return a
     normalised one, e.g. '10' -> 10); it runs in `RunConfig.validate` and on grid values."""
     meta = {"cli": cli, "check": check, "grid": grid}
@@ -299,34 +300,34 @@ def apply_preset(cfg: "RunConfig", given: set[str]) -> None:
 @dataclass
 class RunConfig:
     model: str = option(DEFAULT_MODEL, cli=Cli(("--model", "-m"), "Alias, Hugging Face id, local folder or .gguf file."),
-                        grid=Grid("models", "a non-empty list of strings", expands=True))
+                        grid=GridKey("models", "a non-empty list of strings", expands=True))
     methods: list[str] = option(
         factory=list,  # empty: every registered method that needs no training (run/plan.py)
         cli=Cli(("--methods",), "Comma-separated method names (default: all that need no training). AR always "
                 "runs as the baseline.", type=Optional[List[str]], default=None,
                 to_config=lambda v: split_list(v) or []),
-        grid=Grid("methods", "a list of method names, or a list of such lists (one job per set)", expands=True,
+        grid=GridKey("methods", "a list of method names, or a list of such lists (one job per set)", expands=True,
                   check=_method_sets))
     method_options: dict[str, dict[str, Any]] = option(
         factory=dict,
         cli=Cli(("--option", "-o"), "Method option METHOD.KEY=VALUE (repeatable).", type=Optional[List[str]],
                 default=None, to_config=parse_method_options, param="option"),
-        grid=Grid("options", "a table of method tables, e.g. [options.pld] max_ngram = 4", check=_grid_options))
+        grid=GridKey("options", "a table of method tables, e.g. [options.pld] max_ngram = 4", check=_grid_options))
     tasks: list[str] = option(
         factory=lambda: ["mini"],
         cli=Cli(("--tasks", "-t"), "Task suites (default: mini).", type=Optional[List[str]], default=None,
                 to_config=lambda v: split_list(v) or ["mini"]),
-        grid=Grid("tasks", "a non-empty list of task names", expands=True, check=_str_list))
+        grid=GridKey("tasks", "a non-empty list of task names", expands=True, check=_str_list))
     questions: Optional[str] = option(
         None, cli=Cli(("--questions",), "Questions JSONL (Spec-Bench format) for spec_bench or jsonl."),
-        grid=Grid("questions", "a path (string)"))
+        grid=GridKey("questions", "a path (string)"))
     categories: Optional[list[str]] = option(
         None, cli=Cli(("--categories",), "Only these categories (comma-separated).", type=Optional[List[str]],
                       to_config=split_list),
-        grid=Grid("categories", "a non-empty list of category names"))
+        grid=GridKey("categories", "a non-empty list of category names"))
     limit: Optional[int] = option(
         None, cli=Cli(("--limit",), "At most this many questions per category."), check=_whole(Bound(1), "--limit"),
-        grid=Grid("limit", "an integer >= 1 (questions per category)"))
+        grid=GridKey("limit", "an integer >= 1 (questions per category)"))
     question_ids: Optional[list[str]] = option(
         None, cli=Cli(("--question-ids",), "Only these question ids (comma-separated).", type=Optional[List[str]],
                       to_config=split_list))
@@ -334,19 +335,19 @@ class RunConfig:
         None, cli=Cli(("--question-field",), "hf: tasks: the column holding the prompt (a string, a list of "
                       "turns, or a conversation); default: the first of turns, conversations, messages, question, "
                       "prompt, instruction, input, problem, text."),
-        grid=Grid("question_field", "a column name"))
+        grid=GridKey("question_field", "a column name"))
     reference_field: Optional[str] = option(
         None, cli=Cli(("--reference-field",), "hf: tasks: the column of reference answers (scored with --scorer)."),
-        grid=Grid("reference_field", "a column name"))
+        grid=GridKey("reference_field", "a column name"))
     category_field: Optional[str] = option(
         None, cli=Cli(("--category-field",), "hf: tasks: the column to group rows by (default: one category "
-                      "named after the dataset)."), grid=Grid("category_field", "a column name"))
+                      "named after the dataset)."), grid=GridKey("category_field", "a column name"))
     id_field: Optional[str] = option(
         None, cli=Cli(("--id-field",), "hf: tasks: the column of unique ids (default: question_id or id, "
-                      "else the row number)."), grid=Grid("id_field", "a column name"))
+                      "else the row number)."), grid=GridKey("id_field", "a column name"))
     scorer: Optional[str] = option(
         None, cli=Cli(("--scorer",), "hf: tasks: how answers are scored against --reference-field (gsm8k, "
-                      "humaneval; checked with the tasks)."), grid=Grid("scorer", "gsm8k or humaneval"))
+                      "humaneval; checked with the tasks)."), grid=GridKey("scorer", "gsm8k or humaneval"))
     block_complexity: Budget = option(
         DEFAULT_BUDGET,
         cli=Cli(("--block-complexity", "--bc"), "Max tokens the target processes per forward, root included; "
@@ -354,34 +355,33 @@ class RunConfig:
                 "(docs/block-complexity-auto.md). A method listed as NAME@BC (pld@auto, pld@6) has its own.",
                 type=str, default=str(DEFAULT_BUDGET), to_config=parse_bc),
         check=parse_bc,
-        grid=Grid("bcs", "a non-empty list of integers >= 1 or \"auto\" (docs/block-complexity-auto.md)",
+        grid=GridKey("bcs", "a non-empty list of integers >= 1 or \"auto\" (docs/block-complexity-auto.md)",
                   expands=True))
     batch_size: int = option(
         1, cli=Cli(("--batch-size",), "Decode N questions at a time, one target forward per step over every live "
                    "sequence (1: one question at a time). AR runs at the same N as the baseline of every speedup; "
                    "docs/batch.md."),
         check=_whole(BATCH, "--batch-size"),
-        grid=Grid("batch_sizes", "a non-empty list of integers >= 1 (one job per batch size)", expands=True))
+        grid=GridKey("batch_sizes", "a non-empty list of integers >= 1 (one job per batch size)", expands=True))
     max_new_tokens: int = option(128, cli=Cli(("--max-new-tokens",), "Generation cap per turn."),
                                  check=_whole(NEW_TOKENS, "--max-new-tokens"),
-                                 grid=Grid("max_new_tokens", f"an integer {NEW_TOKENS.span()}"))
+                                 grid=GridKey("max_new_tokens", f"an integer {NEW_TOKENS.span()}"))
     dtype: str = option("float32", cli=Cli(("--dtype",), "float32 (exact lossless check), bfloat16 or float16."),
                         check=_one_of(DTYPES, "dtype"),
-                        grid=Grid("dtypes", f"a list drawn from {', '.join(DTYPES)}", expands=True))
+                        grid=GridKey("dtypes", f"a list drawn from {', '.join(DTYPES)}", expands=True))
     device: str = option("cpu", cli=Cli(("--device",), "cpu or cuda (cuda:N)."), check=check_device,
-                         grid=Grid("device", "a string such as 'cpu' or 'cuda'",  # checked where the job runs
-                                   check=lambda v: isinstance(v, str) and bool(v.strip())))
+                         grid=GridKey("device", "a string such as 'cpu' or 'cuda'",  # checked where the job runs
+                                      check=lambda v: isinstance(v, str) and bool(v.strip())))
     threads: Optional[int] = option(
         None, cli=Cli(("--threads",), "torch intra-op threads (default: min(cores, 2))."),
-        check=_whole(THREADS, "--threads"), grid=Grid("threads", f"an integer {THREADS.span()}",
-                                                                  default=1))
+        check=_whole(THREADS, "--threads"), grid=GridKey("threads", f"an integer {THREADS.span()}", default=1))
     temperature: float = option(0.0, cli=Cli(("--temperature",), "0 = greedy."), check=_temperature)
     top_p: float = option(1.0, cli=Cli(("--top-p",), "Nucleus sampling mass (with --temperature > 0)."), check=_top_p)
     seed: int = option(0, cli=Cli(("--seed",), "Sampling seed."), check=_seed,
-                       grid=Grid("seed", f"an integer {SEED.span()}"))
+                       grid=GridKey("seed", f"an integer {SEED.span()}"))
     repeats: int = option(1, cli=Cli(("--repeats",), "Run everything N times (mean ± std of speedups in reports)."),
                           check=_whole(REPEATS, "--repeats"),
-                          grid=Grid("repeats", f"an integer {REPEATS.span()}"))
+                          grid=GridKey("repeats", f"an integer {REPEATS.span()}"))
     warmup: bool = option(True, cli=Cli(("--no-warmup",), "Skip the untimed warm-up generation.", type=bool,
                                         default=False, to_config=lambda v: not v, param="no_warmup"))
     draft_model: Optional[str] = option(
@@ -406,7 +406,7 @@ class RunConfig:
     prompt_template: str = option(
         "auto", cli=Cli(("--prompt-template",), "How questions become prompts: auto (the tokenizer's chat template, "
                         "else plain), vicuna (Spec-Bench's), llama-2, llama-3, chatml, none, or a FILE.jinja."),
-        check=check_template, grid=Grid("prompt_template", "a template name or a .jinja path"))
+        check=check_template, grid=GridKey("prompt_template", "a template name or a .jinja path"))
     forward: str = option(
         "auto", cli=Cli(("--forward",), "How the target computes a forward: auto (lean for a Llama-architecture "
                         "target on CPU, else sdpa), sdpa, eager, short (attention for few-token blocks) or lean "
@@ -456,7 +456,7 @@ def grid_schema() -> dict[str, tuple[Callable[[Any], bool], str, Any]]:
     """Sweep grid key -> (check of the TOML value, what it wants, default), from the fields."""
     schema = {}
     for f in dataclasses.fields(RunConfig):
-        g: Optional[Grid] = f.metadata["grid"]
+        g: Optional[GridKey] = f.metadata["grid"]
         if g is None:
             continue
         default = g.default if g.default is not UNSET else field_default(f)
@@ -468,7 +468,7 @@ def grid_schema() -> dict[str, tuple[Callable[[Any], bool], str, Any]]:
     return schema
 
 
-def _grid_check(f: dataclasses.Field, g: Grid) -> Callable[[Any], bool]:
+def _grid_check(f: dataclasses.Field, g: GridKey) -> Callable[[Any], bool]:
     """A TOML value fits the field's type (each element, for an expanding key) and passes its check."""
     hint = typing.get_type_hints(RunConfig)[f.name]
     check = f.metadata["check"]
