@@ -319,7 +319,8 @@ class RunConfig:
                 to_config=lambda v: split_list(v) or ["mini"]),
         grid=GridKey("tasks", "a non-empty list of task names", expands=True, check=_str_list))
     questions: Optional[str] = option(
-        None, cli=Cli(("--questions",), "Questions JSONL (Spec-Bench format) for spec_bench or jsonl."),
+        None, cli=Cli(("--questions",), "The questions file (or local copy) of a task that reads one: those with "
+                      "'--questions' in `specbench list tasks`."),
         grid=GridKey("questions", "a path (string)"))
     categories: Optional[list[str]] = option(
         None, cli=Cli(("--categories",), "Only these categories (comma-separated).", type=Optional[List[str]],

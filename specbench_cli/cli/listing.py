@@ -25,11 +25,12 @@ def list_(what: str = typer.Argument(..., help=" | ".join(LISTS))) -> None:
     elif what == "tasks":
         from specbench_cli import tasks as reg
 
-        t = Table("name", "summary")
+        t = Table("name", "reads", "summary")
         for n in reg.names():
-            t.add_row(n, reg.describe(n)["summary"])
+            d = reg.describe(n)
+            t.add_row(n, "--questions" if d["takes_questions_file"] else "", d["summary"])
         for source in reg.sources():
-            t.add_row(source.usage, source.summary)
+            t.add_row(source.usage, "", source.summary)
     elif what == "formats":
         from specbench_cli.report import formats as reg
 
