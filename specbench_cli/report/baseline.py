@@ -77,39 +77,67 @@ def _number_or_null(v: object) -> bool:
     return v is None or (isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v))
 
 
+def _positive_or_null(v: object) -> bool:
+    """null, or a finite number > 0: a speedup or #MAT of 0 or below is no measurement."""
+    return v is None or (_number_or_null(v) and v > 0)
+
+
+def _whole(v: object, least: int = 0) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v >= least
+
+
+# top-level key -> (check, what it wants); a key written by every version, checked when present
+HEADER_TYPES = {
+    "version": (lambda v: _whole(v, 1) and v <= BASELINE_VERSION,
+                f"an integer from 1 to {BASELINE_VERSION} (the versions this specbench reads; write the baseline "
+                f"again with `specbench baseline`)"),
+    "created": (lambda v: v is None or isinstance(v, str), "a string"),
+    "runs": (lambda v: v is None or (isinstance(v, list) and all(isinstance(r, str) for r in v)), "a list of run ids"),
+    "specbench": (lambda v: v is None or isinstance(v, str), "a string"),
+    "settings": (lambda v: v is None or isinstance(v, dict), "an object"),
+    "threads": (lambda v: v is None or _whole(v, 1), "an integer >= 1 or null"),
+}
+
+
 # entry key -> (check, what it wants)
 ENTRY_TYPES = {
     "model": (lambda v: isinstance(v, str), "a string"),
     "method_label": (lambda v: isinstance(v, str), "a string"),
-    "block_complexity": (lambda v: isinstance(v, int) and not isinstance(v, bool), "an integer"),
+    "block_complexity": (lambda v: _whole(v), "an integer >= 0"),
     "category": (lambda v: isinstance(v, str), "a string"),
-    "mat": (_number_or_null, "a finite number or null"),
-    "speedup": (_number_or_null, "a finite number or null"),
-    "n": (lambda v: v is None or (isinstance(v, int) and not isinstance(v, bool)), "an integer"),
+    "mat": (_positive_or_null, "a finite number > 0 or null"),
+    "speedup": (_positive_or_null, "a finite number > 0 or null"),
+    "n": (lambda v: v is None or _whole(v), "an integer >= 0"),
 }
 
 
 def _accept_lists(v: object) -> bool:
     return v is None or (isinstance(v, list) and all(
-        isinstance(turn, list) and all(isinstance(x, int) and not isinstance(x, bool) for x in turn) for turn in v))
+        isinstance(turn, list) and all(_whole(x) for x in turn) for turn in v))
 
 
 # per-question record key -> (check, what it wants)
 QUESTION_TYPES = {
     "model": (lambda v: isinstance(v, str), "a string"),
     "method_label": (lambda v: isinstance(v, str), "a string"),
-    "block_complexity": (lambda v: isinstance(v, int) and not isinstance(v, bool), "an integer"),
+    "block_complexity": (lambda v: _whole(v), "an integer >= 0"),
     "task": (lambda v: isinstance(v, str), "a string"),
     "category": (lambda v: isinstance(v, str), "a string"),
     "question_id": (lambda v: isinstance(v, str), "a string"),
     "ratio": (lambda v: v is None or (_number_or_null(v) and v > 0), "a number > 0 or null"),
-    "accept_lengths": (_accept_lists, "a list of lists of integers, or null"),
+    "accept_lengths": (_accept_lists, "a list of lists of integers >= 0, or null"),
 }
 
 
 def _check_questions(path: Path, doc: dict) -> None:
+    """Per-question records (version 2): a non-empty list of well-typed records, at least one with
+    a speedup, so that `check` has speed to compare (`questions: []`, or the baseline of a run
+    whose AR rows failed, let the gate pass without comparing any)."""
     questions = doc.get("questions")
     if questions is None:
+        if doc.get("version", 1) >= 2:
+            raise UsageError(f"{path}: a version {doc['version']} baseline must hold 'questions' (the per-question "
+                             f"speedups `check` compares)")
         return
     if not isinstance(questions, list):
         raise UsageError(f"{path}: 'questions' must be a list")
@@ -122,9 +150,9 @@ def _check_questions(path: Path, doc: dict) -> None:
             if not check(record[key]):
                 raise UsageError(f"{path}: question record {i}: '{key}' must be {wants}, "
                                  f"got {json.dumps(record[key])[:40]}")
-    threads = doc.get("threads")
-    if threads is not None and not (isinstance(threads, int) and not isinstance(threads, bool)):
-        raise UsageError(f"{path}: 'threads' must be an integer or null")
+    if not any(record["ratio"] is not None for record in questions):
+        raise UsageError(f"{path}: no question record holds a speedup over AR ('questions' is empty, or every "
+                         f"ratio is null: made from a run whose AR rows failed?), so a check would compare no speed")
 
 
 def read_baseline(path: Path) -> dict:
@@ -135,8 +163,9 @@ def read_baseline(path: Path) -> dict:
         raise UsageError(f"{path}: not a specbench baseline (write one with `specbench baseline RUN_DIR -o FILE`)")
     if not doc["entries"]:
         raise UsageError(f"{path}: the baseline has no entries, so a check against it would compare nothing")
-    if doc.get("settings") is not None and not isinstance(doc["settings"], dict):
-        raise UsageError(f"{path}: 'settings' must be an object")
+    for key, (check, wants) in HEADER_TYPES.items():
+        if key in doc and not check(doc[key]):
+            raise UsageError(f"{path}: '{key}' must be {wants}, got {json.dumps(doc[key])[:40]}")
     for i, entry in enumerate(doc["entries"]):
         if not isinstance(entry, dict):
             raise UsageError(f"{path}: entry {i} must be an object")
@@ -284,6 +313,7 @@ def judge(doc: dict, run: Run, rows: list[dict], summary: pd.DataFrame, mat_tol:
     moved = check_entries(summary, doc["entries"], mat_tol, None if statistical else tol)
     if statistical:
         now = gate.question_records(rows)
+        check_pairing(doc, now)
         verdicts = gate.judge_speed(doc["questions"], now, tol, confidence, resamples, seed)
         failures += [f"{v.key[1]} (BC {v.key[2]}) is slower: {v.change:+.1%}, interval [{v.low:+.1%}, {v.high:+.1%}] "
                      f"below -{tol:.0%}" for v in verdicts if v.verdict == "slower"]
@@ -293,6 +323,44 @@ def judge(doc: dict, run: Run, rows: list[dict], summary: pd.DataFrame, mat_tol:
         elif why_not:
             notes.append(f"accepted lengths not compared exactly: {why_not}")
     return Judgement(moved, sum(rec["regression"] for rec in moved), verdicts, failures, notes, tol)
+
+
+SHOWN = 5  # unpaired questions named in the one line; the count says how many more
+
+
+def unpaired(base_records: list[dict], now_records: list[dict]) -> tuple[list[str], int]:
+    """The baseline's questions with a speedup that the run has none for ('pld (BC 8) qa/203'),
+    and how many baseline questions have a speedup at all."""
+    now = gate.by_method(now_records)
+    missing, total = [], 0
+    for key, questions in gate.by_method(base_records).items():
+        for qk, q in questions.items():
+            if q.get("ratio") is None:
+                continue
+            total += 1
+            if now.get(key, {}).get(qk, {}).get("ratio") is None:
+                missing.append(f"{key[1]} (BC {key[2]}) {q['category']}/{q['question_id']}")
+    return missing, total
+
+
+def check_pairing(doc: dict, now_records: list[dict]) -> None:
+    """`check` compares speed or fails: every baseline question with a speedup must have one in the
+    run (the same question, AR and the method both ok), and every method whose entries carry a
+    speedup must have such questions; a UsageError naming how many and which otherwise. Without
+    this, other question ids or failed AR rows left nothing to compare and the gate passed."""
+    timed = {gate.method_key(q) for q in doc["questions"] if q.get("ratio") is not None}
+    untimed = sorted({(e["model"], e["method_label"], e["block_complexity"]) for e in doc["entries"]
+                      if e.get("speedup") is not None and e["method_label"] != metrics.AR_METHOD} - timed, key=str)
+    if untimed:
+        raise UsageError(f"the baseline has speedups but no per-question records for "
+                         f"{', '.join(f'{m} (BC {b})' for _, m, b in untimed)}, so their speed cannot be compared")
+    missing, total = unpaired(doc["questions"], now_records)
+    if missing:
+        shown = ", ".join(missing[:SHOWN]) + (f" and {len(missing) - SHOWN} more" if len(missing) > SHOWN else "")
+        raise UsageError(f"only {total - len(missing)} of the baseline's {total} questions pair with the run, so "
+                         f"their speed cannot be compared; no speedup over AR in the run for {shown} (other "
+                         f"questions, or failed rows: make the baseline from a run of the same questions, or "
+                         f"`run --resume RUN --retry-errors`)")
 
 
 def _pct(change: float) -> str:
@@ -324,10 +392,23 @@ def _num(value: object) -> float | None:
     return None if value is None else float(value)
 
 
+def check_source(runs: list[Run], rows: list[dict], doc: dict) -> None:
+    """A baseline must hold speed a check can compare: a UsageError for a run with no successful
+    AR row (no speedup exists), or with no question whose method and AR rows both succeeded."""
+    where = runs[0].path if len(runs) == 1 else "the runs"
+    if not any(row["method"] == metrics.AR_METHOD and row["status"] == "ok" for row in rows):
+        raise UsageError(f"{where} has no successful AR row, so no speedup exists to make a baseline of "
+                         f"(rerun the failed rows with `specbench run --resume RUN --retry-errors`)")
+    if not any(record["ratio"] is not None for record in doc["questions"]):
+        raise UsageError(f"{where} has no question with a measured speedup over AR (a method and AR both ok, "
+                         f"in a time above zero), so a baseline of it would hold no speed to compare")
+
+
 def write_baseline(summary: pd.DataFrame, runs: list[Run], rows: list[dict], output: Path) -> dict:
     """Write the baseline JSON for `summary` (and the per-question records of `rows`) to
     `output`; return the document."""
     doc = baseline_document(summary, runs, rows)
+    check_source(runs, rows, doc)
     try:
         output.parent.mkdir(parents=True, exist_ok=True)
         atomic_write(output, json.dumps(doc, indent=2) + "\n")

@@ -177,7 +177,19 @@ def test_bad_gate_options_exit_2(runs, args, message):
     (lambda d: d["questions"][0].update(ratio="fast"), "question record 0: 'ratio' must be a number > 0"),
     (lambda d: d["questions"][1].update(accept_lengths=[[1, "2"]]), "'accept_lengths' must be a list of lists"),
     (lambda d: d["questions"][2].pop("question_id"), "question record 2 lacks 'question_id'"),
-    (lambda d: d.update(threads="two"), "'threads' must be an integer or null"),
+    (lambda d: d.update(threads="two"), "'threads' must be an integer >= 1 or null"),
+    (lambda d: d.update(threads=-1), "'threads' must be an integer >= 1 or null, got -1"),
+    (lambda d: d.update(version=99), "'version' must be an integer from 1 to 2"),
+    (lambda d: d.update(version="2"), "'version' must be an integer from 1 to 2"),
+    (lambda d: d.update(runs="a"), "'runs' must be a list of run ids"),
+    (lambda d: d["entries"][0].update(speedup=-1.5), "entry 0: 'speedup' must be a finite number > 0 or null"),
+    (lambda d: d["entries"][0].update(mat=0), "entry 0: 'mat' must be a finite number > 0 or null"),
+    (lambda d: d["entries"][0].update(n=-3), "entry 0: 'n' must be an integer >= 0"),
+    (lambda d: d["questions"][0].update(ratio=-2.0), "question record 0: 'ratio' must be a number > 0"),
+    (lambda d: d["questions"][0].update(accept_lengths=[[-1]]), "'accept_lengths' must be a list of lists"),
+    (lambda d: d.update(questions=[]), "no question record holds a speedup over AR ('questions' is empty"),
+    (lambda d: [q.update(ratio=None) for q in d["questions"]], "no question record holds a speedup over AR"),
+    (lambda d: d.pop("questions"), "a version 2 baseline must hold 'questions'"),
 ])
 def test_damaged_gate_data_is_one_line_exit_2(runs, damage, message):
     _, tmp = runs
@@ -186,3 +198,61 @@ def test_damaged_gate_data_is_one_line_exit_2(runs, damage, message):
     (tmp / "bad.json").write_text(json.dumps(doc))
     code, output = _cli("check", tmp / "a", "-b", tmp / "bad.json")
     assert code == 2 and message in output
+
+
+def _one_line(output: str) -> str:
+    """`_cli` gives a UsageError as its message alone: nothing else may have been printed."""
+    assert "Traceback" not in output and "within tolerance" not in output and "wrote" not in output, output
+    return output
+
+
+def test_check_fails_when_the_baselines_questions_do_not_pair_with_the_run(runs):
+    """Other question ids: no baseline question has a speedup in the run, so none is compared;
+    the gate exits 2 saying how many pair and naming which do not, instead of passing."""
+    rows, tmp = runs
+    other = [{**r, "question_id": f"x{r['question_id']}"} for r in rows]
+    code, output = _cli("check", write_run(tmp / "other", other), "-b", tmp / "base.json")
+    assert code == 2 and "only 0 of the baseline's 18 questions pair with the run" in _one_line(output)
+    assert "pld (BC 8) mt_bench/x" not in output and "pld (BC 8) mt_bench/" in output and "and 13 more" in output
+
+
+def test_check_fails_when_the_runs_ar_rows_failed_for_some_questions(runs):
+    rows, tmp = runs
+    broken = [dict(r) for r in rows]
+    for r in broken:
+        if r["method"] == "ar" and r["category"] == "qa":
+            r.update(status="error", error="RuntimeError: boom")
+    code, output = _cli("check", write_run(tmp / "ar_failed", broken), "-b", tmp / "base.json")
+    assert code == 2 and "only 15 of the baseline's 18 questions pair with the run" in _one_line(output)
+    assert "pld (BC 8) qa/" in output
+
+
+def test_check_fails_when_a_method_with_a_speedup_has_no_question_records(runs):
+    rows, tmp = runs
+    doc = json.loads((tmp / "base.json").read_text())
+    doc["questions"] = [dict(q, method_label="other") for q in doc["questions"]]
+    (tmp / "moved.json").write_text(json.dumps(doc))
+    code, output = _cli("check", tmp / "a", "-b", tmp / "moved.json")
+    assert code == 2 and "no per-question records for pld (BC 8)" in _one_line(output)
+
+
+@pytest.mark.parametrize("fail", ["ar", "all"])
+def test_baseline_refuses_a_run_without_a_speedup(tmp_path, fail):
+    """A baseline of a run whose AR rows (or all rows) failed was written with exit 0; the check
+    against it then compared no speed. Now `baseline` refuses it and writes nothing."""
+    rows = synthetic_rows(seed=6, methods=("pld",), questions_per_category=1)
+    for r in rows:
+        if fail == "all" or r["method"] == "ar":
+            r.update(status="error", error="RuntimeError: boom")
+    code, output = _cli("baseline", write_run(tmp_path / "run", rows), "-o", tmp_path / "b.json")
+    assert code == 2 and "has no successful AR row, so no speedup exists" in _one_line(output)
+    assert not (tmp_path / "b.json").exists()
+
+
+def test_baseline_refuses_a_run_where_no_method_succeeded_beside_ar(tmp_path):
+    rows = synthetic_rows(seed=6, methods=("pld",), questions_per_category=1)
+    for r in rows:
+        if r["method"] == "pld":
+            r.update(status="error", error="RuntimeError: boom")
+    code, output = _cli("baseline", write_run(tmp_path / "run", rows), "-o", tmp_path / "b.json")
+    assert code == 2 and "has no question with a measured speedup over AR" in _one_line(output)
