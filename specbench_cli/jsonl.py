@@ -1,20 +1,31 @@
 """Reading JSON and JSONL input files with one clear error per bad file or line.
 
-Nesting is bounded before any parser sees the text (`too_deep`): a JSON value nested deeper
-than `MAX_JSON_DEPTH` levels is refused by name instead of reaching a recursive parser.
+One guarded reader for every file a user hands over (questions of every suite, `hf:` and
+SPEED-Bench data files, templates, training data, run folders, baselines): before any parser sees
+a byte, the path must be a regular file (a FIFO or device is refused by type, never opened), of
+at most `MAX_INPUT_BYTES` (a 1 GB question file ran for minutes before anything was said), and
+UTF-8 text where it is text (the line is named). Nesting is bounded before any parser sees the
+text (`too_deep`): a JSON value nested deeper than `MAX_JSON_DEPTH` levels is refused by name
+instead of reaching a recursive parser (the JSON reader under `datasets` died with a segmentation
+fault on 100,000 levels). `read_text` applies the guards to a file specbench parses itself,
+`check_data_file` to one another library will read.
 """
 
 from __future__ import annotations
 
+import codecs
 import json
 import re
 import zlib
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterator, Optional
 
 from specbench_cli.errors import UsageError, check_not_special
 
 MAX_JSON_DEPTH = 100  # arrays/objects inside each other; real question, run and config files use < 10
+MAX_INPUT_BYTES = 512 << 20  # one input file; SPEED-Bench's largest split (32k-token prompts) is about 250 MB
+NEWLINE = b"\n"
+TEXT_KINDS = {".json": "json", ".jsonl": "json", ".csv": "text"}  # data files: what the guards read them as
 _STRING = re.compile(r'"(?:[^"\\\n]|\\.)*"')
 _SQUARE = bytes.maketrans(b"{}", b"[]")
 _OTHERS = bytes(b for b in range(256) if b not in b"[]{}")
@@ -96,10 +107,7 @@ def read_objects(path: Path, what: str = "file") -> Iterator[tuple[int, dict]]:
     A missing file, a line that is not JSON, or a line that is not a JSON object is a
     UsageError naming the file and line (`PATH:LINE: ...`).
     """
-    path = check_not_special(path, what)
-    if not path.is_file():
-        raise UsageError(f"{what} not found: {path}")
-    for lineno, line in enumerate(read_lines(path), 1):
+    for lineno, line in enumerate(read_lines(path, what=what), 1):
         if not line.strip():
             continue
         if too_deep(line):
@@ -115,20 +123,80 @@ def read_objects(path: Path, what: str = "file") -> Iterator[tuple[int, dict]]:
         yield lineno, row
 
 
-def read_lines(path: Path, opener=open) -> list[str]:
-    """The lines of a UTF-8 text file; a UsageError naming the file (and line) if it is not
-    UTF-8 or cannot be read (or is a FIFO or device). `opener` may be `gzip.open`."""
-    check_not_special(path, "input file")
+def read_lines(path: Path, opener=open, what: str = "input file") -> list[str]:
+    """The lines of a UTF-8 text file read through `read_text` (its guards, one UsageError naming
+    the file and line). `opener` may be `gzip.open`: the size bound then holds for the
+    decompressed text too."""
+    return read_text(path, what, opener=opener).splitlines()
+
+
+def guard(path: str | Path, what: str, max_bytes: Optional[int] = None) -> Path:
+    """The checks every input file passes before it is opened: not a special file (by `stat`),
+    present and a file, at most `max_bytes` (default `MAX_INPUT_BYTES`). Returns the path."""
+    max_bytes = MAX_INPUT_BYTES if max_bytes is None else max_bytes
+    path = check_not_special(path, what)
+    if not path.is_file():
+        raise UsageError(f"{what} not found: {path}")
+    size = path.stat().st_size
+    if size > max_bytes:
+        raise UsageError(f"{what} {path}: {size:,} bytes, more than the {_mb(max_bytes)} an input file may hold "
+                         f"(split it, or take a slice)")
+    return path
+
+
+def _mb(n: int) -> str:
+    return f"{n >> 20} MB" if n >= 1 << 20 else f"{n} bytes"
+
+
+def read_text(path: str | Path, what: str = "input file", max_bytes: Optional[int] = None, opener=open) -> str:
+    """A guarded file's text: `guard`, then at most `max_bytes` read (of the decompressed text when
+    `opener` decompresses) and decoded as UTF-8; a UsageError naming the file (and line) otherwise."""
+    data = read_bytes(path, what, max_bytes, opener)
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data[:exc.start].count(NEWLINE) + 1
+        raise UsageError(f"{path}:{line}: not UTF-8 text (byte {exc.start})") from None
+
+
+def read_bytes(path: str | Path, what: str = "input file", max_bytes: Optional[int] = None, opener=open) -> bytes:
+    """`read_text` before decoding: `guard`, then at most `max_bytes` read."""
+    max_bytes = MAX_INPUT_BYTES if max_bytes is None else max_bytes
+    path = guard(path, what, max_bytes)
     try:
         with opener(path, "rb") as f:
-            data = f.read()
+            data = f.read(max_bytes + 1)
     except (OSError, EOFError, zlib.error) as exc:  # gzip raises the last two for a damaged .gz
         raise UsageError(f"{path}: cannot read ({getattr(exc, 'strerror', None) or exc})") from None
+    if len(data) > max_bytes:
+        raise UsageError(f"{what} {path}: more than {_mb(max_bytes)} of text once decompressed")
+    return data
+
+
+def check_data_file(path: str | Path, what: str, max_bytes: Optional[int] = None) -> Path:
+    """The guards for a file another library parses (`datasets`, pyarrow): `guard`, then for a
+    text kind (`TEXT_KINDS`, by suffix) UTF-8 throughout and, for JSON and JSONL, the nesting
+    bound, both read in blocks (nothing is held whole). Binary kinds (Parquet, Arrow) are bounded
+    by size alone. Returns the path."""
+    path = guard(path, what, max_bytes)
+    kind = TEXT_KINDS.get(path.suffix)
+    if kind is None:
+        return path
+    decoder, line = codecs.getincrementaldecoder("utf-8")(), 1
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(8 << 20), b""):
+            try:
+                decoder.decode(block)
+            except UnicodeDecodeError as exc:
+                raise UsageError(f"{path}:{line + block[:exc.start].count(NEWLINE)}: not UTF-8 text") from None
+            line += block.count(NEWLINE)
     try:
-        return data.decode("utf-8").splitlines()
-    except UnicodeDecodeError as exc:
-        line = data[:exc.start].count(b"\n") + 1
-        raise UsageError(f"{path}:{line}: not UTF-8 text (byte {exc.start})") from None
+        decoder.decode(b"", final=True)
+    except UnicodeDecodeError:
+        raise UsageError(f"{path}:{line}: not UTF-8 text (the file ends inside a character)") from None
+    if kind == "json" and file_too_deep(path):
+        raise UsageError(f"{what} {path} nests JSON deeper than {MAX_JSON_DEPTH} levels")
+    return path
 
 
 def read_json_object(path: Path, missing: str) -> dict:
@@ -137,7 +205,7 @@ def read_json_object(path: Path, missing: str) -> dict:
     if not path.is_file():
         raise UsageError(missing)
     try:
-        text = path.read_text(encoding="utf-8")
+        text = read_bytes(path).decode("utf-8")
         if too_deep(text):
             raise UsageError(f"{path}: not valid JSON (nested deeper than {MAX_JSON_DEPTH} levels)")
         doc = json.loads(text)

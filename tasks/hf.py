@@ -9,8 +9,10 @@ answer, its category and its id. Without a mapping the prompt column is the firs
 
 No code from the dataset runs: `datasets` (>= 4) reads data files only, never loading scripts.
 
-Bounded before `datasets` reads anything (`check_local_data`): a local data file is a regular
-file (a FIFO or device is refused by type) of at most `MAX_DATA_BYTES`; JSON and JSONL files
+Bounded before `datasets` reads anything (`check_local_data`): the data files together hold at
+most `MAX_DATA_BYTES`, and each passes the guarded reader every input file passes
+(`jsonl.check_data_file`): a regular file (a FIFO or device is refused by type) of at most
+`MAX_INPUT_BYTES`, UTF-8 where it is text; JSON and JSONL files
 nest at most `MAX_JSON_DEPTH` levels (deeper ones crash the JSON reader `datasets` uses); CSV,
 JSON, Parquet and Arrow files have at most `MAX_COLUMNS` columns. After loading, at most
 `MAX_ROWS` rows are turned into questions (a split slice such as `hf:ID::train[:1000]` takes
@@ -26,7 +28,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from specbench_cli.errors import UsageError, check_not_special
-from specbench_cli.jsonl import MAX_JSON_DEPTH, file_too_deep
+from specbench_cli.jsonl import check_data_file
 from specbench_cli.tasks import TaskSource
 from specbench_cli.tasks.base import Question, Task
 
@@ -175,8 +177,7 @@ def check_local_data(name: str, local: Path) -> None:
         if total > MAX_DATA_BYTES:
             raise UsageError(f"--tasks {name}: the data files hold more than {MAX_DATA_BYTES >> 30} GB")
     for path in files:
-        if path.suffix in (".json", ".jsonl") and file_too_deep(path):
-            raise UsageError(f"--tasks {name}: {path} nests JSON deeper than {MAX_JSON_DEPTH} levels")
+        check_data_file(path, f"--tasks {name}:")  # the guarded reader's checks: size, UTF-8, nesting
         columns = _columns(path)
         if columns is not None and columns > MAX_COLUMNS:
             raise UsageError(f"--tasks {name}: {path} has {columns} columns, more than {MAX_COLUMNS}")

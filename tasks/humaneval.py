@@ -6,11 +6,10 @@ from __future__ import annotations
 
 import gzip
 import importlib.util
-import json
 from pathlib import Path
 
 from specbench_cli.errors import UsageError
-from specbench_cli.jsonl import read_lines
+from specbench_cli.jsonl import loads, read_lines
 from specbench_cli.tasks.base import Question, Task
 
 
@@ -37,16 +36,12 @@ def _find() -> Path:
 
 def _read(path: Path) -> list[Question]:
     """HumanEval JSONL (optionally gzipped): one object per line with string `task_id` and `prompt`."""
-    if not path.is_file():
-        raise UsageError(f"HumanEval file not found: {path}")
     out = []
-    for lineno, line in enumerate(read_lines(path, gzip.open if path.suffix == ".gz" else open), 1):
+    lines = read_lines(path, gzip.open if path.suffix == ".gz" else open, "HumanEval file")  # the guarded reader
+    for lineno, line in enumerate(lines, 1):
         if not line.strip():
             continue
-        try:
-            row = json.loads(line)
-        except (json.JSONDecodeError, RecursionError):
-            raise UsageError(f"{path}:{lineno}: not valid JSON") from None
+        row = loads(line, f"{path}:{lineno}")  # nesting bounded before the parser
         if not isinstance(row, dict) or not all(isinstance(row.get(k), str) for k in ("task_id", "prompt")) \
                 or not all(isinstance(row.get(k, ""), str) for k in ("test", "entry_point")):
             raise UsageError(f"{path}:{lineno}: not a HumanEval problem (an object with string 'task_id' and "

@@ -15,7 +15,7 @@ import urllib.request
 from pathlib import Path
 from typing import Optional
 
-from specbench_cli.errors import RuntimeFailure, UsageError
+from specbench_cli.errors import RuntimeFailure, UsageError, check_not_special
 from specbench_cli.tasks.base import SPEC_BENCH_NAMES, Question, Task, read_jsonl_questions
 
 # Spec-Bench's first 80 questions are MT-bench; its table reports them as one category.
@@ -67,7 +67,7 @@ def download(dest: Path, url: Optional[str] = None, sha256: str = SHA256, timeou
 
 def find_questions(path: Optional[str] = None, allow_download: bool = True) -> Path:
     if path:
-        p = Path(path).expanduser()
+        p = check_not_special(Path(path).expanduser(), "questions file")  # by type, before anything opens it
         if not p.is_file():
             raise UsageError(f"questions file not found: {path}")
         return p

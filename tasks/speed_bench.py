@@ -22,7 +22,8 @@ import os
 from pathlib import Path
 from typing import Optional
 
-from specbench_cli.errors import RuntimeFailure, UsageError
+from specbench_cli.errors import RuntimeFailure, UsageError, check_not_special
+from specbench_cli.jsonl import check_data_file
 from specbench_cli.tasks import TaskSource
 from specbench_cli.tasks.base import Question, Task
 
@@ -87,7 +88,7 @@ def read_rows(config: str, path: Optional[str]) -> tuple[list[dict], str]:
     except ImportError:
         raise UsageError(f"--tasks {NAME} reads SPEED-Bench through the `datasets` library: {INSTALL}") from None
     if path:
-        local = Path(path).expanduser()
+        local = check_not_special(Path(path).expanduser(), "--questions")
         if not local.exists():
             raise UsageError(f"--questions {path}: not found (a SPEED-Bench file or folder)")
         try:
@@ -111,11 +112,18 @@ def read_rows(config: str, path: Optional[str]) -> tuple[list[dict], str]:
 
 
 def _local(datasets, local: Path, config: str):
+    """The split from a local copy. Every data file passes the guarded reader's checks first
+    (jsonl.check_data_file: a regular file, its size, UTF-8 and JSON nesting): `datasets`' JSON
+    reader died with a segmentation fault on a file nested 100,000 levels deep."""
     if local.is_file():
         if local.suffix not in DATA_FILES:
             raise UsageError(f"--questions {local}: not a data file datasets reads ({', '.join(DATA_FILES)})")
+        check_data_file(local, "--questions")
         return datasets.load_dataset(DATA_FILES[local.suffix], data_files=str(local), split="train")
     if any((local / marker).is_file() for marker in ("dataset_info.json", "state.json", "dataset_dict.json")):
+        for path in sorted(local.rglob("*")):
+            if path.suffix in DATA_FILES:
+                check_data_file(path, "--questions")
         saved = datasets.load_from_disk(str(local))
         if isinstance(saved, datasets.DatasetDict):
             saved = saved[SPLIT] if SPLIT in saved else saved[next(iter(saved))]
@@ -124,6 +132,8 @@ def _local(datasets, local: Path, config: str):
     files = sorted(p for p in folder.iterdir() if p.suffix in DATA_FILES)
     if not files:
         raise UsageError(f"--questions {local}: no data files ({', '.join(DATA_FILES)}) in {folder}")
+    for path in files:
+        check_data_file(path, "--questions")
     kinds = {DATA_FILES[p.suffix] for p in files}
     if len(kinds) > 1:
         raise UsageError(f"--questions {local}: data files of several kinds in {folder}; keep one")

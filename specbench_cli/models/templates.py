@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from specbench_cli.errors import UsageError, check_input_file
+from specbench_cli.jsonl import read_text
 
 VICUNA_SYSTEM = ("A chat between a curious user and an artificial intelligence assistant. "
                  "The assistant gives helpful, detailed, and polite answers to the user's questions.")
@@ -67,7 +68,7 @@ spec = json.loads(sys.stdin.read())
 CAP = spec["cap"]
 
 
-class Generation(jinja2.ext.Extension):
+class GenerationTag(jinja2.ext.Extension):
     tags = {"generation"}
 
     def parse(self, parser):
@@ -96,7 +97,7 @@ def raise_exception(message):
     raise jinja2.exceptions.TemplateError(message)
 
 
-env = Env(trim_blocks=True, lstrip_blocks=True, extensions=[Generation, jinja2.ext.loopcontrols])
+env = Env(trim_blocks=True, lstrip_blocks=True, extensions=[GenerationTag, jinja2.ext.loopcontrols])
 env.filters["tojson"] = lambda x, ensure_ascii=False, indent=None, separators=None, sort_keys=False: json.dumps(
     x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
 env.globals.update(raise_exception=raise_exception, strftime_now=lambda fmt: datetime.now().strftime(fmt))
@@ -175,13 +176,7 @@ def check_template(value: Any) -> Any:
     key = (str(p.resolve()), st.st_size, st.st_mtime_ns)
     if key in _checked:
         return value
-    if st.st_size > MAX_TEMPLATE_BYTES:
-        raise UsageError(f"--prompt-template {p}: {st.st_size} bytes, more than a chat template needs "
-                         f"({MAX_TEMPLATE_BYTES >> 20} MB)")
-    try:
-        text = p.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as e:
-        raise UsageError(f"--prompt-template: cannot read {p} as UTF-8 text ({e})") from None
+    text = read_text(p, "--prompt-template", max_bytes=MAX_TEMPLATE_BYTES)  # the guarded reader (jsonl.py)
     check_jinja(p, text)
     _checked[key] = None
     return value

@@ -7,7 +7,8 @@ from pathlib import Path
 from typing import Any
 
 from specbench_cli.atomic import atomic_write
-from specbench_cli.errors import UsageError, check_not_special
+from specbench_cli.errors import UsageError
+from specbench_cli.jsonl import read_bytes
 
 DRAFTER_META = "specbench_drafter.json"
 
@@ -41,12 +42,10 @@ def check_new_output(out: Path, force: bool = False) -> Path:
 
 
 def read_text_file(path: Path, what: str = "text file") -> str:
-    """Read a UTF-8 text file or raise a one-line UsageError (a FIFO or device is refused by type)."""
-    path = check_not_special(path, what)
-    if not path.is_file():
-        raise UsageError(f"{what} not found: {path}")
+    """Read a UTF-8 text file through the guarded reader (jsonl.py: a FIFO or device refused by
+    type, the size bound) or raise a one-line UsageError."""
     try:
-        text = path.read_text(encoding="utf-8")
+        text = read_bytes(path, what).decode("utf-8")
     except UnicodeDecodeError:
         raise UsageError(f"{what} {path} is not UTF-8 text") from None
     if not text.strip():

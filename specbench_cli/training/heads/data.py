@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from specbench_cli.errors import UsageError
+from specbench_cli.jsonl import read_objects
 from specbench_cli.training.drafter.distill_data import load_seeds
 
 FEATURES_FILE = "features.safetensors"
@@ -89,9 +90,9 @@ def spec_bench_overlap(prompts: list[dict], questions: Path) -> list[str]:
     """Instructions equal (case/space-insensitive) to a turn of a Spec-Bench question file, or
     containing one / contained in one when both are longer than 40 characters."""
     turns = set()
-    for line in Path(questions).read_text(encoding="utf-8").splitlines():
-        if line.strip():
-            turns.update(_norm(t) for t in json.loads(line).get("turns", []))
+    for _, row in read_objects(Path(questions), "questions file"):  # the guarded reader (jsonl.py)
+        found = row.get("turns", [])
+        turns.update(_norm(t) for t in ([found] if isinstance(found, str) else found) if isinstance(t, str))
     bad = []
     for p in prompts:
         q = _norm(p["instruction"])
