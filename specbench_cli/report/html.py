@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import html
 import json
+import re
 from typing import Any, Callable, Optional, Sequence
 
 from specbench_cli.report import metrics
@@ -229,14 +230,36 @@ def page(runs: Sequence[Run], tables: Sequence[TableData], figures: Sequence[tup
         rows = "".join(f"<dt>{_e(k)}</dt><dd>{_e(v)}</dd>" for k, v in conditions(run))
         parts.append(f"<h3>{_e(run.run_id)}</h3><dl class=\"conditions\">{rows}</dl>")
     script = f"<script>{JS}</script>" if viewer is not None else ""
-    return ("<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+    return without_surrogates("<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
             "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
             f"<title>specbench report: {_e(title)}</title><style>{CSS}</style></head><body>"
             + "\n".join(parts) + script + "</body></html>\n")
 
 
+# Inside <script> the HTML parser looks for "</script" and, after "<!--", for "<script" (which
+# enters its double-escaped state, where "</script>" no longer ends the block: one answer holding
+# "<!--<script>" swallowed the rest of the page). JSON may spell any character as \uXXXX, so the
+# embedded data holds no "<", ">" or "&" at all; U+2028/2029 are escaped too (old JavaScript
+# parsers end a line there).
+SCRIPT_ESCAPES = {"<": "\\u003c", ">": "\\u003e", "&": "\\u0026", "\u2028": "\\u2028", "\u2029": "\\u2029"}
+_SCRIPT_UNSAFE = re.compile("[<>&\u2028\u2029]")
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def without_surrogates(text: str) -> str:
+    """`text` with every lone surrogate (a row may hold "\\ud800", which no UTF-8 file can) made
+    U+FFFD, the replacement character: the page is then always writable."""
+    return _LONE_SURROGATE.sub("\ufffd", text)
+
+
+def script_json(data: Any) -> str:
+    """`data` as JSON that is inert inside a <script> element, whatever its strings hold."""
+    text = without_surrogates(json.dumps(data, ensure_ascii=False, separators=(",", ":")))
+    return _SCRIPT_UNSAFE.sub(lambda m: SCRIPT_ESCAPES[m.group()], text)
+
+
 def _viewer_html(viewer: dict) -> str:
-    blob = json.dumps(viewer, ensure_ascii=False, separators=(",", ":")).replace("</", "<\\/")
+    blob = script_json(viewer)
     legend = ('<span class="tok d">&nbsp;</span><span class="tok d odd">&nbsp;</span> draft tokens the target accepted '
               '&nbsp; <span class="tok b">&nbsp;</span><span class="tok b odd">&nbsp;</span> the target\'s own token '
               'ending each step (shades alternate by step) &nbsp; <span class="tok p">&nbsp;</span> prefill &nbsp; '

@@ -105,3 +105,17 @@ def test_bad_html_flags_exit_2(run_with_pieces, tmp_path, args, message):
     run, _ = run_with_pieces
     code, output = _cli("report", run, *[a.format(tmp=tmp_path) for a in args])
     assert code == 2 and message in output
+
+
+def test_embedded_data_is_inert_in_a_script_and_always_writable():
+    """No '<', '>', '&', U+2028 or U+2029 survives in the embedded JSON (the HTML parser cannot see
+    '</script' or '<!--<script' in it), lone surrogates become U+FFFD, and it still parses back."""
+    import json
+
+    from specbench_cli.report.html import script_json, without_surrogates
+
+    text = "<!--<script></script><!-- & \u2028\u2029 \ud800 \udfff"
+    blob = script_json({"t": [text], text: 1})
+    assert not any(c in blob for c in "<>&\u2028\u2029") and blob.encode("utf-8")
+    assert json.loads(blob) == {"t": [without_surrogates(text)], without_surrogates(text): 1}
+    assert without_surrogates(text).count("\ufffd") == 2

@@ -132,3 +132,46 @@ def test_viewer_data_survives_text_that_looks_like_markup(tmp_path):
         text = browser.evaluate("document.querySelector('#answers .answer span.tok:nth-child(2)').textContent")
         assert text == "</script><b id='injected'>x</b>"
         assert browser.evaluate("document.getElementById('injected')") is None
+
+
+HOSTILE = ["<!--<script>", "</script>", "<!--", " a\u2028line\u2029break", "lone \ud800 surrogate", "&amp; <b>"]
+
+
+def _sections(browser) -> dict:
+    return browser.evaluate("""(() => ({
+        headings: Array.from(document.querySelectorAll('h2, h3')).map(h => h.textContent),
+        tables: document.querySelectorAll('table').length,
+        figures: document.querySelectorAll('figure svg').length,
+        conditions: document.querySelectorAll('dl.conditions dt').length,
+        cards: document.querySelectorAll('#answers .answer').length,
+        tokens: Array.from(document.querySelectorAll('#answers .answer span.tok')).map(s => s.textContent),
+    }))()""")
+
+
+def test_no_answer_text_can_blank_the_page(tmp_path):
+    """An answer holding `<!--<script>` put the embedded data in the HTML parser's double-escaped
+    state: the picker, every later table, figure and condition vanished and the viewer never ran;
+    a lone surrogate made `report --html` exit 1. Now the page with such answers shows exactly what
+    the page of the same run with plain answers shows, and the answers' text as text."""
+    from specbench_cli.cli.main import app
+
+    pages = {}
+    for name, hostile in (("plain", False), ("hostile", True)):
+        rows = with_pieces(synthetic_rows(seed=3, methods=("pld",), questions_per_category=1))
+        if hostile:
+            for row in rows:
+                row["output_pieces"][1:1 + len(HOSTILE)] = HOSTILE
+        run = write_run(tmp_path / name / "run", rows)  # one run id for both pages
+        result = CliRunner().invoke(app, ["report", str(run), "--html", "-o", str(tmp_path / f"{name}.html")])
+        assert result.exit_code == 0, result.output
+        with Browser(BROWSER) as browser:
+            browser.open((tmp_path / f"{name}.html").as_uri())
+            assert browser.errors() == []
+            pages[name] = _sections(browser)
+    plain, hostile = pages["plain"], pages["hostile"]
+    assert hostile["headings"] == plain["headings"] and "Conditions" in hostile["headings"]
+    assert (hostile["tables"], hostile["figures"], hostile["conditions"]) == \
+        (plain["tables"], plain["figures"], plain["conditions"])
+    assert plain["figures"] > 0 and plain["conditions"] > 0 and hostile["cards"] == plain["cards"] > 0
+    shown_text = [t.replace("\ud800", "\ufffd") for t in HOSTILE]
+    assert hostile["tokens"][1:1 + len(HOSTILE)] == shown_text
