@@ -121,7 +121,11 @@ def parse_method_options(values: Optional[List[str]]) -> dict[str, dict[str, str
         method, key = lhs.split(".", 1)
         if not value.strip():
             raise UsageError(f"--option {raw}: no value after '=' (METHOD.KEY=VALUE)")
-        opts.setdefault(method.strip(), {})[key.strip()] = value.strip()
+        given = opts.setdefault(method.strip(), {})
+        if key.strip() in given:  # the last one silently won: say which of two values is meant
+            raise UsageError(f"--option {method.strip()}.{key.strip()} given twice ({given[key.strip()]} and "
+                             f"{value.strip()}); give it once")
+        given[key.strip()] = value.strip()
     return opts
 
 
@@ -166,12 +170,26 @@ def option(default: Any = MISSING, *, factory: Optional[Callable[[], Any]] = Non
 
 
 def _whole(bound: Bound, flag: str) -> Callable[[Any], Any]:
-    """The check of a whole-number option within `bound` (None: not given)."""
+    """The check of a whole-number option within `bound` (None: not given); it carries the bound
+    (`flag_bounds`)."""
     def check(value: Any) -> Any:
         if value is not None and (not is_int(value) or not bound.holds(value)):
             raise bound.refusal(value, flag)
         return value
+    check.bound = bound  # type: ignore[attr-defined]
     return check
+
+
+def flag_bounds() -> dict[str, Bound]:
+    """Run flag -> its declared bound, for every whole-number option: the command line's first
+    check of number options words a refusal with the option's own bound (`--batch-size -1`:
+    "between 1 and 256", not ">= 0")."""
+    bounds = {}
+    for f in dataclasses.fields(RunConfig):
+        bound = getattr(f.metadata.get("check"), "bound", None)
+        if bound is not None:
+            bounds.update({flag: bound for flag in f.metadata["cli"].flags})
+    return bounds
 
 
 def _one_of(choices: tuple[str, ...], what: str) -> Callable[[Any], Any]:

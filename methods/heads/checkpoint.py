@@ -83,6 +83,8 @@ def read_heads_config(folder: Path) -> tuple[str, dict]:
     (missing, not UTF-8, not a JSON object, a field of the wrong type)."""
     folder = Path(folder).expanduser()
     path = folder / CONFIG_FILE
+    if folder.exists() and not folder.is_dir():  # "not found" for a file that exists misled
+        raise UsageError(f"{folder} is a file, not a heads folder (a folder holding {CONFIG_FILE} and the weights)")
     if not folder.is_dir():
         raise UsageError(f"heads folder not found: {folder}")
     if not path.is_file():

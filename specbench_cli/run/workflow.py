@@ -52,6 +52,23 @@ def _note(msg: str) -> None:
     err.print(f"[yellow]note:[/] {escape(msg)}", highlight=False)
 
 
+def _warn(msg: str) -> None:
+    err.print(f"[yellow]warning:[/] {escape(msg)}", highlight=False, soft_wrap=True)
+
+
+def resume_checks(store: RunFolder, cfg: RunConfig) -> None:
+    """What `--resume` says and does before it continues (the lock held): the reader's warnings
+    (a torn last line, duplicate rows), and rows recorded at another batch size than the run's
+    dropped so they run again (kept, they were reused as this run's answers and a report showed
+    a phantom row at that batch size)."""
+    for line in store.warnings():
+        _warn(line)
+    other = store.drop_rows(lambda row: row.get("batch_size", 1) != cfg.batch_size)
+    if other:
+        _warn(f"{store.samples_path}: dropped {other} row(s) recorded at another batch size than the run's "
+              f"{cfg.batch_size}; they run again")
+
+
 # ~60 lines: the ordered checks before the model loads, the lock, the manifest and the progress bar
 # must happen in this order in one place; each step is a call.
 def _execute(cfg: RunConfig, store: Optional[RunFolder], report: bool, trust_remote_code: bool,
@@ -68,6 +85,7 @@ def _execute(cfg: RunConfig, store: Optional[RunFolder], report: bool, trust_rem
         check_output_dir(cfg.output_dir)      # and an --output-dir that is a file or read-only
     else:                                     # and a run folder another process is writing
         locks.enter_context(store.lock(_note))
+        resume_checks(store, cfg)
         if retry_errors:
             err.print(f"--retry-errors: {retry_error_rows(store)} row(s) will run again")
     if auto_specs(cfg):                       # and an `auto` run without calibration questions

@@ -267,6 +267,10 @@ class RunFolder:
             return []
         return read_samples(self.samples_path)[0]
 
+    def warnings(self) -> list[str]:
+        """What reading the rows warns about (a torn last line, duplicate rows): `--resume` says it."""
+        return read_samples(self.samples_path)[1] if self.samples_path.is_file() else []
+
     def repair_tail(self) -> None:
         """Drop a torn final line so appends start on a fresh line."""
         if not self.samples_path.is_file():
