@@ -62,7 +62,7 @@ class Eagle(HeadsMethod):
 
     def setup(self) -> None:
         super().setup()
-        self.device = self.ctx.model.get_output_embeddings().weight.device
+        self.device = self.ctx.target.device
 
     def tree_params(self) -> dict:
         if self.static is not None:

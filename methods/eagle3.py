@@ -18,7 +18,8 @@ class Eagle3(Eagle):
     kind = "eagle3"
     summary = "EAGLE-3 head (-o eagle3.heads=DIR): three target layers' features, own draft vocabulary, EAGLE-2 tree"
     Options = EagleOptions
+    needs = Eagle.needs + ("layer_features",)
 
     def setup(self) -> None:
         super().setup()
-        self.hidden_layers = tuple(self.head.feature_layers(int(self.ctx.model.config.num_hidden_layers)))
+        self.hidden_layers = tuple(self.head.feature_layers(int(self.ctx.target.config.num_hidden_layers)))

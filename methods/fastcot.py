@@ -75,7 +75,7 @@ class FastCoT(Method):
         from specbench_cli.models.prompting import encode_chat, stop_token_ids, user_turn
 
         tok = self.ctx.tokenizer
-        self.eos = set(stop_token_ids(tok, self.ctx.model))
+        self.eos = set(stop_token_ids(tok, self.ctx.target))
         self.trigger_ids = list(tok.encode(self.opts.trigger, add_special_tokens=False))
         # The chat template around an empty message: stripped from the prompt to find the question.
         self.template = encode_chat(tok, user_turn(""))

@@ -49,7 +49,7 @@ class Hydra(HeadsMethod):
 
     def setup(self) -> None:
         super().setup()
-        self.device = self.ctx.model.get_output_embeddings().weight.device
+        self.device = self.ctx.target.device
 
     def tree_params(self) -> dict:
         return {"choices": self.opts.choices, "paths": len(self.paths)}

@@ -131,6 +131,7 @@ class MaskProbe(Method):
     name = "mask-probe"
     summary = "mask-token probing in embedding space: training-free multi-token prediction tree"
     structure = Structure.TREE
+    needs = ("token_embeddings", "input_embeddings")
     Options = MaskProbeOptions
 
     def plan(self) -> None:
@@ -143,8 +144,7 @@ class MaskProbe(Method):
 
     def setup(self) -> None:
         o, m = self.opts, self.chains
-        model = self.ctx.model
-        embed = model.get_input_embeddings()
+        embed = self.ctx.target.token_embeddings()
         self.table = embed.weight.detach()                              # [V, H]
         # models that scale token embeddings in the embedding module (Gemma) get masks on
         # the same scale, since the engine passes mask vectors as ready input embeddings

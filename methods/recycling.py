@@ -115,7 +115,7 @@ class TokenRecycling(Method):
                 "hot": self.opts.hot, "nodes": len(self.paths)}
 
     def _new_matrix(self) -> None:
-        vocab = int(self.ctx.model.get_output_embeddings().weight.shape[0])
+        vocab = self.ctx.target.vocab_size
         self.matrix = torch.full((vocab, self.opts.k), -1, dtype=torch.int32)  # on the CPU: read per node
 
     def reset(self, prompt_ids: list[int]) -> None:

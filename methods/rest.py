@@ -65,11 +65,11 @@ class REST(Method):
         store.require_library()
         self.folder = Path(o.datastore).expanduser()
         self.meta = store.read_meta(self.folder)
-        if self.ctx.target:
+        if self.ctx.target_ref:
             from specbench_cli.models.load import declared_vocab
 
             try:
-                declared = declared_vocab(str(self.ctx.target))
+                declared = declared_vocab(str(self.ctx.target_ref))
             except UsageError:
                 declared = None  # the model reference itself is checked (and named) by the run
             store.check_vocab_size(self.meta, self.folder, declared)

@@ -65,14 +65,6 @@ def check_tokenizers(target_tok, draft_tok, draft_ref: str) -> None:
                              f"(e.g. {text[:30]!r}: {list(a)[:8]} vs {list(b)[:8]}); sps needs the target's tokenizer")
 
 
-def output_width(model) -> int:
-    """Number of logits the model produces per position."""
-    head = model.get_output_embeddings()
-    if head is not None and hasattr(head, "weight"):
-        return int(head.weight.shape[0])
-    return int(model.config.vocab_size)
-
-
 class SpeculativeSampling(Method):
     name = "sps"
     summary = "speculative sampling with a draft model (--draft-model): gamma = BC-1 draft tokens per step"
@@ -105,19 +97,18 @@ class SpeculativeSampling(Method):
         lm = load_model(self.draft_ref, device=ctx.device, dtype=ctx.dtype, trust_remote_code=ctx.trust_remote_code)
         if ctx.tokenizer is not None:
             check_tokenizers(ctx.tokenizer, lm.tokenizer, self.draft_ref)
-        self.draft = lm.model
+        from specbench_cli.engine.targets.hf import HFTarget  # imports transformers: not while planning
+
+        self.draft = HFTarget(lm.model)  # the draft model computes through the same protocol as the target
         self.draft_params = lm.params
-        self.device = next(self.draft.parameters()).device
         # Rows of `Draft.probs` must be as wide as the target's logits; identical tokenizers can
         # still come with differently padded embedding matrices.
-        self.v_target = output_width(ctx.model) if ctx.model is not None else output_width(self.draft)
-        self.v_draft = output_width(self.draft)
+        self.v_target = ctx.target.vocab_size if ctx.target is not None else self.draft.vocab_size
+        self.v_draft = self.draft.vocab_size
         # One stream for the whole run: fresh randomness for every generation (a draft token
         # must be a new sample from p each time for speculative sampling to be exact).
         self.rng = torch.Generator(device="cpu").manual_seed((int(ctx.seed) * 1_000_003 + 0x5B5) & 0x7FFFFFFF)
-        from specbench_cli.engine.cache import KVCache  # imports transformers: not while planning
-
-        self.cache = KVCache()
+        self.batch = None  # the draft model's keys/values (a batch of one), from the first propose on
         self.processed = 0
 
     @property
@@ -132,17 +123,21 @@ class SpeculativeSampling(Method):
 
     # -- the drafter contract -----------------------------------------------------------------
     def reset(self, prompt_ids: list[int]) -> None:
-        self.cache.reset()
+        self.batch = None
         self.processed = 0      # tokens of the sequence whose keys/values are in the draft cache
         self._step_base = None  # len(state.ids) at the last propose that ran the draft model
         self._fed_drafts = 0    # draft tokens of that step fed to the draft model
 
     def _next_dist(self, ids: list[int]) -> torch.Tensor:
         """Feed `ids` to the draft model after its cache; `[V]` logits after the last one."""
-        x = torch.tensor([ids], dtype=torch.long, device=self.device)
-        out = self.draft(input_ids=x, past_key_values=self.cache.hf, use_cache=True, logits_to_keep=1)
+        if self.batch is None:  # the prompt: a prefill (logits of its last position only)
+            self.batch, (fwd,) = self.draft.start([list(ids)], 0)
+        else:
+            past = self.batch.length
+            fwd = self.draft.verify(self.batch, [ids[0]], [Draft.chain(list(ids[1:]))])
+            self.draft.commit(self.batch, past, [list(range(len(ids)))])
         self.processed += len(ids)
-        return out.logits[0, -1]
+        return fwd.logits[-1]
 
     def _pick(self, logits: torch.Tensor) -> tuple[int, Optional[torch.Tensor]]:
         sampling = self.ctx.sampling
@@ -163,7 +158,7 @@ class SpeculativeSampling(Method):
             return Draft()
         ids = state.ids
         if self.processed > len(ids):  # cannot happen with the engine's loop; be safe, not wrong
-            self.cache.crop_to(len(ids) - 1)
+            self.draft.crop(self.batch, len(ids) - 1)
             self.processed = len(ids) - 1
         # catch up: the root, plus the last draft token after a fully accepted step
         logits = self._next_dist(ids[self.processed:])
@@ -185,6 +180,6 @@ class SpeculativeSampling(Method):
             return
         # Keep the root's prefix and the accepted drafts the draft model has already seen.
         keep = self._step_base + min(len(result.accepted), self._fed_drafts)
-        self.cache.crop_to(keep)
+        self.draft.crop(self.batch, keep)
         self.processed = keep
         self._step_base = None

@@ -267,6 +267,14 @@ PRESETS = {
 }
 
 
+def _target(value: Any) -> Any:
+    from specbench_cli import targets
+
+    if value not in targets.names():
+        raise unknown("target", value, targets.names())
+    return value
+
+
 def _preset(value: Any) -> Any:
     if value is not None and value not in PRESETS:
         raise unknown("preset", value, tuple(PRESETS))
@@ -426,6 +434,11 @@ class RunConfig:
         "auto", cli=Cli(("--prompt-template",), "How questions become prompts: auto (the tokenizer's chat template, "
                         "else plain), vicuna (Spec-Bench's), llama-2, llama-3, chatml, none, or a FILE.jinja."),
         check=check_template, grid=GridKey("prompt_template", "a template name or a .jinja path"))
+    target: str = option(
+        "hf", cli=Cli(("--target",), "What computes the target's forwards: hf (a transformers model, on this "
+                      "project's forwards, --forward) or a target an installed package registers (`specbench list "
+                      "targets`). A method that needs what the target lacks (hidden states, embeddings) is refused "
+                      "before any model loads."), check=_target)
     forward: str = option(
         "auto", cli=Cli(("--forward",), "How the target computes a forward: auto (lean for a Llama-architecture "
                         "target on CPU, else sdpa), sdpa, eager, short (attention for few-token blocks) or lean "

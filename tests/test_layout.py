@@ -114,3 +114,19 @@ def test_every_package_folder_is_distributed():
     assert on_disk == found
     setup_py = (ROOT / "setup.py").read_text(encoding="utf-8")
     assert "find_packages" in setup_py and "packages = [" not in (ROOT / "pyproject.toml").read_text()
+
+
+def test_no_two_classes_share_a_name():
+    """A class name says which concept it is: two classes of one name (two `Grid`s, two
+    `Generation`s) are two concepts a reader cannot tell apart in a traceback or an import."""
+    import ast
+    from collections import defaultdict
+
+    where: dict[str, list[str]] = defaultdict(list)
+    for folder in ("specbench_cli", "methods", "tasks"):
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            for node in ast.parse(path.read_text(encoding="utf-8")).body:
+                if isinstance(node, ast.ClassDef):
+                    where[node.name].append(str(path.relative_to(ROOT)))
+    shared = {name: paths for name, paths in where.items() if len(paths) > 1}
+    assert not shared, f"classes defined more than once: {shared}"

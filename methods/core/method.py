@@ -17,10 +17,13 @@ from specbench_cli.options import NoOptions, parse_options, user_options
 class MethodContext:
     """The run a method is planned against, and the target once it is bound.
 
-    `plan` may read everything except `model` and `tokenizer` (None until `bind`).
+    `plan` may read everything except `target` and `tokenizer` (None until `bind`). `target` is
+    the engine's `Target` (engine/target.py), the only way a method reaches the model: its
+    declared capabilities (`needs` of the method) and nothing else. A transformers model given
+    here is wrapped in an `HFTarget`.
     """
 
-    model: Any = None
+    target: Any = None
     tokenizer: Any = None
     budget: int = 10
     device: str = "cpu"
@@ -29,7 +32,16 @@ class MethodContext:
     seed: int = 0
     draft_model: Optional[str] = None
     trust_remote_code: bool = False  # from --trust-remote-code: may a draft model run its own code
-    target: Optional[str] = None  # the run's --model reference (heads check what they were trained for)
+    target_ref: Optional[str] = None  # the run's --model reference (heads check what they were trained for)
+
+    def __post_init__(self) -> None:
+        if self.target is not None:
+            from specbench_cli.engine.target import Target
+
+            if not isinstance(self.target, Target):
+                from specbench_cli.engine.targets.hf import HFTarget
+
+                self.target = HFTarget(self.target)
 
 
 class Method(Drafter):
@@ -39,7 +51,7 @@ class Method(Drafter):
        tunables with defaults) and calls `plan()`, which resolves budget-dependent defaults
        and raises UsageError on impossible settings. Cheap and model-free: the CLI plans every
        method before it loads a model, so bad options exit 2 at once.
-    2. `bind(model, tokenizer)` attaches the target and calls `setup()`, the heavy part
+    2. `bind(target, tokenizer)` attaches the target and calls `setup()`, the heavy part
        (a draft model, embedding statistics, tokenizer-derived ids).
 
     `create(ctx, **options)` does both (tests, scripts). Subclasses set `name`, `summary`,
@@ -49,6 +61,10 @@ class Method(Drafter):
     `drafts_by_chance`: its drafts are guesses never conditioned on the text the target accepted
     (vanilla Jacobi), so no acceptance is promised (tests do not expect one); a method that drafts
     nothing has `structure = Structure.NONE` (AR).
+
+    `needs` names the target capabilities the method uses (engine/target.py `CAPABILITIES`:
+    hidden states, layer features, token embeddings, the output projection, the config, input
+    embeddings); a target that lacks one is refused before any model loads.
 
     `requires` names the artifacts a method cannot run without, so tools and tests can supply
     them without knowing the method: "heads" (option `heads`: a heads folder of the method's
@@ -60,6 +76,7 @@ class Method(Drafter):
     lossless: ClassVar[bool] = True
     needs_training: ClassVar[bool] = False
     requires: ClassVar[tuple[str, ...]] = ()
+    needs: ClassVar[tuple[str, ...]] = ()
     drafts_by_chance: ClassVar[bool] = False
     Options: ClassVar[type] = NoOptions
 
@@ -71,15 +88,16 @@ class Method(Drafter):
     @classmethod
     def create(cls, ctx: MethodContext, **options: Any) -> "Method":
         """Plan and bind in one go, with the target in `ctx`."""
-        return cls(ctx, **options).bind(ctx.model, ctx.tokenizer)
+        return cls(ctx, **options).bind(ctx.target, ctx.tokenizer)
 
     # -- life cycle -------------------------------------------------------------------------
     def plan(self) -> None:
         """Resolve budget-dependent defaults; raise UsageError on impossible settings. No model."""
 
-    def bind(self, model: Any, tokenizer: Any) -> "Method":
-        """Attach the target model and tokenizer, then run `setup`; returns self."""
-        self.ctx = dataclasses.replace(self.ctx, model=model, tokenizer=tokenizer)
+    def bind(self, target: Any, tokenizer: Any) -> "Method":
+        """Attach the target (a `Target`, or a transformers model) and tokenizer, then run
+        `setup`; returns self."""
+        self.ctx = dataclasses.replace(self.ctx, target=target, tokenizer=tokenizer)
         self.setup()
         return self
 
@@ -135,4 +153,4 @@ class Delegate:
 
     def bind(self) -> Method:
         """Bind to the owner's target (call from the owner's `setup`)."""
-        return self.method.bind(self.owner.ctx.model, self.owner.ctx.tokenizer)
+        return self.method.bind(self.owner.ctx.target, self.owner.ctx.tokenizer)

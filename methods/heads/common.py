@@ -112,14 +112,17 @@ class HeadsCheckpoint:
         self.vocab = load_draft_vocab(self.folder) if vocab == "auto" else None  # [V'] or None = full
         self.head: Any = None
 
-    def load(self, model: Any) -> Any:
-        """The head on the target's device and dtype, bound to it; UsageError if it does not fit."""
+    def load(self, target: Any) -> Any:
+        """The head on the target's device and dtype, bound to the target (engine/target.py: its
+        output projection, token embeddings and config); UsageError if it does not fit."""
+        from specbench_cli.engine.targets.hf import as_target
         from specbench_cli.methods.heads.checkpoint import load_heads
 
-        weight = model.get_output_embeddings().weight
-        head = load_heads(self.folder, model, dtype=weight.dtype).to(weight.device)
-        hidden, vocab = int(model.config.hidden_size), int(weight.shape[0])
-        h_head, v_head, own_vocab = kinds.get(self.kind).fit(head, model, self.folder)
+        target = as_target(target)
+        weight = target.output_projection().weight
+        head = load_heads(self.folder, target, dtype=weight.dtype).to(weight.device)
+        hidden, vocab = int(target.config.hidden_size), target.vocab_size
+        h_head, v_head, own_vocab = kinds.get(self.kind).fit(head, target, self.folder)
         if own_vocab:
             self.vocab = None  # its own projection covers its vocabulary: no draft vocabulary
         if h_head != hidden or (v_head is not None and v_head != vocab):
@@ -212,10 +215,11 @@ class HeadsMethod(Method):
     requires = ("heads",)
     structure = Structure.TREE
     needs_hidden_states = True
+    needs = ("hidden_states", "output_projection", "token_embeddings", "config")
 
     def plan(self) -> None:
         self.plan_tree()
-        self.ckpt = HeadsCheckpoint(self.name, self.kind, self.opts.heads, self.ctx.target, self.opts.vocab)
+        self.ckpt = HeadsCheckpoint(self.name, self.kind, self.opts.heads, self.ctx.target_ref, self.opts.vocab)
         self.chain = draws_chains(self.opts.chain, self.ctx.sampling)
         if self.chain:
             self.structure = Structure.CHAIN  # instance attribute: k-alpha is reported for chains
@@ -224,7 +228,7 @@ class HeadsMethod(Method):
         """Check and resolve the tree options (before the heads folder is read)."""
 
     def setup(self) -> None:
-        self.head = self.ckpt.load(self.ctx.model)
+        self.head = self.ckpt.load(self.ctx.target)
         self.rng = sampling_rng(self.ctx.seed)
 
     @property

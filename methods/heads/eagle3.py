@@ -108,7 +108,9 @@ class Eagle3Head(CachedHeadMixin, nn.Module):
 
     # -- binding and vocabulary ---------------------------------------------------------------
     def bind(self, target: Any) -> "Eagle3Head":
-        self.__dict__["embed"] = target.get_input_embeddings()
+        from specbench_cli.methods.heads.model import _target_parts
+
+        self.__dict__["embed"] = _target_parts(target)[1]
         return self
 
     def feature_layers(self, n_layers: int) -> tuple[int, ...]:

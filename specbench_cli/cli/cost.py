@@ -66,7 +66,7 @@ def cost(
         with Progress(console=err, transient=True) as bar:
             task = bar.add_task(f"timing q=1..{max_q}" + (f" x {batch_size} sequences" if batch_size > 1 else ""),
                                 total=repeats * max_q)
-            curve = c.measure_curve(lm.model, max_q, context, repeats, warmup, key=key,
+            curve = c.measure_curve(lm.target, max_q, context, repeats, warmup, key=key,
                                     progress=lambda done, total: bar.update(task, completed=done), batch_size=batch_size)
     if curve.roofline is None and device.startswith("cpu") and batch_size == 1:  # measured with the curve, and for
         # older cached ones; the floor is one sequence's (a batch reads every sequence's cache: not modelled)
@@ -114,9 +114,9 @@ def cost(
         from specbench_cli.atomic import atomic_write
         from specbench_cli.engine.forward.cpuinfo import isa_label
 
-        plan = getattr(lm.model.model, "_specbench_kernels", None)
+        plan = lm.target.describe().get("kernel_plan")
         record = {**curve.to_dict(), "cpu": {"model": cpu_model(), "flags": cpu_flags(), "isa": isa_label(cpu_flags())},
-                  "kernels": lm.kernels, "kernel_plan": plan.to_dict() if plan is not None else None}
+                  "kernels": lm.kernels, "kernel_plan": plan}
         atomic_write(json_out, lambda tmp: tmp.write_text(json.dumps(record, indent=1), encoding="utf-8"))
         err.print(f"json: {json_out}")
     target = plot or Path("results") / "cost" / f"{c.cache_path(key).stem}.png"

@@ -152,7 +152,7 @@ def paths_to_parents(paths: list[list[int]]) -> tuple[list[int], list[tuple[int,
 def batch_tree_inputs(parents: list[list[int] | tuple[int, ...]], starts: list[int], ends: list[int], past: int,
                       q: int, dtype: torch.dtype, device: torch.device | str) -> tuple[torch.Tensor, torch.Tensor]:
     """Attention mask and position ids for one forward over B sequences' roots + trees, each
-    padded to `q` rows, after `past` cache slots (`engine/cache.py: BatchKVCache`).
+    padded to `q` rows, after `past` cache slots (`engine/targets/hf_kv.py: BatchKVCache`).
 
     Row r of sequence b is its root (r = 0), node r-1 (r <= n_b), or padding. A real row sees
     the sequence's cached slots `starts[b] .. ends[b]-1` and, among the new rows, itself and its

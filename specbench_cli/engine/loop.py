@@ -1,32 +1,50 @@
-"""The decoding loop shared by every method.
+"""The decoding loop shared by every method, at every batch size (batch size 1 is a batch of one).
 
-    1. prefill the prompt, take the first token from its last logits;
-    2. step until EOS or the length cap:
-       a. the drafter proposes a tree within the budget (`propose`);
-       b. one target forward over root + tree (`_forward`);
-       c. the verifier picks the accepted path and the bonus token;
-       d. the cache keeps only the root and the accepted path;
-       e. the drafter sees the result (`observe`); metrics are recorded;
-       (a lossy drafter may end this early: `finished()`)
-    3. cut the output at EOS and the length cap;
-    4. lossy drafters only (`epilogue()`): feed the tokens it returns after the output and
-       decode a short continuation (fastcot's answer trigger and answer).
+Every sequence has its own drafter (one instance per sequence, so no drafting state is shared),
+its own draft within the block complexity, its own positions, tree mask and KV length. The
+target (engine/target.py) computes every forward and holds the keys/values:
+
+    1. prefill each prompt on its own (`Target.start`) and take its first token from its last
+       logits;
+    2. step until every sequence has finished:
+       a. each live sequence's drafter proposes a tree within the budget (`propose`);
+       b. one target forward over every live sequence's root + tree (`Target.verify`);
+       c. each sequence's verdict from its own rows' logits (and its own sampling generator):
+          the accepted path and the bonus token;
+       d. the target keeps each sequence's root and accepted path (`Target.commit`);
+       e. each drafter sees its result (`observe`); metrics are recorded;
+       f. a sequence that reached EOS, its cap or its drafter's `finished()` (a lossy drafter
+          ending early) leaves the batch (`Target.leave`); nothing it did alters the others'
+          rows, positions or masks;
+    3. per sequence: the output cut at EOS and the length cap;
+    4. lossy drafters only (`epilogue()`): after the batch, feed the tokens it returns after
+       that sequence's output and decode a short continuation on its own keys/values
+       (`Target.detach`: fastcot's answer trigger and answer).
 
 The root of every step is the last accepted token, which is not yet in the KV cache.
 The drafter contract (`Drafter`, `DecodeState`, `VerifyResult`) is in `engine/drafter.py`.
+
+What a step costs at batch size N: the target processes `N x (1 + longest draft)` tokens,
+padding included; `Generation.budget_used` records each sequence's own block (1 + its draft).
+Clock: `prefill_time` is the time until decoding starts (every prompt's prefill), `wall_time`
+runs from the batch's start to the sequence's finish (plus its epilogue); per step a sequence's
+drafting time is its own drafter's (propose + observe), its verify time the shared forward's and
+the verdicts', and its overhead the rest of the step (building the forward's inputs, the cache
+commit, the other sequences' drafting). Whether batched arithmetic changes a sequence's tokens
+against batch size 1 is not assumed: the tests and reports measure it (cross-batch agreement).
 """
 
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any, Optional, Sequence
 
 import torch
 
-from specbench_cli.engine.cache import KVCache
-from specbench_cli.engine.draft import Draft, tree_inputs
+from specbench_cli.engine.draft import Draft
 from specbench_cli.engine.drafter import DecodeState, Drafter, VerifyResult
+from specbench_cli.engine.target import Batch, Target
 from specbench_cli.engine.verify import SamplingConfig, Verdict, verify_greedy, verify_sampling
 
 
@@ -36,7 +54,7 @@ class BudgetExceeded(RuntimeError):
 
 @dataclass
 class Generation:
-    """Output and per-step record of one generation."""
+    """Output and per-step record of one sequence's generation."""
 
     output_ids: list[int] = field(default_factory=list)
     prompt_tokens: int = 0
@@ -59,166 +77,199 @@ class Generation:
         return len(self.accept_lengths)
 
 
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
+def _sync(device: Any) -> None:
+    if getattr(device, "type", None) == "cuda":
         torch.cuda.synchronize(device)
 
 
-class Decoder:
-    """Runs drafters against one target model. Batch size 1."""
+def wants(drafter: Drafter) -> bool | tuple[int, ...]:
+    """What a drafter asks the target for besides logits: nothing, the last hidden states, or
+    (a tuple of layer indices) the inputs of those layers."""
+    if not drafter.needs_hidden_states:
+        return False
+    layers = getattr(drafter, "hidden_layers", None)
+    return tuple(layers) if layers else True
 
-    def __init__(self, model: Any, eos_ids: set[int] | list[int], sampling: SamplingConfig | None = None) -> None:
-        self.model = model
+
+class Decoder:
+    """Runs drafters against one target (a `Target`, or a transformers model, which is wrapped in
+    an `HFTarget`), one forward per step over every live sequence."""
+
+    def __init__(self, target: Any, eos_ids: set[int] | list[int], sampling: SamplingConfig | None = None) -> None:
+        from specbench_cli.engine.targets.hf import as_target
+
+        self.target: Target = as_target(target)
         self.eos_ids = set(eos_ids)
         self.sampling = sampling or SamplingConfig()
-        self.device = next(model.parameters()).device
-        self.dtype = next(model.parameters()).dtype
-        self.embed = model.get_input_embeddings()
-
-    # -- one target forward ---------------------------------------------------------------
-    def _run(self, kwargs: dict, want_hidden: bool | tuple[int, ...],
-             last_only: bool = False) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
-        """One target forward: `[T, V]` logits and, if wanted, `[T, H]` last hidden states.
-
-        `last_only` (the prefill): logits of the last row only, `[1, V]`; hidden states stay `[T, H]`.
-        The output head is the largest matrix of a small model (49152 x 576 for SmolLM2-135M):
-        applying it to every prompt row cost more than the rest of a 400-token prefill.
-
-        With hidden states it runs the decoder body and then the output head on the body's
-        last hidden state (after the final norm), which is what the causal-LM forward does
-        itself, so the logits are the same; no per-layer states are kept. (A model whose
-        causal-LM forward post-processes logits, e.g. Gemma-2's soft-capping, would need that
-        step here too; the Llama-family targets used here have none.)
-        """
-        if not want_hidden:
-            return self.model(**kwargs, **({"logits_to_keep": 1} if last_only else {})).logits[0], None
-        if isinstance(want_hidden, tuple):  # the inputs of chosen layers (hidden_states[i] = input of layer i)
-            out = self.model.get_decoder()(**kwargs, output_hidden_states=True)
-            hidden = out.last_hidden_state
-            feats = torch.cat([out.hidden_states[i] for i in want_hidden], dim=-1)
-            return self.model.get_output_embeddings()(hidden[:, -1:] if last_only else hidden)[0], feats[0]
-        hidden = self.model.get_decoder()(**kwargs).last_hidden_state
-        return self.model.get_output_embeddings()(hidden[:, -1:] if last_only else hidden)[0], hidden[0]
-
-    def _forward(self, cache: KVCache, root: int, draft: Draft, want_hidden: bool | tuple[int, ...]):
-        past = cache.length
-        ids = torch.tensor([[root] + draft.tokens], dtype=torch.long, device=self.device)
-        kwargs: dict[str, Any] = {"past_key_values": cache.hf, "use_cache": True}
-        if draft.embeds:
-            emb = self.embed(ids)
-            for node, vec in draft.embeds.items():
-                emb[0, node + 1] = vec.to(emb.dtype)
-            kwargs["inputs_embeds"] = emb
-        else:
-            kwargs["input_ids"] = ids
-        if len(draft) and not draft.is_chain:
-            mask, pos = tree_inputs(draft.parents, past, self.dtype, self.device)
-            kwargs["attention_mask"] = mask
-            kwargs["position_ids"] = pos
-        t_model = time.perf_counter()
-        logits, hidden = self._run(kwargs, want_hidden)
-        return logits, hidden, past, t_model
+        self.device = self.target.device
 
     def _choose(self, draft: Draft, logits: torch.Tensor, generator) -> Verdict:
         if self.sampling.greedy:
             return verify_greedy(draft, logits)
         return verify_sampling(draft, logits, self.sampling, generator)
 
-    def _epilogue(self, cache: KVCache, prompt_ids: list[int], out_ids: list[int], epi, generator,
-                  g: Generation) -> list[int]:
-        """Drop a final EOS, feed `epi.tokens` after the decoded text in one forward, then decode
-        up to `epi.max_new_tokens` tokens one at a time. Returns decoded + epi.tokens + answer.
-
-        The cache holds every token but the last of prompt + decoded (the root is never cached),
-        possibly more (accepted past the cap): crop it to that, then feed root + tokens."""
-        body = out_ids[:-1] if out_ids and out_ids[-1] in self.eos_ids else list(out_ids)
-        seq = prompt_ids + body
-        cache.crop_to(len(seq) - 1)
-        ids = torch.tensor([[seq[-1]] + list(epi.tokens)], dtype=torch.long, device=self.device)
-        logits, _ = self._run({"input_ids": ids, "past_key_values": cache.hf, "use_cache": True}, False)
-        answer = [self._choose(Draft(), logits[-1:], generator).new_tokens[0]]
-        while len(answer) < epi.max_new_tokens and answer[-1] not in self.eos_ids:
-            logits, _, past, _ = self._forward(cache, answer[-1], Draft(), False)
-            cache.keep(past, [0])
-            answer.append(self._choose(Draft(), logits, generator).new_tokens[0])
-        g.epilogue_tokens = len(answer)
-        return body + list(epi.tokens) + answer
-
-    # -- the loop -------------------------------------------------------------------------
     @torch.inference_mode()
     def generate(self, drafter: Drafter, prompt_ids: list[int], max_new_tokens: int, budget: int,
                  generator: Optional[torch.Generator] = None) -> Generation:
-        """Decode up to `max_new_tokens` after `prompt_ids` with at most `budget` tokens per forward.
+        """Decode up to `max_new_tokens` after `prompt_ids` with at most `budget` tokens per forward
+        (a batch of one)."""
+        return self.generate_batch([drafter], [prompt_ids], [max_new_tokens], budget,
+                                   [generator] if generator is not None else None)[0]
 
-        Kept as one function (~65 lines) on purpose: the clock reads t0..t4 that split each
-        step into drafting, verifying and overhead must be read top to bottom in one place.
-        """
+    # -- the loop -------------------------------------------------------------------------
+    @torch.inference_mode()
+    def generate_batch(self, drafters: Sequence[Drafter], prompts: Sequence[list[int]],
+                       max_new_tokens: Sequence[int], budget: int,
+                       generators: Optional[Sequence[Optional[torch.Generator]]] = None) -> list[Generation]:
+        """Decode every prompt with its own drafter (`drafters[i]` for `prompts[i]`, distinct
+        objects) and cap, at most `budget` tokens per sequence per forward; one Generation each.
+
+        Kept as one function on purpose: the clock reads that split each step into drafting,
+        verifying and overhead must be read top to bottom in one place."""
+        n = len(prompts)
+        if not n or len(drafters) != n or len(max_new_tokens) != n:
+            raise ValueError("generate_batch needs one drafter and one cap per prompt, and at least one prompt")
+        if len({id(d) for d in drafters}) != n:
+            raise ValueError("every sequence needs its own drafter instance (drafting state is per sequence)")
         if budget < 1:
             raise ValueError("block complexity must be at least 1")
-        g = Generation(prompt_tokens=len(prompt_ids))
-        want_hidden = drafter.needs_hidden_states
-        if want_hidden and getattr(drafter, "hidden_layers", None):
-            want_hidden = tuple(drafter.hidden_layers)  # inner layers' inputs instead of the last state
-        # the optional hooks of lossy drafters; duck-typed drafters (no Drafter base) lack them
-        finished = getattr(drafter, "finished", None) or (lambda: False)
-        cache = KVCache()
+        target = self.target
+        gens = list(generators) if generators is not None else [None] * n
+        want = wants(drafters[0])
+        out = [Generation(prompt_tokens=len(p)) for p in prompts]
         clock = time.perf_counter
         _sync(self.device)
         t_start = clock()
 
-        # 1. prefill
-        drafter.reset(list(prompt_ids))
-        ids = torch.tensor([prompt_ids], dtype=torch.long, device=self.device)
-        logits, fresh = self._run({"input_ids": ids, "past_key_values": cache.hf, "use_cache": True}, want_hidden,
-                                  last_only=True)
-        first = self._choose(Draft(), logits[-1:], generator).new_tokens[0]
-        seq = list(prompt_ids) + [first]
-        produced = [first]
+        # 1. prefill, each prompt on its own
+        for drafter, prompt in zip(drafters, prompts):
+            drafter.reset(list(prompt))
+        batch, prefills = target.start([list(p) for p in prompts], max(max_new_tokens) + budget, want)
+        seqs, produced, fresh = [], [], []
+        for b, (prompt, fwd) in enumerate(zip(prompts, prefills)):
+            first = self._choose(Draft(), fwd.logits[-1:], gens[b]).new_tokens[0]
+            seqs.append(list(prompt) + [first])
+            produced.append([first])
+            fresh.append(fwd.features[0] if fwd.features is not None else None)
         t_now = clock()
-        g.prefill_time = t_now - t_start
+        for g in out:
+            g.prefill_time = t_now - t_start
+        # the optional hooks of lossy drafters; duck-typed drafters (no Drafter base) lack them
+        finished = [getattr(d, "finished", None) or (lambda: False) for d in drafters]
+
+        def done(b: int) -> bool:
+            return len(produced[b]) >= max_new_tokens[b] or produced[b][-1] in self.eos_ids or finished[b]()
+
+        live = list(range(n))  # live[r]: the sequence in batch row r
+        epilogues: dict[int, tuple[Batch, Any]] = {}
+        ended = [0.0] * n
+
+        def leave(rows: list[int]) -> None:
+            if not rows:
+                return
+            _sync(self.device)
+            when = clock()
+            for r in sorted(rows, reverse=True):  # the last row moves into r: drop from the end
+                b = live[r]
+                out_ids, epi = self._cut(drafters[b], produced[b], max_new_tokens[b])
+                out[b].output_ids = out_ids
+                if epi is not None:
+                    epilogues[b] = (target.detach(batch, r), epi)
+                ended[b] = when
+                target.leave(batch, r)
+                live[r] = live[-1]
+                live.pop()
+
+        leave([r for r, b in enumerate(live) if done(b)])
 
         # 2. decode
-        while len(produced) < max_new_tokens and produced[-1] not in self.eos_ids and not finished():
+        while live:
             t0 = clock()
-            state = DecodeState(ids=seq, prompt_len=len(prompt_ids), budget=budget,
-                                remaining=max_new_tokens - len(produced), step=g.steps, hidden=fresh)
-            draft = drafter.propose(state)                                   # 2a
-            t1 = clock()
-            if 1 + len(draft) > budget:
-                raise BudgetExceeded(f"{drafter.name or type(drafter).__name__} proposed {len(draft)} tokens "
-                                     f"at block complexity {budget} (at most {budget - 1})")
-            logits, hidden, past, t_model = self._forward(cache, seq[-1], draft, want_hidden)  # 2b
-            verdict = self._choose(draft, logits, generator)                 # 2c
+            states, drafts, own = [], [], []
+            for b in live:
+                ts = clock()
+                state = DecodeState(ids=seqs[b], prompt_len=len(prompts[b]), budget=budget,
+                                    remaining=max_new_tokens[b] - len(produced[b]), step=out[b].steps, hidden=fresh[b])
+                draft = drafters[b].propose(state)                                         # 2a
+                if 1 + len(draft) > budget:
+                    raise BudgetExceeded(f"{drafters[b].name or type(drafters[b]).__name__} proposed {len(draft)} "
+                                         f"tokens at block complexity {budget} (at most {budget - 1})")
+                states.append(state)
+                drafts.append(draft)
+                own.append(clock() - ts)
+            past = batch.length
+            fwd = target.verify(batch, [seqs[b][-1] for b in live], drafts, want)          # 2b
+            verdicts, parts, start = [], [], 0
+            for r, b in enumerate(live):                                                   # 2c
+                rows = 1 + len(drafts[r])
+                part = fwd.logits[start:start + rows]
+                start += rows
+                parts.append(part)
+                verdicts.append(self._choose(drafts[r], part, gens[b]))
             t2 = clock()
-            cache.keep(past, [0] + [a + 1 for a in verdict.accepted])        # 2d
-            new = verdict.new_tokens
-            seq.extend(new)
-            produced.extend(new)
-            if hidden is not None:  # root + accepted path, in path order
-                fresh = hidden[[0] + [a + 1 for a in verdict.accepted]]
-            result = VerifyResult(draft, verdict.accepted, new, logits, fresh, verdict.preds, state)
-            t3 = clock()
-            drafter.observe(result)                                          # 2e
+            target.commit(batch, past, [[0] + [a + 1 for a in v.accepted] for v in verdicts])   # 2d
+            results = []
+            for r, b in enumerate(live):
+                v = verdicts[r]
+                seqs[b].extend(v.new_tokens)
+                produced[b].extend(v.new_tokens)
+                if fwd.features is not None:  # root + accepted path, in path order
+                    fresh[b] = fwd.features[r][[0] + [a + 1 for a in v.accepted]]
+                results.append(VerifyResult(drafts[r], v.accepted, v.new_tokens, parts[r], fresh[b], v.preds,
+                                            states[r]))
+            for r, b in enumerate(live):                                                   # 2e
+                ts = clock()
+                drafters[b].observe(results[r])
+                own[r] += clock() - ts
             t4 = clock()
-            g.accept_lengths.append(len(new))
-            g.draft_sizes.append(draft.n_acceptable())
-            g.draft_path_lengths.append(verdict.path_length)
-            g.budget_used.append(1 + len(draft))
-            drafting, verifying = (t1 - t0) + (t4 - t3), t2 - t_model
-            g.step_draft_ms.append(round(1000 * drafting, 3))
-            g.step_verify_ms.append(round(1000 * verifying, 3))
-            g.draft_time += drafting
-            g.verify_time += verifying
-            g.overhead_time += (t_model - t1) + (t3 - t2)
+            verifying = t2 - fwd.started
+            for r, b in enumerate(live):
+                g, d, v = out[b], drafts[r], verdicts[r]
+                g.accept_lengths.append(len(v.new_tokens))
+                g.draft_sizes.append(d.n_acceptable())
+                g.draft_path_lengths.append(v.path_length)
+                g.budget_used.append(1 + len(d))
+                g.step_draft_ms.append(round(1000 * own[r], 3))
+                g.step_verify_ms.append(round(1000 * verifying, 3))
+                g.draft_time += own[r]
+                g.verify_time += verifying
+                g.overhead_time += (t4 - t0) - own[r] - verifying
+            leave([r for r, b in enumerate(live) if done(b)])                                # 2f
 
-        out_ids, epi = self._cut(drafter, produced, max_new_tokens)  # 3.
-        if epi is not None:                                            # 4. lossy only
-            out_ids = self._epilogue(cache, list(prompt_ids), out_ids, epi, generator, g)
-        self._stats(drafter, epi, g)
+        # 3./4. lossy epilogues, each on its own sequence's keys/values, after the batch
         _sync(self.device)
-        g.wall_time = clock() - t_start
-        g.output_ids = out_ids
-        return g
+        for b, g in enumerate(out):
+            extra = 0.0
+            if b in epilogues:
+                single, epi = epilogues[b]
+                ts = clock()
+                g.output_ids = self._epilogue(single, list(prompts[b]), g.output_ids, epi, gens[b], g)
+                _sync(self.device)
+                extra = clock() - ts
+            self._stats(drafters[b], epilogues.get(b, (None, None))[1], g)
+            g.wall_time = ended[b] - t_start + extra
+        return out
+
+    def _epilogue(self, single: Batch, prompt_ids: list[int], out_ids: list[int], epi, generator,
+                  g: Generation) -> list[int]:
+        """Drop a final EOS, feed `epi.tokens` after the decoded text in one forward, then decode
+        up to `epi.max_new_tokens` tokens one at a time. Returns decoded + epi.tokens + answer.
+
+        The batch of one holds every token but the last of prompt + decoded (the root is never
+        cached), possibly more (accepted past the cap): crop it to that, then feed root + tokens."""
+        target = self.target
+        body = out_ids[:-1] if out_ids and out_ids[-1] in self.eos_ids else list(out_ids)
+        seq = prompt_ids + body
+        target.crop(single, len(seq) - 1)
+        logits = target.verify(single, [seq[-1]], [Draft.chain(list(epi.tokens))]).logits
+        answer = [self._choose(Draft(), logits[-1:], generator).new_tokens[0]]
+        while len(answer) < epi.max_new_tokens and answer[-1] not in self.eos_ids:
+            past = single.length
+            logits = target.verify(single, [answer[-1]], [Draft()]).logits
+            target.commit(single, past, [[0]])
+            answer.append(self._choose(Draft(), logits, generator).new_tokens[0])
+        g.epilogue_tokens = len(answer)
+        return body + list(epi.tokens) + answer
 
     def _cut(self, drafter: Drafter, produced: list[int], max_new_tokens: int) -> tuple[list[int], Any]:
         """The output cut at EOS and at the cap, exactly as for every other method, and the

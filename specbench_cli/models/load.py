@@ -50,9 +50,21 @@ class LoadedModel:
     forward: str = "sdpa"  # the `--forward` it computes with (`auto` resolved)
     kernels: Optional[dict] = None  # lean only: the matrix-product kernel per weight shape and q bucket
 
+    @property
+    def target(self) -> Any:
+        """The model as the engine's target (engine/targets/hf.py), made once."""
+        made = self.__dict__.get("_target")
+        if made is None:
+            from specbench_cli.engine.targets.hf import HFTarget
+
+            made = self.__dict__["_target"] = HFTarget(self.model, self.forward, self.kernels)
+        return made
+
     def manifest(self) -> dict:
         out = {"ref": self.ref, "resolved": self.resolved, "name": self.name, "params": self.params,
                "forward": self.forward}
+        if self.model is None:  # a target loaded by name (`--target`): what it says of itself
+            out["target"] = self.target.describe()
         if self.kernels is not None:
             out["kernels"] = self.kernels
         return out
@@ -403,6 +415,24 @@ def quiet_known_deprecations() -> None:
     log = logging.getLogger("transformers.utils.generic")
     if not any(isinstance(f, _DropCacheRename) for f in log.filters):
         log.addFilter(_DropCacheRename())
+
+
+def load_target(name: str, ref: str, device: str = "cpu", dtype: str = "float32", *,
+                trust_remote_code: bool = False) -> LoadedModel:
+    """A registered target other than `hf` (`--target NAME`, specbench_cli/targets.py) for model
+    `ref`, with the model's tokenizer; `model` is None: everything reaches it through `target`."""
+    from specbench_cli import targets
+
+    check_device(device)
+    torch_dtype(dtype)
+    target = targets.get(name).load(ref, device=device, dtype=dtype)
+    tokenizer = load_tokenizer(ref, trust_remote_code=trust_remote_code)
+    kind, location = resolve(ref)
+    lm = LoadedModel(model=None, tokenizer=tokenizer, ref=ref, resolved=location,
+                     name=Path(location).stem if kind == "gguf" else ref, params=0,
+                     trust_remote_code=trust_remote_code, forward=name)
+    lm.__dict__["_target"] = target
+    return lm
 
 
 def load_model(ref: str = DEFAULT_MODEL, device: str = "cpu", dtype: str = "float32",

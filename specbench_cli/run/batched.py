@@ -2,7 +2,7 @@
 
 The run's questions are cut, in order, into groups of N consecutive questions (the last group
 may be smaller); group i is batch `batch_id` i of each repeat. Per group every method decodes
-the same turn index of its questions together (engine/batch.py), a second turn only after all
+the same turn index of its questions together (engine/loop.py), a second turn only after all
 first turns of the group (its prompt holds the first answer); questions without that turn sit
 it out. Each sequence slot has its own drafter (run/replicas.py). Rows stay one per question
 and turn, recording `batch_size` and `batch_id`.
@@ -32,14 +32,11 @@ class BatchRunner(Runner):
 
     def setup(self, lm, planned=None) -> None:
         super().setup(lm, planned)
-        from specbench_cli.engine.batch import BatchDecoder
-
-        self.batch_decoder = BatchDecoder(lm.model, self.decoder.eos_ids, self.sampling)
 
         def fresh(spec: str, method) -> Any:
             twin = plan_instance(self.cfg, spec, method.ctx.budget)
             twin.ctx = dataclasses.replace(twin.ctx, trust_remote_code=method.ctx.trust_remote_code)
-            return twin.bind(lm.model, lm.tokenizer)
+            return twin.bind(lm.target, lm.tokenizer)
 
         n = self.cfg.batch_size
         self.drafters = {name: replicas(m, n, lambda name=name, m=m: fresh(name, m)) for name, m in self.methods.items()}
@@ -58,7 +55,7 @@ class BatchRunner(Runner):
     def _generate_batch(self, name: str, prompts: list[list[int]], caps: list[int], seeds: list[int]):
         gens = [self.torch.Generator().manual_seed(s) for s in seeds] if not self.sampling.greedy else None
         drafters = self.drafters[name][: len(prompts)]
-        return self.batch_decoder.generate_batch(drafters, prompts, caps, self.methods[name].ctx.budget, gens)
+        return self.decoder.generate_batch(drafters, prompts, caps, self.methods[name].ctx.budget, gens)
 
     def warmup(self, question) -> None:
         ids = self.prompter(user_turn(question.turns[0]))

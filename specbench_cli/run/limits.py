@@ -80,7 +80,7 @@ def check_prompts(questions, prompter, room: Room) -> None:
 
 # ----------------------------------------------------------------------------- batch memory
 # At --batch-size N every batch holds N rows of KV cache, each as long as the batch's longest
-# prompt + the cap + the block complexity (engine/cache.py: BatchKVCache). Before the model
+# prompt + the cap + the block complexity (engine/targets/hf_kv.py: BatchKVCache). Before the model
 # loads, prompt lengths are estimated from their text; once the tokenizer is there the first
 # turns' are exact (later turns hold earlier answers: prompt + answers at the cap).
 BYTES_PER_TOKEN_ESTIMATE = 2   # UTF-8 bytes per token; tokenizers of the supported models average 3-4 on English
@@ -176,5 +176,5 @@ def check_batch_loaded(cfg: RunConfig, questions: list, lm, budget: int) -> None
 
     prompter = ChatPrompter(lm.tokenizer, cfg.prompt_template)
     lengths = [question_tokens(q, cfg.max_new_tokens, len(prompter(user_turn(q.turns[0])))) for q in questions]
-    check_batch_memory(cfg, lengths, model_kv_shape(lm.model), budget, model_context_length(lm.model),
+    check_batch_memory(cfg, lengths, model_kv_shape(lm.target), budget, model_context_length(lm.target),
                        device_memory(cfg.device, loaded=True))

@@ -40,7 +40,7 @@ def check_config(cfg: RunConfig) -> dict:
     return plan_methods(cfg)
 
 
-def method_context(cfg: RunConfig, model=None, tokenizer=None, budget: Optional[int] = None):
+def method_context(cfg: RunConfig, target=None, tokenizer=None, budget: Optional[int] = None):
     """The settings every method is planned against (and the target once loaded); `budget`
     defaults to the run's block complexity (the default one when that is `auto`)."""
     from specbench_cli.engine.verify import SamplingConfig
@@ -48,9 +48,9 @@ def method_context(cfg: RunConfig, model=None, tokenizer=None, budget: Optional[
 
     if budget is None:
         budget = cfg.block_complexity if isinstance(cfg.block_complexity, int) else DEFAULT_BUDGET
-    return MethodContext(model=model, tokenizer=tokenizer, budget=budget, device=cfg.device,
+    return MethodContext(target=target, tokenizer=tokenizer, budget=budget, device=cfg.device,
                          dtype=cfg.dtype, sampling=SamplingConfig(cfg.temperature, cfg.top_p), seed=cfg.seed,
-                         draft_model=cfg.draft_model, target=cfg.model)
+                         draft_model=cfg.draft_model, target_ref=cfg.model)
 
 
 def plan_methods(cfg: RunConfig) -> dict:
@@ -66,7 +66,21 @@ def plan_methods(cfg: RunConfig) -> dict:
             fits = bcauto.feasible_budgets(lambda b: plan_instance(cfg, spec, b), auto_candidates(cfg), spec)
             budget = DEFAULT_BUDGET if DEFAULT_BUDGET in fits else fits[-1]
         planned[spec] = plan_instance(cfg, spec, budget)
+    check_target(cfg, planned)
     return planned
+
+
+def check_target(cfg: RunConfig, planned: dict) -> None:
+    """Every planned method gets from the run's target what it needs (its `needs`, checked
+    against the capabilities the target's class declares): else one line, before any model loads."""
+    from specbench_cli import targets
+    from specbench_cli.engine.target import check_capabilities
+
+    target = targets.get(cfg.target)
+    for spec, method in planned.items():
+        line = check_capabilities(spec, getattr(method, "needs", ()), cfg.target, target.capabilities)
+        if line:
+            raise UsageError(line)
 
 
 def plan_instance(cfg: RunConfig, spec: str, budget: int):

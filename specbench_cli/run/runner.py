@@ -92,16 +92,16 @@ class Runner:
 
         self.lm = lm
         self.sampling = method_context(self.cfg).sampling
-        self.decoder = Decoder(lm.model, stop_token_ids(lm.tokenizer, lm.model), self.sampling)
+        self.decoder = Decoder(lm.target, stop_token_ids(lm.tokenizer, lm.target), self.sampling)
         self.prompter = ChatPrompter(lm.tokenizer, self.cfg.prompt_template)
         planned = planned if planned is not None else plan_methods(self.cfg)
         # every method of a question gets the same cap, so answers stay comparable with AR's
-        self.room = limits.Room(model_context_length(lm.model), [m.ctx.budget for m in planned.values()])
+        self.room = limits.Room(model_context_length(lm.target), [m.ctx.budget for m in planned.values()])
         self.methods = {}
         for name, m in planned.items():
             # a draft model loaded for a method inherits how the target was loaded (--trust-remote-code)
             m.ctx = dataclasses.replace(m.ctx, trust_remote_code=getattr(lm, "trust_remote_code", False))
-            self.methods[name] = m.bind(lm.model, lm.tokenizer)
+            self.methods[name] = m.bind(lm.target, lm.tokenizer)
         self.torch = torch
 
     # -- one generation -----------------------------------------------------------------------

@@ -13,11 +13,11 @@ from helpers.artifacts import artifact_options
 from helpers.tiny import EOS, VOCAB, make_model
 
 from specbench_cli import methods
-from specbench_cli.engine.cache import KVCache
 from specbench_cli.engine.draft import path_to, tree_inputs
 from specbench_cli.engine.forward import lean
 from specbench_cli.engine.forward import short as attention
 from specbench_cli.engine.loop import Decoder
+from specbench_cli.engine.targets.hf_kv import KVCache
 from specbench_cli.methods.core.method import MethodContext
 
 PROMPT = [2, 5, 9, 14, 7, 3, 2, 6, 30, 31, 32, 33, 9, 14]

@@ -10,11 +10,10 @@ import torch
 from helpers.tiny import EOS, make_model, make_tokenizer
 
 from specbench_cli import methods
-from specbench_cli.engine.batch import BatchDecoder
-from specbench_cli.engine.cache import BatchKVCache, KVCache
 from specbench_cli.engine.draft import Draft, batch_tree_inputs
 from specbench_cli.engine.drafter import Drafter
 from specbench_cli.engine.loop import BudgetExceeded, Decoder
+from specbench_cli.engine.targets.hf_kv import BatchKVCache, KVCache
 from specbench_cli.engine.verify import SamplingConfig
 from specbench_cli.methods.core.method import MethodContext
 
@@ -94,7 +93,7 @@ def test_a_sequence_that_finishes_early_leaves_the_others_tokens_as_they_were(ti
     in a sequence's tokens (on this model batched arithmetic also matches batch size 1 exactly;
     the reports measure that on real models instead of assuming it)."""
     model, tok = tiny
-    dec = BatchDecoder(model, {EOS})
+    dec = Decoder(model, {EOS})
     ctx = MethodContext(model, tok, budget=10)
     alone = _ar_outputs(model, tok, PROMPTS, [40] * 4)
     got = dec.generate_batch([methods.get("pld").create(ctx) for _ in PROMPTS], PROMPTS, [3, 40, 40, 1], 10)
@@ -107,7 +106,7 @@ def test_a_sequence_that_finishes_early_leaves_the_others_tokens_as_they_were(ti
 def test_every_sequence_samples_from_its_own_stream(tiny):
     model, tok = tiny
     sampling = SamplingConfig(temperature=1.0)
-    single, batch = Decoder(model, {EOS}, sampling), BatchDecoder(model, {EOS}, sampling)
+    single, batch = Decoder(model, {EOS}, sampling), Decoder(model, {EOS}, sampling)
     ctx = MethodContext(model, tok, budget=6, sampling=sampling)
     want = [single.generate(methods.get("pld").create(ctx), p, 24, 6, torch.Generator().manual_seed(i)).output_ids
             for i, p in enumerate(PROMPTS)]
@@ -121,7 +120,7 @@ def test_a_lossy_drafters_epilogue_runs_on_its_own_sequence(tiny):
     ctx = MethodContext(model, tok, budget=6)
     options = {"max_iters": 3}
     want = [Decoder(model, {EOS}).generate(methods.get("fastcot").create(ctx, **options), p, 24, 6) for p in PROMPTS[:2]]
-    got = BatchDecoder(model, {EOS}).generate_batch([methods.get("fastcot").create(ctx, **options) for _ in range(2)],
+    got = Decoder(model, {EOS}).generate_batch([methods.get("fastcot").create(ctx, **options) for _ in range(2)],
                                                    PROMPTS[:2], [24, 24], 6)
     assert [g.output_ids for g in got] == [w.output_ids for w in want]
     assert all(g.stats and g.stats["answer_tokens"] >= 1 for g in got)
@@ -136,7 +135,7 @@ class _Greedy(Drafter):
 
 def test_a_drafter_over_budget_is_refused_and_one_instance_per_sequence_is_required(tiny):
     model, _ = tiny
-    dec = BatchDecoder(model, {EOS})
+    dec = Decoder(model, {EOS})
     with pytest.raises(BudgetExceeded, match="proposed 4 tokens at block complexity 4"):
         dec.generate_batch([_Greedy(), _Greedy()], PROMPTS[:2], [8, 8], 4)
     shared = _Greedy()

@@ -8,9 +8,9 @@ import pytest
 import torch
 from helpers.tiny import EOS, VOCAB
 
-from specbench_cli.engine.cache import KVCache
 from specbench_cli.engine.draft import Draft, children_lists, depths, path_to, paths_to_parents, tree_inputs
 from specbench_cli.engine.loop import BudgetExceeded, Decoder
+from specbench_cli.engine.targets.hf_kv import KVCache
 from specbench_cli.engine.verify import SamplingConfig, target_probs, verify_greedy
 from specbench_cli.methods.ar import AutoRegressive
 from specbench_cli.methods.core.method import Method, MethodContext

@@ -177,7 +177,7 @@ def test_the_floor_is_the_larger_of_bandwidth_and_arithmetic():
 
 
 def test_attention_is_timed_per_bucket_and_either_choice_gives_sdpa_logits():
-    from specbench_cli.engine.cache import KVCache
+    from specbench_cli.engine.targets.hf_kv import KVCache
 
     choices, times = k.calibrate_attention(heads=4, kv_heads=2, head_dim=8, layers=2, dtype=torch.float32,
                                            context=20, rounds=1)

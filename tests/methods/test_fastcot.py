@@ -21,7 +21,7 @@ MAX_NEW = 30
 
 @pytest.fixture(scope="module")
 def setup(tiny_model, tiny_tok):
-    ctx = MethodContext(model=tiny_model, tokenizer=tiny_tok, budget=BC)
+    ctx = MethodContext(target=tiny_model, tokenizer=tiny_tok, budget=BC)
     dec = Decoder(tiny_model, stop_token_ids(tiny_tok, tiny_model))
     prompts = [encode_chat(tiny_tok, user_turn(t)) for t in ("what is the sum of one and two",
                                                               "write a short poem about the sea")]

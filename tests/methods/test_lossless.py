@@ -6,6 +6,8 @@ choose). New methods join automatically."""
 
 from __future__ import annotations
 
+import os
+
 import pytest
 import torch
 from helpers.artifacts import DATASTORE_PROMPTS, artifact_options, expects_acceptance
@@ -18,6 +20,8 @@ from specbench_cli.engine.loop import Decoder
 from specbench_cli.methods.core.method import MethodContext
 
 LOSSLESS = [n for n in methods.names() if methods.get(n).lossless]
+if os.environ.get("SPECBENCH_TEST_METHODS"):  # benchmarks/gpu/check.sh --quick: a few methods only
+    LOSSLESS = [n for n in LOSSLESS if n in os.environ["SPECBENCH_TEST_METHODS"].split(",")]
 
 PROMPTS = DATASTORE_PROMPTS  # one repetitive: lookup-style drafts get accepted; the tiny datastore answers them
 
@@ -29,9 +33,18 @@ BUCKETS = len(kernels.BUCKETS) + 1
 MIXED_PLANS = {f"lean-mixed{r}": [KERNELS[(i + r) % len(KERNELS)] for i in range(BUCKETS)] for r in (0, 3)}
 
 
+# benchmarks/gpu/check.sh runs this test on another device and dtype (the lean forward is CPU-only)
+DEVICE = os.environ.get("SPECBENCH_TEST_DEVICE", "cpu")
+DTYPE = os.environ.get("SPECBENCH_TEST_DTYPE", "float32")
+
+
 @pytest.fixture(scope="module", params=["sdpa", *MIXED_PLANS])
 def target(request):
     """The tiny target on transformers' forward, or on the lean forward with a mixed kernel plan."""
+    if DEVICE != "cpu" or DTYPE != "float32":
+        if request.param != "sdpa":
+            pytest.skip(f"the lean forward's kernel plans are float32 CPU kernels (device {DEVICE}, {DTYPE})")
+        return make_model(0).to(DEVICE, getattr(torch, DTYPE))
     model = make_model(0)
     if request.param != "sdpa":
         register_short()

@@ -18,7 +18,7 @@ from test_lossless import (  # noqa: F401 - the lossless test's fixtures: the sa
 )
 
 from specbench_cli import methods
-from specbench_cli.engine.batch import BatchDecoder
+from specbench_cli.engine.loop import Decoder
 from specbench_cli.methods.core.method import MethodContext
 from specbench_cli.run.replicas import replicas
 
@@ -44,7 +44,7 @@ def _options(name, request):
 @pytest.mark.parametrize("budget", [4, 10])
 @pytest.mark.parametrize("name", LOSSLESS)
 def test_every_sequence_equals_ar_at_the_same_batch_size(name, budget, target, tiny_tok, draft_dir, request):  # noqa: F811
-    dec = BatchDecoder(target, {EOS})
+    dec = Decoder(target, {EOS})
     ctx = MethodContext(target, tiny_tok, budget=budget, draft_model=draft_dir)
     options = _options(name, request)
     accepted_extra = 0
@@ -65,3 +65,24 @@ def test_every_sequence_equals_ar_at_the_same_batch_size(name, budget, target, t
             f"{name}: its copies draft unlike independently built instances at N={n}"
     if expects_acceptance(methods.get(name)):
         assert accepted_extra > 0, f"{name} had no draft token accepted in a batch at BC={budget}"
+
+
+def _filled(g) -> set[str]:
+    """The Generation fields that hold something (a non-empty list, a non-zero number, stats)."""
+    import dataclasses
+
+    return {f.name for f in dataclasses.fields(g) if getattr(g, f.name) not in (None, [], 0, 0.0, {})}
+
+
+@pytest.mark.parametrize("name", methods.names())
+def test_every_field_filled_at_batch_size_1_is_filled_at_batch_size_4(name, target, tiny_tok, draft_dir, request):  # noqa: F811
+    """One loop for every batch size: nothing a method records at N = 1 (per-position acceptance,
+    hidden-state bookkeeping, a lossy method's epilogue and stats) is missing at N = 4."""
+    dec = Decoder(target, {EOS})
+    ctx = MethodContext(target, tiny_tok, budget=6, draft_model=draft_dir)
+    options = _options(name, request)
+    (one,) = dec.generate_batch([methods.get(name).create(ctx, **options)], PROMPTS[3:4], CAPS[3:4], 6)
+    four = dec.generate_batch([methods.get(name).create(ctx, **options) for _ in PROMPTS], PROMPTS, CAPS, 6)
+    assert "draft_path_lengths" in _filled(one) or methods.get(name).structure.value == "none"
+    missing = _filled(one) - _filled(four[3])
+    assert not missing, f"{name} fills {sorted(missing)} at batch size 1 but not at batch size 4"

@@ -18,7 +18,7 @@ PROMPT = [2, 5, 9, 14, 7, 3, 2, 6, 30, 31, 32, 33, 9, 14]
 
 
 def make(model, budget: int, **opts) -> MaskProbe:
-    return MaskProbe.create(MethodContext(model=model, tokenizer=None, budget=budget), **opts)
+    return MaskProbe.create(MethodContext(target=model, tokenizer=None, budget=budget), **opts)
 
 
 def state(ids, budget) -> DecodeState:

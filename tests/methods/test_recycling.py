@@ -10,6 +10,7 @@ import torch
 
 from specbench_cli.engine.draft import Draft
 from specbench_cli.engine.drafter import DecodeState, VerifyResult
+from specbench_cli.engine.target import Target
 from specbench_cli.errors import UsageError
 from specbench_cli.methods.core.method import MethodContext
 from specbench_cli.methods.recycling import TEMPLATE_CHILDREN, TokenRecycling, template_paths, truncate
@@ -40,11 +41,10 @@ def test_prior_order_goes_deeper_than_the_template_prefix_at_a_small_budget():
 
 
 def _method(budget=10, vocab=50, **options):
-    class Model:
-        def get_output_embeddings(self):
-            return torch.nn.Linear(4, vocab)
+    class Logits(Target):  # a target of `vocab` logits per row, nothing else
+        vocab_size = vocab
     m = TokenRecycling(MethodContext(budget=budget), **options)
-    m.ctx = MethodContext(model=Model(), budget=budget)
+    m.ctx = MethodContext(target=Logits(), budget=budget)
     m.reset([1, 2, 3])
     return m
 

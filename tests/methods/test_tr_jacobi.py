@@ -15,7 +15,7 @@ V = 64
 
 
 def make(budget: int, **opts) -> TRJacobi:
-    return TRJacobi(MethodContext(model=None, tokenizer=None, budget=budget), **opts)
+    return TRJacobi(MethodContext(target=None, tokenizer=None, budget=budget), **opts)
 
 
 def state(ids: list[int], budget: int) -> DecodeState:

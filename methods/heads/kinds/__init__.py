@@ -36,7 +36,7 @@ class HeadKind:
     claims: Callable[[Path, dict], bool]  # (folder, config.json) -> does the folder hold this kind?
     check_config: Callable[[dict, Path], None]  # config.json's fields typed; UsageError naming the file
     build: Callable[[dict, dict, Path, Any], Any]  # (config, tensor header {key: (dtype, shape)}, weights, target config | None) -> the head module
-    fit: Callable[[Any, Any, Path], tuple[int, Optional[int], bool]]  # (loaded head, target, folder) -> (hidden, vocab | None: the target's, own vocabulary?)
+    fit: Callable[[Any, Any, Path], tuple[int, Optional[int], bool]]  # (loaded head, Target, folder) -> (hidden, vocab | None: the target's, own vocabulary?)
     header_sizes: Callable[[dict], list[tuple[str, str]]]  # config keys checked against the target's header before it loads: (key, "hidden" | "vocab")
     shape: Callable[[Any, dict], str]  # "H=3,K=1" from the loaded head (None before) and the config
     train_flags: str  # the shape flags of `specbench train heads --kind NAME` in hints

@@ -34,10 +34,10 @@ def _build(cfg: dict, header: dict, path: Path, target_config: Any = None):
     return Eagle3Head(llama_config(cfg))
 
 
-def _fit(head: Any, model: Any, folder: Path) -> tuple[int, int | None, bool]:
+def _fit(head: Any, target: Any, folder: Path) -> tuple[int, int | None, bool]:
     # its features are 3 target states wide; its vocabulary maps through t2d
-    head.feature_layers(int(model.config.num_hidden_layers))  # every layer it reads exists
-    vocab = int(model.get_output_embeddings().weight.shape[0])
+    head.feature_layers(int(target.config.num_hidden_layers))  # every layer it reads exists
+    vocab = target.vocab_size
     if int(head.draft_ids.max()) >= vocab:
         raise UsageError(f"heads {folder}: d2t maps draft tokens past the target's vocabulary ({vocab})")
     return head.target_hidden, int(head.t2d.shape[0]), True

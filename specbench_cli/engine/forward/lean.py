@@ -118,6 +118,12 @@ def install(model: Any, plan: Optional["kernels.Plan"] = None) -> int:
     return extra
 
 
+def installed_plan(model: Any) -> Optional["kernels.Plan"]:
+    """The kernel plan `install` put on `model` (None when the lean forward is not installed)."""
+    body = getattr(model, "model", None)
+    return getattr(body, "_specbench_kernels", None)
+
+
 def _rope_tables(body: Any, h: torch.Tensor, position_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """`[1, T, 1, d]` cos and signed sin such that rope(x) = x*cos + x.roll(d/2)*sin
     (transformers' rotate_half(x) = cat(-x2, x1) = roll(x, d/2) with the first half negated)."""
@@ -168,7 +174,7 @@ def lean_decoder_forward(self: Any, input_ids: Optional[torch.Tensor] = None,
 
     attention_mask: None (causal), or the engine's additive `[B, 1, T, past + T]` tree mask;
     a 2-D padding mask is accepted only when it hides nothing. A batch of several sequences
-    (engine/batch.py) comes with that 4-D mask and its `[B, T]` position ids: each sequence's
+    (engine/targets/hf.py) comes with that 4-D mask and its `[B, T]` position ids: each sequence's
     own cached slots, tree and positions.
     """
     from transformers.modeling_outputs import BaseModelOutputWithPast

@@ -32,7 +32,7 @@ def run_curve(cfg, lm, threads: int, need_q: int = 0) -> tuple[Optional[costmod.
     if need_q and (curve is None or curve.max_q < need_q):
         at = f"t({n}, q), {n} sequences per forward" if n > 1 else "t(q)"
         err.print(f"[dim]measuring the cost curve {at}, q = 1..{need_q} (cached for later runs)[/dim]")
-        curve = costmod.measure_curve(lm.model, need_q, bcauto.CURVE_CONTEXT, bcauto.CURVE_ROUNDS, key=key,
+        curve = costmod.measure_curve(lm.target, need_q, bcauto.CURVE_CONTEXT, bcauto.CURVE_ROUNDS, key=key,
                                       batch_size=n)
         costmod.save_cached(curve)
         source = "measured"
@@ -86,7 +86,7 @@ def calibrate_one(spec: str, cfg, lm, decoder, prompts: list[list[int]], curve: 
     fits = bcauto.feasible_budgets(lambda b: plan_instance(cfg, spec, b), auto_candidates(cfg), spec)
     profiles = []
     for i, b in enumerate(fits):
-        method = plan_instance(cfg, spec, b).bind(lm.model, lm.tokenizer)
+        method = plan_instance(cfg, spec, b).bind(lm.target, lm.tokenizer)
         if i == 0:  # untimed warm-up, as the runner does before anything it reports
             decoder.generate(method, prompts[0], min(16, max_new), b, _generator(cfg))
         method.forget()  # a pass over the calibration prompts, as the runner's over the questions
@@ -145,7 +145,7 @@ def calibrate(cfg, lm, specs: list[str], questions: list, curve: costmod.CostCur
     cal = calibration_questions(cfg, questions, cfg.auto_questions)
     prompter = ChatPrompter(lm.tokenizer, cfg.prompt_template)
     prompts = [prompter(user_turn(q.turns[0])) for q in cal]
-    decoder = Decoder(lm.model, stop_token_ids(lm.tokenizer, lm.model), method_context(cfg).sampling)
+    decoder = Decoder(lm.target, stop_token_ids(lm.tokenizer, lm.target), method_context(cfg).sampling)
     max_new = min(cfg.auto_tokens, cfg.max_new_tokens)
     ids = [f"{q.task}/{q.id}" for q in cal]
     err.print(f"[dim]--block-complexity auto: calibrating {len(specs)} method(s) on {', '.join(ids)} "

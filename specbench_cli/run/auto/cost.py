@@ -12,8 +12,9 @@ Whether a speculative method pays depends on how much more a q-token forward cos
 - the value per q is the median over rounds.
 
 At batch size N (`batch_size` > 1) the curve is t(N, q): one forward over N sequences of q new
-tokens each, every sequence with `context` cached tokens, through the batched decoder's own
-forward (engine/batch.py: per-sequence masks and positions, the output head on the real rows).
+tokens each, every sequence with `context` cached tokens. Every forward is the target's own
+`verify` (engine/target.py), the call the decoding loop makes: per-sequence masks and positions,
+the output head on the real rows, on whatever computes the target.
 
 Curves are cached as JSON under `<model cache>/cost/`, keyed by everything that changes the
 numbers (model, device, dtype, threads, context, torch version, attention implementation, and
@@ -177,48 +178,50 @@ def validate(max_q: int, context: int, rounds: int, warmup: int, batch_size: int
         raise UsageError(f"--warmup must be between 0 and 1000, got {warmup}")
 
 
-def measure_curve(model: Any, max_q: int, context: int = 400, rounds: int = 5, warmup: int = 3,
+def measure_curve(target: Any, max_q: int, context: int = 400, rounds: int = 5, warmup: int = 3,
                   seed: int = 0, key: Optional[dict] = None,
                   progress: Optional[Callable[[int, int], None]] = None, batch_size: int = 1) -> CostCurve:
-    """Time one forward of q = 1..max_q new tokens after `context` cached tokens (see module doc),
-    for one sequence or, at `batch_size` N > 1, for N sequences at once."""
+    """Time one verify forward of q = 1..max_q new tokens after `context` cached tokens (see module
+    doc), for one sequence or, at `batch_size` N > 1, for N sequences at once, through the target's
+    own protocol (engine/target.py): what the decoding loop calls, on any target. `target` is a
+    `Target` or a transformers model (wrapped in an `HFTarget`)."""
     import torch
 
-    from specbench_cli.engine.cache import KVCache
+    from specbench_cli.engine.draft import Draft
+    from specbench_cli.engine.targets.hf import as_target
 
-    if batch_size > 1:
-        return _measure_batch_curve(model, max_q, context, rounds, warmup, seed, key, progress, batch_size)
-
-    device = next(model.parameters()).device
-    vocab = model.config.vocab_size
+    target = as_target(target)
+    n = batch_size
+    device = target.device
+    vocab = target.vocab_size
     rng = random.Random(seed)
     gen = torch.Generator().manual_seed(seed)
     low = min(100, vocab - 1)
 
-    def ids(n: int) -> torch.Tensor:
-        return torch.randint(low, vocab, (1, n), generator=gen).to(device)
+    def tokens(k: int) -> list[int]:
+        return torch.randint(low, vocab, (k,), generator=gen).tolist()
 
     def sync() -> None:
-        if device.type == "cuda":
+        if getattr(device, "type", None) == "cuda":
             torch.cuda.synchronize(device)
 
     with torch.inference_mode():
-        cache = KVCache()
-        model(input_ids=ids(context), past_key_values=cache.hf, use_cache=True)
-        for i in range(warmup):
-            model(input_ids=ids(1 + i % max_q), past_key_values=cache.hf, use_cache=True)
-            cache.crop_to(context)
+        # each sequence's context prefilled on its own, as the decoding loop does
+        batch, _ = target.start([tokens(context) for _ in range(n)], max_q)
+        past = batch.length
 
         def time_one(q: int) -> float:
-            block = ids(q)
+            roots, drafts = tokens(n), [Draft.chain(tokens(q - 1)) for _ in range(n)]
             sync()
             start = time.perf_counter()
-            model(input_ids=block, past_key_values=cache.hf, use_cache=True)
+            target.verify(batch, roots, drafts)
             sync()
             elapsed = 1000 * (time.perf_counter() - start)
-            cache.crop_to(context)
+            target.commit(batch, past, [[] for _ in range(n)])  # rolled back: every q sees the same context
             return elapsed
 
+        for i in range(warmup):
+            time_one(1 + i % max_q)
         return _timed_rounds(time_one, max_q, rounds, rng, key, progress)
 
 
@@ -240,53 +243,6 @@ def _timed_rounds(time_one: Callable[[int], float], max_q: int, rounds: int, rng
     spread = [(max(samples[q]) - min(samples[q])) / m for q, m in zip(range(1, max_q + 1), ms)]
     return CostCurve(ms=ms, key=key or {}, rounds=rounds, spread=spread, remeasured=remeasured,
                      measured_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"))
-
-
-def _measure_batch_curve(model: Any, max_q: int, context: int, rounds: int, warmup: int, seed: int,
-                         key: Optional[dict], progress: Optional[Callable[[int, int], None]], n: int) -> CostCurve:
-    """`measure_curve` at batch size n: the same rounds, shuffles and spike re-timing, each timed
-    forward the batched decoder's over n chains of q tokens (engine/batch.py)."""
-    import torch
-
-    from specbench_cli.engine.batch import BatchDecoder
-    from specbench_cli.engine.cache import BatchKVCache, KVCache
-    from specbench_cli.engine.draft import Draft
-
-    device = next(model.parameters()).device
-    vocab = model.config.vocab_size
-    rng = random.Random(seed)
-    gen = torch.Generator().manual_seed(seed)
-    low = min(100, vocab - 1)
-    decoder = BatchDecoder(model, set())
-
-    def tokens(k: int) -> list[int]:
-        return torch.randint(low, vocab, (k,), generator=gen).tolist()
-
-    def sync() -> None:
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-
-    with torch.inference_mode():
-        cache = BatchKVCache(n, context + max_q + 1)
-        for row in range(n):  # each sequence's context prefilled on its own, as the batched decoder does
-            single = KVCache()
-            model.get_decoder()(input_ids=torch.tensor([tokens(context)], device=device), past_key_values=single.hf,
-                                use_cache=True)
-            cache.load_row(row, single, context)
-
-        def time_one(q: int) -> float:
-            roots, drafts = tokens(n), [Draft.chain(tokens(q - 1)) for _ in range(n)]
-            sync()
-            start = time.perf_counter()
-            decoder._batch_forward(cache, roots, drafts, False)
-            sync()
-            elapsed = 1000 * (time.perf_counter() - start)
-            cache.crop_to(context)
-            return elapsed
-
-        for i in range(warmup):
-            time_one(1 + i % max_q)
-        return _timed_rounds(time_one, max_q, rounds, rng, key, progress)
 
 
 SPIKE = 1.2  # t(q) > SPIKE * t(q + 1): a forward cannot get cheaper by a fifth with one token more

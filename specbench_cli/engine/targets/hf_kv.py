@@ -1,4 +1,4 @@
-"""One KV cache for every method: preallocated buffers with rollback.
+"""The transformers target's KV cache (engine/targets/hf.py): preallocated buffers with rollback.
 
 transformers' `DynamicLayer` grows by `torch.cat` on every forward (a full copy of the cache
 per step) and only crops from the end. Speculative decoding needs two more things: dropping
@@ -8,7 +8,8 @@ keeps keys/values in a buffer that doubles when full; `update` writes in place a
 views, `crop` only moves the length, `compact` gathers along the sequence dim.
 
 The model only ever sees a `transformers.Cache` whose layers are `BufferLayer`s; every
-cache internal the engine touches lives in this file.
+cache internal lives in this file, and only `HFTarget` (and a drafter's own transformers model,
+through `HFTarget` too) uses it.
 """
 
 from __future__ import annotations

@@ -1,0 +1,1 @@
+"""Targets: what computes the forwards (engine/target.py). `hf`: a transformers model."""
