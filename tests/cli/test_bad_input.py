@@ -378,7 +378,7 @@ CASES = [
     ("check {run} --baseline {baseline_mat_text.json}", 2, "{baseline_mat_text.json}: entry 0: 'mat' must be a finite"),
     ("check {run} --baseline {baseline_bc_float.json}", 2, "entry 0: 'block_complexity' must be an integer"),
     ("check {run} --baseline {baseline_entry_list.json}", 2, "entry 0 must be an object"),
-    ("check {run} --baseline {baseline_nan.json}", 2, "entry 0: 'speedup' must be a finite number or null, got NaN"),
+    ("check {run} --baseline {baseline_nan.json}", 2, "entry 0: 'speedup' must be a finite number > 0 or null, got NaN"),
     ("check {run} --baseline {baseline_not.json}", 2, "not a specbench baseline"),
     ("check {run} --baseline {latin1.json}", 2, "{latin1.json}: not valid JSON"),
     ("check {run} --baseline {folder}", 2, "baseline file not found"),
