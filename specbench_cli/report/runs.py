@@ -54,12 +54,12 @@ def write_report(run_dirs: List[Path], fmt: Optional[str] = None, output: Option
 
     if fmt is not None:
         report_formats.get(fmt)  # an unknown format is refused before anything is read
+    directory = output or report_folder(run_dirs[0])  # a planted link: refused before any work
     runs, rows, summary = summary_of(run_dirs)
     table = main_table(rows, summary, columns, execute_code)
     busy = busy_runs(runs)
     table.notes += machine_notes(runs) + busy_notes(busy)
     extras = extra_tables(rows, summary)
-    directory = output or report_folder(run_dirs[0])
     written = write_tables(table, summary, directory, [fmt] if fmt else report_formats.names(), extras)
     per_turn = turns.turn_summary(rows) if fmt is None else []  # --format: table.<ext> only
     turn_table = turns.turn_table(per_turn) if len(per_turn) else None
@@ -117,6 +117,7 @@ def write_html_report(run_dirs: List[Path], output: Optional[Path] = None, colum
     from specbench_cli.models.load import load_tokenizer
     from specbench_cli.report import html
 
+    path = output or report_folder(run_dirs[0]) / "report.html"  # a planted link: refused before any work
     runs, rows, summary = summary_of(run_dirs)
     table = main_table(rows, summary, columns, execute_code)
     busy = busy_runs(runs)
@@ -131,7 +132,6 @@ def write_html_report(run_dirs: List[Path], output: Optional[Path] = None, colum
         err.print(f"[yellow]note:[/] {escape(note)}", highlight=False)
     text = html.page(runs, [table, *extra_tables(rows, summary)], figures, html.viewer_data(runs, sources), notes,
                      [f"{run.run_id}: {why}" for run, why in busy])
-    path = output or report_folder(run_dirs[0]) / "report.html"
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         atomic_write(path, text)

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Iterable, Optional
 
 from specbench_cli.atomic import atomic_write
-from specbench_cli.errors import UsageError, check_not_link, check_output_folder, open_no_link
+from specbench_cli.errors import UsageError, check_not_link, check_not_special, check_output_folder, open_no_link
 from specbench_cli.jsonl import read_json_object
 from specbench_cli.store.conditions import cpu_flags, cpu_model, gpu
 from specbench_cli.store.rows import row_key, validate_row
@@ -224,10 +224,11 @@ class RunFolder:
     @classmethod
     def open(cls, path: Path) -> "RunFolder":
         """An existing run folder to continue; a UsageError when it is none, or when a file the
-        writer writes is a symbolic link (a folder from elsewhere may plant `run.lock -> FILE`)."""
+        writer writes is a symbolic link (a folder from elsewhere may plant `run.lock -> FILE`) or
+        a special file (reading a FIFO blocks)."""
         store = cls(Path(path))
         for name in (MANIFEST, SAMPLES, LOCK):
-            check_not_link(store.path / name)
+            check_not_special(check_not_link(store.path / name), "run folder file")
         if not store.manifest_path.is_file():
             raise UsageError(f"{path} is not a run folder (no {MANIFEST})")
         return store

@@ -55,6 +55,12 @@ def test_resume_refuses_a_link_where_the_run_writes(run, victim, name, capsys, n
     assert victim.read_text() == PRECIOUS and planted.is_symlink()
 
 
+def test_resume_refuses_a_fifo_where_the_run_reads_before_saying_anything(run, capsys, no_model):
+    os.mkfifo(run / "run.lock")
+    code, _, err = cli(["run", "--resume", str(run), "--no-report"], capsys)
+    assert code == 2 and "run.lock is a FIFO (named pipe)" in _one_error_line(err)
+
+
 def test_the_folder_lock_never_writes_its_pid_through_a_link(tmp_path, victim):
     from specbench_cli.store.lock import FolderLock
 
@@ -113,7 +119,7 @@ def test_report_refuses_a_report_folder_that_is_a_link(run, tmp_path, capsys):
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     (run / "report").symlink_to(elsewhere)
-    for html in ([], ["--html"]):
+    for html in ([], ["--html"]):  # refused before any work (the page would load a tokenizer first)
         code, _, err = cli(["report", str(run), "--no-plots", *html], capsys)
         assert code == 2
         assert f"{run / 'report'} is a symbolic link" in _one_error_line(err)
