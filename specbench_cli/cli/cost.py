@@ -125,3 +125,12 @@ def cost(
 
 def register(app: typer.Typer) -> None:
     app.command("cost")(cost)
+
+
+def _bounds() -> dict:
+    from specbench_cli.run.auto.cost import bounds
+
+    return bounds()
+
+
+cost.bounds = _bounds  # the number options' declared bounds, for the CLI's early check (cli/main.py)

@@ -64,20 +64,22 @@ def _check_numbers(command) -> None:
                 continue
             flag = flags.get(name, name)
             if not NUMBER.holds(value):
-                raise _declared(flag).refusal(value, flag)
+                raise _declared(flag, inner).refusal(value, flag)
         return inner(*args, **kwargs)
 
     checked._numbers_checked = True
     command.callback = checked
 
 
-def _declared(flag: str) -> Bound:
-    """The bound a run option declares under `flag` (config.flag_bounds), else `NUMBER`: a refusal
+def _declared(flag: str, command=None) -> Bound:
+    """The bound the command declares for `flag` (its callback's `bounds()`, e.g. `specbench
+    cost`), else the run option's under that flag (config.flag_bounds), else `NUMBER`: a refusal
     then names the real bound (`--batch-size -1`: between 1 and 256), never a looser one. Only
     when a value is refused, so a good command line imports nothing for it."""
     from specbench_cli.config import flag_bounds
 
-    declared = flag_bounds().get(flag)
+    own = getattr(command, "bounds", None)
+    declared = (own() if callable(own) else {}).get(flag) or flag_bounds().get(flag)
     return declared if declared is not None and declared.lo is not None and declared.lo >= 0 else NUMBER
 
 

@@ -49,6 +49,15 @@ def test_a_negative_batch_size_names_the_real_bound(command, capsys):
     assert code == 2 and "--batch-size must be between 1 and 256 (got -1)" in _error_line(err)
 
 
+@pytest.mark.parametrize("flag,value,bound", [("--max-q", "-1", "between 1 and 1024"),
+                                              ("--context", "-1", "between 1 and 32768"),
+                                              ("--warmup", "-2", "between 0 and 1000"),
+                                              ("--max-q", "5000", "between 1 and 1024")])
+def test_cost_names_its_own_declared_bounds(flag, value, bound, capsys):
+    code, _, err = cli(["cost", flag, value], capsys)
+    assert code == 2 and f"{flag} must be {bound} (got {value})" in _error_line(err)
+
+
 def test_a_number_option_without_a_declared_bound_keeps_the_general_one(tmp_path, capsys):
     code, _, err = cli(["train", "heads", "--data", str(tmp_path / "d.jsonl"), "-o", str(tmp_path / "h"),
                         "--steps", "-3"], capsys)

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 from specbench_cli.atomic import atomic_write
-from specbench_cli.errors import UsageError
+from specbench_cli.options import Bound
 from specbench_cli.models.json_cache import KeyedJsonCache
 
 
@@ -162,20 +162,21 @@ def save_cached(curve: CostCurve) -> Optional[Path]:
     return CACHE.save(curve, _root())
 
 
-def validate(max_q: int, context: int, rounds: int, warmup: int, batch_size: int = 1) -> None:
-    """Bad settings fail before any model loads."""
+def bounds() -> dict[str, Bound]:
+    """`specbench cost`'s number options, flag -> its declared bound (one declaration: the
+    command's check and the CLI's early number check both read it)."""
     from specbench_cli.config import MAX_BATCH
 
-    if not 1 <= batch_size <= MAX_BATCH:
-        raise UsageError(f"--batch-size must be between 1 and {MAX_BATCH}, got {batch_size}")
-    if not 1 <= max_q <= 1024:
-        raise UsageError(f"--max-q must be between 1 and 1024, got {max_q}")
-    if not 1 <= context <= 32768:
-        raise UsageError(f"--context must be between 1 and 32768, got {context}")
-    if not 1 <= rounds <= 1000:
-        raise UsageError(f"--repeats must be between 1 and 1000, got {rounds}")
-    if not 0 <= warmup <= 1000:
-        raise UsageError(f"--warmup must be between 0 and 1000, got {warmup}")
+    return {"--batch-size": Bound(1, MAX_BATCH), "--max-q": Bound(1, 1024), "--context": Bound(1, 32768),
+            "--repeats": Bound(1, 1000), "--warmup": Bound(0, 1000)}
+
+
+def validate(max_q: int, context: int, rounds: int, warmup: int, batch_size: int = 1) -> None:
+    """Bad settings fail before any model loads."""
+    declared = bounds()
+    for flag, value in (("--batch-size", batch_size), ("--max-q", max_q), ("--context", context),
+                        ("--repeats", rounds), ("--warmup", warmup)):
+        declared[flag].check(value, flag)
 
 
 def measure_curve(target: Any, max_q: int, context: int = 400, rounds: int = 5, warmup: int = 3,
