@@ -78,9 +78,24 @@ def check_target(cfg: RunConfig, planned: dict) -> None:
 
     target = targets.get(cfg.target)
     for spec, method in planned.items():
-        line = check_capabilities(spec, getattr(method, "needs", ()), cfg.target, target.capabilities)
+        line = check_capabilities(spec, method_needs(method), cfg.target, target.capabilities)
         if line:
             raise UsageError(line)
+
+
+def method_needs(method) -> tuple[str, ...]:
+    """The target capabilities a planned method uses: its `needs`, `hidden_states` when it asks
+    for hidden states, and what the methods it delegates to (a fallback drafter) need."""
+    from specbench_cli.methods.core.method import Delegate
+
+    needs = list(getattr(method, "needs", ()))
+    if getattr(method, "needs_hidden_states", False):
+        needs.append("hidden_states")
+    for value in vars(method).values():
+        value = getattr(value, "delegate", value)  # a fallback holds its Delegate (methods/core/fallback.py)
+        if isinstance(value, Delegate):
+            needs += method_needs(value.method)
+    return tuple(dict.fromkeys(needs))
 
 
 def plan_instance(cfg: RunConfig, spec: str, budget: int):

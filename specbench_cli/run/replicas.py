@@ -26,12 +26,16 @@ import copy
 from typing import Any, Callable
 
 
-def _shared(method: Any, model: Any, tokenizer: Any) -> dict[int, Any]:
-    """deepcopy's memo: id -> the object itself, for what copies share (module doc)."""
+def _shared(method: Any, target: Any, tokenizer: Any) -> dict[int, Any]:
+    """deepcopy's memo: id -> the object itself, for what copies share (module doc): the target
+    (engine/target.py) and, where it wraps a module, that module's submodules and tensors."""
     import torch
 
     memo: dict[int, Any] = {}
-    if model is not None:
+    if target is not None:
+        memo[id(target)] = target
+    model = getattr(target, "model", None)
+    if model is not None and hasattr(model, "modules"):
         for m in model.modules():
             memo[id(m)] = m
         for t in [*model.parameters(), *model.buffers()]:
@@ -65,7 +69,7 @@ def copy_drafter(method: Any) -> Any:
     """A copy of a bound method that shares its weights and the target (module doc), or None
     when the method holds something that cannot be copied."""
     ctx = getattr(method, "ctx", None)
-    memo = _shared(method, getattr(ctx, "model", None), getattr(ctx, "tokenizer", None))
+    memo = _shared(method, getattr(ctx, "target", None), getattr(ctx, "tokenizer", None))
     try:
         return copy.deepcopy(method, memo)
     except Exception:  # noqa: BLE001 - any refusal to copy means: plan and bind a fresh one

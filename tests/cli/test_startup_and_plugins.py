@@ -170,7 +170,7 @@ class Probe(Method):
     def propose(self, state):
         assert state.hidden is not None
         self.seen.append(state.hidden)
-        head = self.ctx.model.get_output_embeddings()
+        head = self.ctx.target.output_projection()
         return Draft.chain([int(head(state.hidden[-1]).argmax())][: state.budget - 1])
 
 

@@ -94,6 +94,17 @@ def test_a_method_needing_a_missing_capability_is_refused_in_one_line():
     assert "layer_features" in methods.get("eagle3").needs
 
 
+def test_a_fallback_to_a_head_method_needs_what_the_heads_need(tiny_head_folders):
+    """suffix with an EAGLE fallback reads hidden states through its delegate: a bare target is refused."""
+    from specbench_cli.config import RunConfig
+    from specbench_cli.run.plan import method_needs, plan_methods
+
+    cfg = RunConfig(model="tiny", methods=["suffix"], method_options={"suffix": {"fallback": "eagle",
+                                                                   "heads": tiny_head_folders["eagle"]}})
+    suffix = plan_methods(cfg)["suffix"]  # AR is always planned too
+    assert {"hidden_states", "output_projection"} <= set(method_needs(suffix))
+
+
 def test_run_refuses_before_loading_and_runs_what_the_target_can(tiny_model_dir, tmp_path, capsys, bare_registered,
                                                                    monkeypatch):
     from helpers.cli import cli

@@ -198,7 +198,7 @@ def test_checkpoint_checks(tmp_path, tiny_model, tiny_tok, tiny_heads):
         methods.get("medusa")(ctx, heads=tiny_heads["eagle"])
     with pytest.raises(UsageError, match="not a heads folder"):
         methods.get("eagle")(ctx, heads=str(tmp_path))
-    other = MethodContext(tiny_model, tiny_tok, budget=4, target=str(tmp_path / "another-model"))
+    other = MethodContext(tiny_model, tiny_tok, budget=4, target_ref=str(tmp_path / "another-model"))
     with pytest.raises(UsageError, match="trained for target 'tiny'"):
         methods.get("eagle")(other, heads=tiny_heads["eagle"])
     wide = make_model(0, hidden=48)

@@ -10,6 +10,7 @@ from helpers.cli import cli
 from helpers.tiny import EOS, VOCAB, make_tokenizer, save_tiny
 
 from specbench_cli import methods
+from specbench_cli.engine.draft import Draft
 from specbench_cli.engine.loop import Decoder
 from specbench_cli.engine.verify import SamplingConfig, target_probs
 from specbench_cli.errors import UsageError
@@ -77,7 +78,7 @@ class SyncProbe:
 
     def reset(self, prompt_ids):
         self.sps.reset(prompt_ids)
-        assert self.sps.cache.length == self.sps.processed == 0
+        assert self.sps.batch is None and self.sps.processed == 0
 
     def propose(self, state):
         self.base = len(state.ids)
@@ -92,7 +93,7 @@ class SyncProbe:
         sps, n, k = self.sps, len(self.draft), len(result.accepted)
         seq = self.seq + result.new_tokens
         self.steps.append((n, k))
-        assert sps.cache.length == sps.processed
+        assert sps.batch.length == sps.processed
         if n:
             # processed: everything but the bonus, and but the last draft token when all were accepted
             assert sps.processed == len(seq) - (2 if k == n else 1)
@@ -100,9 +101,9 @@ class SyncProbe:
         # gives the logits of a fresh forward over seq[:processed] + probe
         probe = [40]
         done = sps.processed
-        cached = sps.draft(input_ids=torch.tensor([probe]), past_key_values=sps.cache.hf, use_cache=True).logits[0, -1]
-        sps.cache.crop_to(done)
-        fresh = sps.draft(input_ids=torch.tensor([seq[:done] + probe])).logits[0, -1]
+        cached = sps.draft.verify(sps.batch, probe, [Draft()]).logits[-1]
+        sps.draft.crop(sps.batch, done)
+        fresh = sps.draft.model(input_ids=torch.tensor([seq[:done] + probe])).logits[0, -1]
         torch.testing.assert_close(cached, fresh, atol=1e-5, rtol=1e-5)
 
 
@@ -150,7 +151,7 @@ def test_sampled_drafts_carry_the_draft_models_processed_distribution(target, no
         draft = inner(state)
         if len(draft):
             assert draft.probs.shape == (len(draft), VOCAB)
-            logits = sps.draft(input_ids=torch.tensor([list(state.ids) + draft.tokens[:-1]])).logits[0]
+            logits = sps.draft.model(input_ids=torch.tensor([list(state.ids) + draft.tokens[:-1]])).logits[0]
             want = target_probs(logits[-len(draft):], cfg)
             torch.testing.assert_close(draft.probs, want, atol=1e-5, rtol=1e-4)
             assert all(draft.probs[i, t] > 0 for i, t in enumerate(draft.tokens))  # sampled from the rows

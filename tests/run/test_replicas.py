@@ -23,7 +23,7 @@ def test_head_copies_share_weights_but_keep_their_own_per_prompt_vocabulary(tmp_
     method = methods.get("eagle").create(MethodContext(tiny_model, tiny_tok, budget=8), heads=str(folder))
     twin = copy_drafter(method)
     assert twin is not None and twin is not method and twin.head is not method.head
-    assert twin.ctx.model is method.ctx.model and twin.ctx.tokenizer is method.ctx.tokenizer
+    assert twin.ctx.target is method.ctx.target and twin.ctx.tokenizer is method.ctx.tokenizer
     assert all(a is b for a, b in zip(twin.head.parameters(), method.head.parameters()))  # no weight copied
     method.reset([2, 40, 41])
     twin.reset([2, 77])
@@ -36,8 +36,10 @@ def test_draft_model_copies_share_the_draft_weights_not_its_cache(tiny_model, ti
     method = methods.get("sps").create(MethodContext(tiny_model, tiny_tok, budget=4, draft_model=str(tiny_model_dir)))
     twin = copy_drafter(method)
     assert twin.draft is not method.draft
-    assert all(a is b for a, b in zip(twin.draft.parameters(), method.draft.parameters()))
-    assert twin.cache is not method.cache
+    assert all(a is b for a, b in zip(twin.draft.model.parameters(), method.draft.model.parameters()))
+    method.reset([2, 5, 9])
+    method._next_dist([2, 5, 9])  # the draft model's keys/values of one copy...
+    assert method.batch is not None and twin.batch is None  # ...are not the other's
 
 
 def test_state_built_in_setup_is_copied_not_shared(tiny_model, tiny_tok):

@@ -33,8 +33,8 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 from specbench_cli.atomic import atomic_write
-from specbench_cli.options import Bound
 from specbench_cli.models.json_cache import KeyedJsonCache
+from specbench_cli.options import Bound
 
 
 @dataclass
