@@ -46,7 +46,7 @@ def calibrate(args) -> dict:
     set_threads(args.threads)
     lm = load_model("smollm2-135m", dtype="float32")
     tok, model = lm.tokenizer, lm.model
-    ctx = MethodContext(model=model, tokenizer=tok, budget=args.bc)
+    ctx = MethodContext(target=model, tokenizer=tok, budget=args.bc)
     dec = Decoder(model, stop_token_ids(tok, model))
     ar = methods.get("ar").create(ctx)
     grid = [c for c in GRID if c <= args.max_new_tokens]

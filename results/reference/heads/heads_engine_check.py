@@ -31,7 +31,7 @@ def main() -> None:
     lm = load_model("smollm2-135m")
     rows = [json.loads(line) for line in open(data)]
     prompts = [encode_chat(lm.tokenizer, user_turn(r["instruction"])) for r in random.Random(1).sample(rows, 4)]
-    ctx = MethodContext(lm.model, lm.tokenizer, budget=4, target="smollm2-135m")
+    ctx = MethodContext(lm.model, lm.tokenizer, budget=4, target_ref="smollm2-135m")
     dec = Decoder(lm.model, set(stop_token_ids(lm.tokenizer, lm.model)))
     for kind, path in (("eagle", eagle_dir), ("medusa", medusa_dir)):
         for vocab in ("auto", "full"):
