@@ -303,6 +303,47 @@ def accept_length_counts(accept_lengths: Iterable[Sequence[int]]) -> dict[int, i
     return dict(sorted(counts.items()))
 
 
+VLLM_COUNTERS = ("spec_decode_num_drafts", "spec_decode_num_draft_tokens", "spec_decode_num_accepted_tokens",
+                 "spec_decode_num_accepted_tokens_per_pos")
+
+
+def vllm_counters(accept_lengths: Iterable[Sequence[int]], draft_sizes: Iterable[Sequence[int]],
+                  budget_used: Iterable[Sequence[int]]) -> dict:
+    """vLLM's speculative-decoding counters (its Prometheus `vllm:spec_decode_*` names) from the
+    per-step row fields, so numbers can be set beside a vLLM deployment's:
+
+    - a draft is a step that proposed at least one token (`draft_sizes` > 0); steps that drafted
+      nothing are not drafts, as vLLM observes only requests that were given draft tokens;
+    - draft tokens: Σ `draft_sizes` over drafts, every token the target verified, so a tree
+      counts all its acceptable nodes (vLLM counts the proposed tokens of a draft, which for a
+      tree are its nodes), not only the positions of the path the target took;
+    - accepted tokens: Σ (accept length - 1) over drafts (the bonus token is not a draft token);
+    - accepted tokens per position: entry k counts the drafts whose k+1-th draft position was
+      accepted; one entry per position a draft could reach, max(`budget_used`) - 1 (vLLM: one
+      per speculative token), so it sums to the accepted tokens.
+
+    vLLM's mean acceptance length is then 1 + accepted / drafts, and its acceptance rate
+    accepted / draft tokens (low for trees, which verify many tokens for one path)."""
+    drafts = drafted = accepted = 0
+    positions: list[int] = []
+    width = max((int(b) for row in budget_used for b in row), default=1) - 1
+    per_pos = [0] * max(width, 0)
+    for acc_row, draft_row in zip(accept_lengths, draft_sizes):
+        for a, d in zip(acc_row, draft_row):
+            if int(d) <= 0:
+                continue
+            drafts += 1
+            drafted += int(d)
+            accepted += int(a) - 1
+            positions.append(int(a) - 1)
+    for n in positions:
+        if n > len(per_pos):
+            per_pos.extend([0] * (n - len(per_pos)))
+        for k in range(n):
+            per_pos[k] += 1
+    return dict(zip(VLLM_COUNTERS, (drafts, drafted, accepted, per_pos)))
+
+
 # ----------------------------------------------------------------------------- summaries
 
 
@@ -346,6 +387,7 @@ def _group_metrics(rows: pd.DataFrame, tp: pd.DataFrame, paired: pd.DataFrame) -
         "lossless": bool(rows["lossless"].dropna().all()) if rows["lossless"].notna().any() else None,
         "method_params": params,
         **{f"alpha{n}": alphas.get(n, float("nan")) for n in (1, 2, 3)},
+        **vllm_counters(ok["accept_lengths"], ok["draft_sizes"], ok["budget_used"]),
     }
 
 
