@@ -117,7 +117,7 @@ class Eagle(HeadsMethod):
         drafted: list[int] = []
         rows: list[torch.Tensor] = []
         for d in range(n):
-            tok, p = pick(row, self.ctx.sampling, self.rng, self.head)
+            tok, p = pick(row, self.ctx.sampling, self.rng, self.head, self.ckpt.target_vocab)
             drafted.append(tok)
             if p is not None:
                 rows.append(p)

@@ -92,7 +92,7 @@ class Hydra(HeadsMethod):
         rows: list[torch.Tensor] = []
         for i in range(n):
             logits = self.head.head_logits(i, base[None], embs.reshape(1, -1))[0]
-            tok, p = pick(logits, self.ctx.sampling, self.rng, self.head)
+            tok, p = pick(logits, self.ctx.sampling, self.rng, self.head, self.ckpt.target_vocab)
             drafted.append(tok)
             if p is not None:
                 rows.append(p)

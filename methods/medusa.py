@@ -66,7 +66,7 @@ class Medusa(HeadsMethod):
             return Draft()
         logits = self.head.head_logits(state.hidden[-1])  # [H, V'] (draft vocabulary): row i = depth i + 1
         if self.chain:
-            picks = [pick(row, self.ctx.sampling, self.rng, self.head) for row in logits[: min(n, logits.shape[0])]]
+            picks = [pick(row, self.ctx.sampling, self.rng, self.head, self.ckpt.target_vocab) for row in logits[: min(n, logits.shape[0])]]
             probs = torch.stack([p for _, p in picks]) if picks[0][1] is not None else None
             return Draft.chain([t for t, _ in picks], probs)
         from specbench_cli.methods.heads.draft_trees import medusa_tree

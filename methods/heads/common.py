@@ -131,6 +131,7 @@ class HeadsCheckpoint:
         if self.vocab is not None and int(self.vocab.max()) >= vocab:
             raise UsageError(f"{self.folder}: draft vocabulary has ids >= the target's vocabulary ({vocab})")
         self.head = head
+        self.target_vocab = vocab  # the width of `Draft.probs` rows under sampling (`pick`)
         return head
 
     def prompt_vocab(self, prompt_ids: list[int]) -> None:
@@ -185,13 +186,14 @@ def sampling_rng(seed: int) -> torch.Generator:
 
 
 def pick(logits: torch.Tensor, sampling: SamplingConfig, rng: torch.Generator,
-         head: Any) -> tuple[int, Optional[torch.Tensor]]:
+         head: Any, vocab: int) -> tuple[int, Optional[torch.Tensor]]:
     """`[V']` head logits (draft vocabulary of `head`, or all V) -> (target token id, `[V]`
-    probabilities it was drawn from | None when greedy).
+    probabilities it was drawn from | None when greedy); `vocab` is the target's V.
 
     Under sampling the head's logits get the target's temperature / top-p processing, so
     speculative sampling compares like with like (as sps does); with a draft vocabulary the
-    distribution is scattered back to [V], zero elsewhere."""
+    distribution is scattered back to [V], zero elsewhere. V is the target's, not the head's
+    projection's: an EAGLE-3 head projects onto its own smaller draft vocabulary."""
     if sampling.greedy:
         return int(head.to_target(logits.argmax())), None
     p = target_probs(logits, sampling).to("cpu", torch.float32)
@@ -199,7 +201,7 @@ def pick(logits: torch.Tensor, sampling: SamplingConfig, rng: torch.Generator,
     ids = head.draft_ids
     if ids is None:
         return int(i), p
-    full = torch.zeros(int(head.lm_head.weight.shape[0]), dtype=torch.float32)
+    full = torch.zeros(int(vocab), dtype=torch.float32)
     full[ids.cpu()] = p
     return int(ids[i.to(ids.device)]), full
 

@@ -1,5 +1,8 @@
 """Sampling is exact: every lossless method's output is distributed as plain sampling from the
-target (temperature, top-p), not merely "close to it".
+target (temperature, top-p), not merely "close to it". Every registered method that declares
+itself lossless is run (trees and head methods included, each given what it requires: tiny heads
+and a datastore built for this test's target, a draft model), so a new method joins by
+registering.
 
 Statistic: the total variation distance (TV) between the empirical distribution of N
 outcomes and the exact distribution. Tolerance, for a false alarm probability <= DELTA:
@@ -14,8 +17,24 @@ else is one "other" cell (TV on a coarsening is a lower bound of the full TV, so
 test is still evidence of exactness and a failing one still proves a bug). The exact cell
 probabilities come from batched target forwards over all kept prefixes.
 
-Each test that says "the rule is exact" is paired with one that swaps in a wrong rule and
-shows the same statistic rejects it, so the tolerance is not too loose to catch anything.
+Configurations and cost: temperature 0.7 and 1.0, each with and without top-p 0.9. All four
+for every method would cost ~4 x 15 x N generations, more than these tests may take on two
+CPU cores, so each method runs two: both temperatures, one with top-p and one without, the
+assignment alternating along the registry (method i gets top-p 0.9 at temperature 0.7 when i is
+odd, at 1.0 when i is even). Every configuration is thus run by about half the methods, and
+every method meets both temperatures and both nucleus settings.
+
+Power: N = 800 generations per (method, configuration) gives tolerances of 0.13-0.16 (from
+28-44 cells); with DELTA = 1e-3 over ~30 checks the chance of any false alarm is under 3 %
+(in practice far less: the Jensen and McDiarmid terms are both loose). The wrong rules below
+land at TV 0.2-0.35 at the same N, so an error of that size in any method would
+fail its check; an error that moves less than ~0.1 of probability mass among the first three
+tokens could pass. The drafting paths must also have been exercised (draft tokens accepted, and
+drafts refused, over a method's configurations), so a method cannot pass by drafting nothing.
+
+Each test that says "the rule is exact" is paired with one that swaps in a wrong rule (two chain
+rules and one tree rule) and shows the same statistic rejects it, so the tolerance is not too
+loose to catch anything.
 """
 
 from __future__ import annotations
@@ -25,21 +44,37 @@ from collections import Counter
 
 import pytest
 import torch
-from helpers.tiny import EOS, make_model, make_tokenizer, save_tiny
+from helpers.artifacts import artifact_options, expects_acceptance
+from helpers.tiny import EOS, make_model, make_tokenizer
 
 from specbench_cli import methods
 from specbench_cli.engine import loop
-from specbench_cli.engine.draft import Draft
+from specbench_cli.engine.draft import Draft, children_lists
+from specbench_cli.engine.drafter import Structure
 from specbench_cli.engine.verify import SamplingConfig, Verdict, target_probs, verify_sampling
 from specbench_cli.methods.core.method import MethodContext
 
-CFG = SamplingConfig(temperature=1.0, top_p=0.9)
-PROMPT = [2, 5, 9, 14, 7, 3, 2, 6, 9, 14]   # repeated n-grams: pld drafts something
-N = 1500          # generations per method (TV tolerance ~0.087 with the cells below)
+# a repeated n-gram (lookup drafters draft something) on which the target is unsure at both
+# temperatures: ~25-45 cells of the first three tokens, none above ~0.6
+PROMPT = [2, 67, 109, 115, 46, 35, 2, 67, 109, 115]
+N = 800           # generations per (method, configuration)
 DEPTH = 3         # tokens per outcome
+MAX_NEW = DEPTH + 1  # the first step's draft then covers the 2nd and 3rd outcome tokens
+BUDGET = 6        # room for sibling drafts in trees; chains are clipped to what is left
 MIN_MASS = 0.005  # prefixes below this probability are pooled into "other"
 DELTA = 1e-3      # false alarm probability of one TV check
 OTHER = "other"
+
+LOSSLESS = [n for n in methods.names() if methods.get(n).lossless]
+CONFIGS = {f"T{t}-p{p}": SamplingConfig(temperature=t, top_p=p) for t in (0.7, 1.0) for p in (1.0, 0.9)}
+
+
+def configs_of(i: int) -> list[str]:
+    """The two configurations registry method `i` runs: both temperatures, one of them with top-p."""
+    return ["T0.7-p0.9", "T1.0-p1.0"] if i % 2 else ["T0.7-p1.0", "T1.0-p0.9"]
+
+
+CASES = [(name, key) for i, name in enumerate(LOSSLESS) for key in configs_of(i)]
 
 
 def tv_tolerance(probs: list[float], n: int, delta: float = DELTA) -> float:
@@ -77,60 +112,116 @@ def cell_of(tokens: list[int], exact: dict):
     return key if key in exact else OTHER
 
 
-# Sharpness 9 at temperature 1 / top-p 0.9: the target's next-token nucleus holds ~30 tokens,
-# the top one with ~0.75, so outcomes spread over a few dozen cells that N samples fill.
-SHARPEN = 9.0
+# Two layers (EAGLE-3's tiny head reads both), tied, sharpness 12: on PROMPT the next-token
+# distribution at temperature 0.7 / 1.0 spreads the first three tokens over a few dozen cells
+# that N samples fill.
+SHARPEN = 12.0
 
 
 @pytest.fixture(scope="module")
 def target():
-    return make_model(0, layers=1, sharpen=SHARPEN, tie=True)
+    return make_model(0, layers=2, sharpen=SHARPEN, tie=True)
 
 
 @pytest.fixture(scope="module")
 def exact(target):
-    cells = exact_cells(target, PROMPT, CFG)
-    assert 5 <= len(cells) <= 60, "the coarsening should leave a handful of well-filled cells"
+    cells = {key: exact_cells(target, PROMPT, cfg) for key, cfg in CONFIGS.items()}
+    for key, c in cells.items():
+        assert 10 <= len(c) <= 60, f"{key}: the coarsening should leave a few dozen well-filled cells"
     return cells
 
 
 @pytest.fixture(scope="module")
-def draft_dir(tmp_path_factory):
-    # a different random model: it agrees with the target on some tokens and not on others,
-    # so both acceptance and rejection (residual resampling) happen often
-    return str(save_tiny(tmp_path_factory.mktemp("sampling-draft"), seed=1, layers=1, sharpen=SHARPEN, tie=True))
+def draft_dir(target, tmp_path_factory):
+    """The target with noise on every weight: it agrees with the target on some tokens and not
+    on others, so both acceptance and rejection (residual resampling) happen often."""
+    model = make_model(0, layers=2, sharpen=SHARPEN, tie=True)
+    torch.manual_seed(7)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(torch.randn_like(p) * 0.5 * p.std().clamp_min(1e-3))
+    d = tmp_path_factory.mktemp("sampling-draft")
+    model.save_pretrained(d)
+    make_tokenizer().save_pretrained(d)
+    return str(d)
 
 
-def run_method(target, name: str, budget: int, max_new: int, n: int, draft_dir: str):
-    """Outcomes and acceptance counts of `n` generations, generation i with verifier seed i."""
-    dec = loop.Decoder(target, {EOS}, CFG)
-    ctx = MethodContext(target, make_tokenizer(), budget=budget, sampling=CFG, seed=0, draft_model=draft_dir)
-    method = methods.get(name).create(ctx)
-    outcomes, accepted, rejected = [], 0, 0
+@pytest.fixture(scope="module")
+def tiny_head_folders(target, tmp_path_factory):
+    """Overrides the shared heads (trained on another tiny model): heads of every kind trained on
+    this test's target, so head drafts get accepted and refused in earnest."""
+    from helpers.tiny_eagle3 import train_tiny_eagle3
+    from helpers.tiny_heads import train_tiny_heads
+
+    out = tmp_path_factory.mktemp("sampling-heads")
+    return {**train_tiny_heads(target, make_tokenizer(), out), "eagle3": train_tiny_eagle3(target, out / "eagle3")}
+
+
+@pytest.fixture(scope="module")
+def tiny_datastore(target, tmp_path_factory):
+    """Overrides the shared datastore: this target's greedy answers to PROMPT and its prefixes."""
+    pytest.importorskip("draftretriever")
+    from specbench_cli.methods.retrieval.datastore import write
+
+    dec = loop.Decoder(target, {EOS})
+    ar = methods.get("ar").create(MethodContext(target, make_tokenizer(), budget=1))
+    prompts = [PROMPT, PROMPT[:6], PROMPT[3:]]
+    seqs = [p + dec.generate(ar, p, 32, 1).output_ids for p in prompts]
+    out = tmp_path_factory.mktemp("sampling-ds") / "store"
+    write(seqs, make_tokenizer(), out, ["sampling answers"])
+    return str(out)
+
+
+def run_method(target, name: str, cfg: SamplingConfig, n: int, draft_dir: str, request):
+    """Outcomes, accepted draft tokens and refused drafts of `n` generations, generation i with
+    verifier seed i."""
+    dec = loop.Decoder(target, {EOS}, cfg)
+    ctx = MethodContext(target, make_tokenizer(), budget=BUDGET, sampling=cfg, seed=0, draft_model=draft_dir)
+    method = methods.get(name).create(ctx, **artifact_options(methods.get(name), request))
+    outcomes, accepted, refused = [], 0, 0
     for i in range(n):
-        g = dec.generate(method, PROMPT, max_new, budget, torch.Generator().manual_seed(i))
+        g = dec.generate(method, PROMPT, MAX_NEW, BUDGET, torch.Generator().manual_seed(i))
         outcomes.append(g.output_ids)
-        if g.steps:
-            accepted += g.accept_lengths[0] - 1
-            rejected += g.accept_lengths[0] - 1 < g.draft_sizes[0]
-    return outcomes, accepted, rejected
+        accepted += sum(g.accept_lengths) - g.steps
+        refused += sum(path > length - 1 for path, length in zip(g.draft_path_lengths, g.accept_lengths))
+    return outcomes, accepted, refused
 
 
-# (method, block complexity, tokens generated): sps drafts 2 tokens at its first step, so the
-# 2nd and 3rd outcome tokens come from draft positions 1 and 2 (acceptance or residual).
-CASES = [("ar", 1, DEPTH), ("sps", 3, DEPTH + 1), ("pld", 3, DEPTH)]
-
-
-@pytest.mark.parametrize("name,budget,max_new", CASES, ids=[c[0] for c in CASES])
-def test_sampled_outputs_follow_the_target_distribution(target, exact, draft_dir, name, budget, max_new):
-    outcomes, accepted, rejected = run_method(target, name, budget, max_new, N, draft_dir)
+def check(outcomes: list, exact: dict) -> tuple[float, float]:
     counts = Counter(cell_of(o, exact) for o in outcomes)
-    dist, tol = tv(counts, exact, N), tv_tolerance(list(exact.values()), N)
-    assert dist <= tol, f"{name}: TV {dist:.3f} to the exact distribution exceeds {tol:.3f}"
-    if name != "ar":  # the test must exercise the drafting paths, not just the bonus token
-        assert accepted > N // 20, f"{name}: only {accepted} draft tokens accepted at the first step"
-    if name == "sps":
-        assert rejected > N // 20, "sps: the rejection / residual path was hardly exercised"
+    return tv(counts, exact, len(outcomes)), tv_tolerance(list(exact.values()), len(outcomes))
+
+
+@pytest.mark.parametrize("name,config", CASES, ids=[f"{n}-{k}" for n, k in CASES])
+def test_sampled_outputs_follow_the_target_distribution(target, exact, draft_dir, request, name, config):
+    outcomes, accepted, refused = run_method(target, name, CONFIGS[config], N, draft_dir, request)
+    dist, tol = check(outcomes, exact[config])
+    EXERCISED[name][0] += accepted
+    EXERCISED[name][1] += refused
+    assert dist <= tol, f"{name} at {config}: TV {dist:.3f} to the exact distribution exceeds {tol:.3f}"
+
+
+# method -> [draft tokens accepted, drafts refused] over its configurations (filled above)
+EXERCISED: dict[str, list[int]] = {name: [0, 0] for name in LOSSLESS}
+
+
+@pytest.mark.parametrize("name", [n for n in LOSSLESS if expects_acceptance(methods.get(n))])
+def test_the_distribution_checks_exercised_the_drafting_paths(name):
+    """Not just the bonus token: over its configurations each drafting method had draft tokens
+    accepted and drafts refused (the residual / miss path), so its check tested the verifier on
+    its drafts. (At one configuration alone a method may draft nothing the target samples.)"""
+    accepted, refused = EXERCISED[name]
+    if not accepted and not refused:
+        pytest.skip("its distribution checks did not run in this session")
+    assert accepted > N // 100, f"{name}: only {accepted} draft tokens accepted"
+    assert refused > N // 20, f"{name}: only {refused} drafts refused"
+
+
+def test_every_configuration_and_both_kinds_of_draft_are_covered():
+    covered = {key for _, key in CASES}
+    assert covered == set(CONFIGS)
+    structures = {methods.get(n).structure for n in LOSSLESS}
+    assert {Structure.CHAIN, Structure.TREE} <= structures
 
 
 def accept_always(draft: Draft, logits: torch.Tensor, cfg: SamplingConfig, generator) -> Verdict:
@@ -140,17 +231,45 @@ def accept_always(draft: Draft, logits: torch.Tensor, cfg: SamplingConfig, gener
     return Verdict(list(range(len(draft))), list(draft.tokens) + [bonus])
 
 
-@pytest.mark.parametrize("rule", ["accept-always", "residual-from-q"])
-def test_the_statistic_rejects_a_wrong_rule_end_to_end(target, exact, draft_dir, monkeypatch, rule):
-    """The same check, with sps and a wrong verifier swapped in, must fail (TV ~0.31 and ~0.17
-    against tolerance ~0.12 at N/2 samples)."""
+def sibling_without_residual(draft: Draft, logits: torch.Tensor, cfg: SamplingConfig, generator) -> Verdict:
+    """A wrong tree rule (chains with drafter probabilities keep the exact one): a node's
+    children are tried in turn, each accepted with probability q(its token), but a refused
+    sibling's token is not removed from q before the next sibling is tried or the bonus drawn.
+    Exact would be to test each sibling against normalise(q without the refused tokens) and draw
+    the bonus from what is left, which is what drawing x ~ q and matching a child amounts to."""
+    if draft.probs is not None and draft.is_chain and draft.acceptable is None:
+        return verify_sampling(draft, logits, cfg, generator)
+    q = target_probs(logits, cfg)
+    tokens, children = draft.tokens, children_lists(draft.parents)
+    accepted, row = [], 0
+    while True:
+        for c in children[row]:
+            if (draft.acceptable is None or draft.acceptable[c]) and \
+                    float(torch.rand(1, generator=generator)) < float(q[row, tokens[c]]):
+                accepted.append(c)
+                row = c + 1
+                break
+        else:
+            bonus = int(torch.multinomial(q[row].cpu(), 1, generator=generator))
+            return Verdict(accepted, [tokens[a] for a in accepted] + [bonus], rejected=bool(children[row]))
+
+
+# the wrong tree rule runs on recycling: its root offers several tokens seen after the root token
+# (siblings at most steps), which this target often samples; TV ~0.25 against tolerance ~0.14
+SIBLING_METHOD, SIBLING_CONFIG = "recycling", "T0.7-p1.0"
+
+
+@pytest.mark.parametrize("rule", ["accept-always", "residual-from-q", "sibling-without-residual"])
+def test_the_statistic_rejects_a_wrong_rule_end_to_end(target, exact, draft_dir, request, monkeypatch, rule):
+    """The same check, with a wrong verifier swapped in (sps for the chain rules, a tree method
+    for the sibling rule), must fail at N samples (TV ~0.2-0.35 against tolerances ~0.13-0.14)."""
     monkeypatch.setattr(loop, "verify_sampling", {"accept-always": accept_always,
-                                                  "residual-from-q": residual_from_q}[rule])
-    n = N // 2
-    outcomes, _, _ = run_method(target, "sps", 3, DEPTH + 1, n, draft_dir)
-    counts = Counter(cell_of(o, exact) for o in outcomes)
-    dist, tol = tv(counts, exact, n), tv_tolerance(list(exact.values()), n)
-    assert dist > tol, f"{rule} gave TV {dist:.3f} <= {tol:.3f}: the test could not catch it"
+                                                  "residual-from-q": residual_from_q,
+                                                  "sibling-without-residual": sibling_without_residual}[rule])
+    name, key = (SIBLING_METHOD, SIBLING_CONFIG) if rule == "sibling-without-residual" else ("sps", "T0.7-p0.9")
+    outcomes, _, _ = run_method(target, name, CONFIGS[key], N, draft_dir, request)
+    dist, tol = check(outcomes, exact[key])
+    assert dist > tol, f"{rule} ({name}) gave TV {dist:.3f} <= {tol:.3f}: the test could not catch it"
 
 
 # ----------------------------------------------------------------------------- verifier unit test
