@@ -32,6 +32,7 @@ def load_old_loop(src: Path):
         spec.loader.exec_module(mod)
     spec = importlib.util.spec_from_file_location("old_specbench_loop", engine / "loop.py")
     mod = importlib.util.module_from_spec(spec)
+    sys.modules["old_specbench_loop"] = mod  # dataclasses look their module up there
     spec.loader.exec_module(mod)
     return mod
 
