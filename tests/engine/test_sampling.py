@@ -212,7 +212,7 @@ def test_the_distribution_checks_exercised_the_drafting_paths(name):
     its drafts. (At one configuration alone a method may draft nothing the target samples.)"""
     accepted, refused = EXERCISED[name]
     if not accepted and not refused:
-        pytest.skip("its distribution checks did not run in this session")
+        pytest.skip("its distribution checks did not run in this test run")
     assert accepted > N // 100, f"{name}: only {accepted} draft tokens accepted"
     assert refused > N // 20, f"{name}: only {refused} drafts refused"
 
