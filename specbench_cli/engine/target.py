@@ -140,11 +140,6 @@ class Target:
         """Width of the logits rows."""
         raise NotImplementedError
 
-    def cost_key(self) -> dict:
-        """What, besides the run's settings, changes this target's forward times (the cost
-        curve's cache key): its forward implementation, kernels, ..."""
-        return {}
-
     def describe(self) -> dict:
         """What the manifest and `specbench cost --json` record about how this target computes."""
         return {"target": self.name}
