@@ -387,7 +387,9 @@ def _group_metrics(rows: pd.DataFrame, tp: pd.DataFrame, paired: pd.DataFrame) -
         "lossless": bool(rows["lossless"].dropna().all()) if rows["lossless"].notna().any() else None,
         "method_params": params,
         **{f"alpha{n}": alphas.get(n, float("nan")) for n in (1, 2, 3)},
-        **vllm_counters(ok["accept_lengths"], ok["draft_sizes"], ok["budget_used"]),
+        # rows of older result files may lack budget_used: the list then ends at the deepest acceptance
+        **vllm_counters(ok["accept_lengths"], ok["draft_sizes"],
+                        ok["budget_used"] if "budget_used" in ok else [[] for _ in range(len(ok))]),
     }
 
 
