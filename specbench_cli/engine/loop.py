@@ -108,7 +108,6 @@ class Decoder:
             return verify_greedy(draft, logits)
         return verify_sampling(draft, logits, self.sampling, generator)
 
-    @torch.inference_mode()
     def generate(self, drafter: Drafter, prompt_ids: list[int], max_new_tokens: int, budget: int,
                  generator: Optional[torch.Generator] = None) -> Generation:
         """Decode up to `max_new_tokens` after `prompt_ids` with at most `budget` tokens per forward

@@ -117,22 +117,16 @@ def problem(entry: Path, deep: Optional[bool] = None) -> Optional[str]:
     return None
 
 
-MAX_RECORD = 64 << 20  # a record names each file once: a few KB for a real model
-
-
 def _read_record(path: Path) -> dict:
-    """The record's JSON: a regular file (never through a link) of at most MAX_RECORD bytes,
-    nested within MAX_JSON_DEPTH; OSError or ValueError otherwise."""
-    from specbench_cli.jsonl import too_deep
+    """The record's JSON, read as every cached document is (json_cache.read_document: a regular
+    file, never through a link, bounded in size and nesting); FileNotFoundError when there is
+    none, ValueError for anything else that is not a JSON object."""
+    from specbench_cli.models.json_cache import read_document
 
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW)
-    with os.fdopen(fd, "rb") as f:
-        if not stat.S_ISREG(os.fstat(f.fileno()).st_mode) or os.fstat(f.fileno()).st_size > MAX_RECORD:
-            raise ValueError("not a regular file of a record's size")
-        text = f.read(MAX_RECORD + 1).decode("utf-8")
-    if too_deep(text):
-        raise ValueError("nested too deeply")
-    return json.loads(text)
+    record = read_document(path)
+    if record is None:
+        raise FileNotFoundError(path)
+    return record
 
 
 def safetensors_whole(path: Path) -> bool:

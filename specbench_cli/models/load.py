@@ -17,6 +17,7 @@ import importlib.metadata
 import json
 import os
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Any, Callable, Optional
 
@@ -50,15 +51,12 @@ class LoadedModel:
     forward: str = "sdpa"  # the `--forward` it computes with (`auto` resolved)
     kernels: Optional[dict] = None  # lean only: the matrix-product kernel per weight shape and q bucket
 
-    @property
+    @cached_property
     def target(self) -> Any:
         """The model as the engine's target (engine/targets/hf.py), made once."""
-        made = self.__dict__.get("_target")
-        if made is None:
-            from specbench_cli.engine.targets.hf import HFTarget
+        from specbench_cli.engine.targets.hf import HFTarget
 
-            made = self.__dict__["_target"] = HFTarget(self.model, self.forward, self.kernels)
-        return made
+        return HFTarget(self.model, self.forward, self.kernels)
 
     def manifest(self) -> dict:
         out = {"ref": self.ref, "resolved": self.resolved, "name": self.name, "params": self.params,
@@ -431,7 +429,7 @@ def load_target(name: str, ref: str, device: str = "cpu", dtype: str = "float32"
     lm = LoadedModel(model=None, tokenizer=tokenizer, ref=ref, resolved=location,
                      name=Path(location).stem if kind == "gguf" else ref, params=0,
                      trust_remote_code=trust_remote_code, forward=name)
-    lm.__dict__["_target"] = target
+    lm.__dict__["target"] = target  # in place of the cached HFTarget
     return lm
 
 

@@ -45,7 +45,7 @@ from collections import Counter
 import pytest
 import torch
 from helpers.artifacts import artifact_options, expects_acceptance
-from helpers.tiny import EOS, make_model, make_tokenizer
+from helpers.tiny import EOS, make_model, make_tokenizer, save_noisy_copy
 
 from specbench_cli import methods
 from specbench_cli.engine import loop
@@ -136,14 +136,7 @@ def draft_dir(target, tmp_path_factory):
     """The target with noise on every weight: it agrees with the target on some tokens and not
     on others, so both acceptance and rejection (residual resampling) happen often."""
     model = make_model(0, layers=2, sharpen=SHARPEN, tie=True)
-    torch.manual_seed(7)
-    with torch.no_grad():
-        for p in model.parameters():
-            p.add_(torch.randn_like(p) * 0.5 * p.std().clamp_min(1e-3))
-    d = tmp_path_factory.mktemp("sampling-draft")
-    model.save_pretrained(d)
-    make_tokenizer().save_pretrained(d)
-    return str(d)
+    return save_noisy_copy(model, tmp_path_factory.mktemp("sampling-draft"), 0.5, seed=7)
 
 
 @pytest.fixture(scope="module")

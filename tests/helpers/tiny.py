@@ -54,6 +54,20 @@ def make_model(seed: int = 0, layers: int = 2, hidden: int = 32, dropout: float 
     return model.to(dtype).eval()
 
 
+def save_noisy_copy(model, directory, scale: float, seed=None):
+    """Save `model` with Gaussian noise on every weight (`scale` x each tensor's std) and the tiny
+    tokenizer as a draft model folder: it agrees with the model often but not always (acceptances
+    and rejections). `seed` reseeds torch first (None: the current stream goes on). Returns the folder."""
+    if seed is not None:
+        torch.manual_seed(seed)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(torch.randn_like(p) * scale * p.std().clamp_min(1e-3))
+    model.save_pretrained(directory)
+    make_tokenizer().save_pretrained(directory)
+    return str(directory)
+
+
 def save_tiny(directory, seed: int = 0, **kwargs):
     """Save a tiny model + tokenizer as an HF folder loadable by `load_model`."""
     make_model(seed, **kwargs).save_pretrained(directory)

@@ -11,7 +11,7 @@ import os
 import pytest
 import torch
 from helpers.artifacts import DATASTORE_PROMPTS, artifact_options, expects_acceptance
-from helpers.tiny import EOS, make_model, make_tokenizer
+from helpers.tiny import EOS, make_model, save_noisy_copy
 
 from specbench_cli import methods
 from specbench_cli.engine.forward import kernels, lean
@@ -61,15 +61,7 @@ def target(request):
 def draft_dir(tmp_path_factory):
     """A draft model for methods that take --draft-model: the tiny target with noise on every
     weight, so it agrees with the target often but not always (acceptances and rejections)."""
-    torch.manual_seed(123)
-    model = make_model(0)
-    with torch.no_grad():
-        for p in model.parameters():
-            p.add_(torch.randn_like(p) * 0.3 * p.std().clamp_min(1e-3))
-    d = tmp_path_factory.mktemp("tiny-draft")
-    model.save_pretrained(d)
-    make_tokenizer().save_pretrained(d)
-    return str(d)
+    return save_noisy_copy(make_model(0), tmp_path_factory.mktemp("tiny-draft"), 0.3)
 
 
 def test_registry_has_the_baseline_and_pld():

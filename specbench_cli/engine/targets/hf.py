@@ -96,7 +96,7 @@ class HFTarget(Target):
         started = time.perf_counter()
         logits, feats = self._run({"input_ids": ids, "past_key_values": cache.hf, "use_cache": True}, want,
                                   last_only=True)
-        return cache, Forward(logits[-1:], [feats] if feats is not None else None, started)
+        return cache, Forward(logits, [feats] if feats is not None else None, started)  # [1, V]
 
     def _inputs(self, ids: torch.Tensor, drafts: Sequence[Draft]) -> dict[str, Any]:
         """`input_ids`, or `inputs_embeds` when a draft carries ready embeddings for some nodes."""
