@@ -23,6 +23,7 @@ trap 'rm -rf "$work"' EXIT
 tar -xzf "$work"/llama_cpp_python-"$VERSION".tar.gz -C "$work"
 rm -rf "$PREFIX/src"
 mv "$work/llama_cpp_python-$VERSION/vendor/llama.cpp" "$PREFIX/src"
+rm -f "$PREFIX/src/.git"   # a submodule pointer to a repository the sdist lacks
 start=$(date +%s)
 cmake -S "$PREFIX/src" -B "$PREFIX/build" -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=ON \
     -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_BUILD_UI=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
