@@ -97,10 +97,13 @@ def parse_spec(spec: str) -> tuple[str, Optional[Budget]]:
 
 
 def method_order(names: list[str]) -> list[str]:
-    """AR first (the baseline), then the rest in the given order, without duplicates."""
+    """AR first (the baseline), then the rest in the given order, without duplicates; an engine's
+    own AR (`llama.cpp:ar`) before the first of its engine methods (engines/naming.py)."""
     for n in names:
         parse_spec(n)  # NAME@BC must be well formed (and not ar@...)
-    return [AR] + [n for n in dict.fromkeys(names) if n != AR]
+    from specbench_cli.engines.naming import with_baselines  # ENGINE:ar joins any ENGINE:METHOD
+
+    return [AR] + [n for n in with_baselines(names) if n != AR]
 
 
 def split_list(values: Optional[List[str]]) -> Optional[list[str]]:
@@ -118,7 +121,7 @@ def parse_method_options(values: Optional[List[str]]) -> dict[str, dict[str, str
         if "=" not in raw or "." not in raw.split("=", 1)[0]:
             raise UsageError(f"--option expects METHOD.KEY=VALUE, got '{raw}'")
         lhs, value = raw.split("=", 1)
-        method, key = lhs.split(".", 1)
+        method, key = lhs.rsplit(".", 1)  # the last dot: engine methods have dots (llama.cpp:draft.n_max)
         if not value.strip():
             raise UsageError(f"--option {raw}: no value after '=' (METHOD.KEY=VALUE)")
         given = opts.setdefault(method.strip(), {})
@@ -303,6 +306,22 @@ def field_default_of(name: str) -> Any:
     return f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[misc]
 
 
+def _engine_urls(values: Any) -> list[str]:
+    """--engine-url values: URL or METHOD=URL, each URL http(s)://..."""
+    values = list(values or [])
+    for v in values:
+        url = v.split("=", 1)[1] if "=" in v.split("://", 1)[0] else v
+        if not url.startswith(("http://", "https://")):
+            raise UsageError(f"--engine-url {v}: expected URL or METHOD=URL with an http:// or https:// URL")
+    return values
+
+
+def _engine_timeout(value: Any) -> float:
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or not 0 < value <= 86400:
+        raise UsageError(f"--engine-timeout must be a number of seconds in (0, 86400] (got {value})")
+    return float(value)
+
+
 def apply_preset(cfg: "RunConfig", given: set[str]) -> None:
     """Fill `cfg` from its preset where the user gave nothing: run fields not in `given` (field
     names set explicitly), each listed method's BC (as NAME@BC, unless --bc or NAME@BC was given)
@@ -413,6 +432,20 @@ class RunConfig:
                                         default=False, to_config=lambda v: not v, param="no_warmup"))
     draft_model: Optional[str] = option(
         None, cli=Cli(("--draft-model",), "Draft model for sps (same kinds of reference as --model)."))
+    engine_bin: Optional[str] = option(
+        None, cli=Cli(("--engine-bin",), "llama.cpp's build (a prefix of tools/build-llama-cpp.sh, or its "
+                      "llama-server binary) for the engine methods llama.cpp:* (default: $SPECBENCH_LLAMA_CPP, "
+                      "the build script's prefix, then PATH); docs/engines.md."))
+    engine_url: list[str] = option(
+        factory=list,
+        cli=Cli(("--engine-url",), "A server someone else runs for engine methods: URL (every engine method) or "
+                "METHOD=URL (one method, e.g. vllm:ngram=http://127.0.0.1:8000); repeatable. Not started or "
+                "stopped by specbench; docs/engines.md.", type=Optional[List[str]], default=None,
+                to_config=lambda v: split_list(v) or []),
+        check=lambda v: _engine_urls(v))
+    engine_timeout: float = option(
+        300.0, cli=Cli(("--engine-timeout",), "Seconds one engine request (or a server's start) may take before "
+                       "its row is an error row."), check=lambda v: _engine_timeout(v))
     output_dir: str = option("results", cli=Cli(("--output-dir",), "Where run folders are created.", type=Path,
                                                 default=Path("results"), to_config=str))
     auto_candidates: Optional[list[int]] = option(
