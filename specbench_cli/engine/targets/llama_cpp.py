@@ -1,0 +1,433 @@
+"""`LlamaCppTarget` (`--target llama.cpp`): specbench's own loop and drafters, every forward
+computed by llama.cpp's `llama_decode` on a GGUF file through its C API (engine/targets/llama_cpp_api.py).
+
+One llama.cpp context holds every batch's keys/values in one KV cache shared by all sequences
+(`kv_unified`); every row of a batch is a sequence id of its own (its *main* id). How a step maps
+onto that cache:
+
+- `start` decodes each prompt on its own sequence (positions 0..T-1, the last token's logits only),
+  in calls of at most `n_batch` tokens; a batch of N prompts is N such prefills, the same
+  arithmetic as N = 1.
+- `verify` is one `llama_decode` over every live row's root + draft nodes, each token with its
+  logits. A token attends to the cache cells that carry the *first* of its sequence ids at
+  positions up to its own, so a tree is verified by giving each root-to-leaf path a sequence id:
+  the first path is the row's main id, every other path gets a spare id whose cells are first
+  made to hold the row's cached prefix (`llama_memory_seq_cp`, metadata only: no keys/values are
+  copied). The root carries every path id of its row; a node carries the ids of the paths through
+  it; a node sits at position past + depth. A node then sees the prefix, the root and its
+  ancestors, never a sibling (a cell of another path lies at a position it sees but carries no id
+  of its own path).
+- `commit` keeps the root and the accepted path in the row's main id (`llama_memory_seq_rm` of the
+  rest; when the accepted path is not the first path, its cells get the main id with
+  `llama_memory_seq_cp` over exactly its positions) and drops every spare id, which frees the
+  cells of rejected nodes. Accepted cells already sit at positions past + depth, which are the
+  next tokens' positions, so nothing is recomputed.
+- `leave` drops a row's main id (its cells are freed); `detach` hands a row's main id to a batch
+  of one; `crop` removes a batch of one's cells from a position on. A batch that is garbage
+  collected frees whatever ids it still holds.
+
+What it cannot give: llama.cpp's public API exposes logits (and pooled/last-layer embeddings of an
+embedding model), not the last hidden state of a causal LM at chosen tokens, not the inputs of
+inner layers, and it cannot take input embeddings mixed with token ids in one batch, so it
+declares no capability: methods that need hidden states, layer features or embeddings (heads,
+EAGLE, mask-probe) are refused by `run/plan.py` before anything loads.
+
+Numerics: llama.cpp computes a quantised GGUF with its own kernels, so its tokens are compared
+with AR *on this target* (the =AR column), never with the transformers target's. The KV cache
+holds keys/values in the context's `type_k`/`type_v` (f16 by default; `cache_type=f32` keeps
+them in float32).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import time
+import weakref
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any, Optional, Sequence
+
+from specbench_cli.engine.draft import Draft, depths
+from specbench_cli.engine.target import Batch, Forward, Target, TargetError
+from specbench_cli.errors import UsageError
+
+MAX_SEQ = 256          # LLAMA_MAX_SEQ of this release: sequence ids 0..255
+N_BATCH = 512          # tokens per llama_decode call (a prefill is cut into such calls)
+CTX_ALIGN = 256        # the context is sized in steps of this many cells
+GGML_TYPES = {"f32": 0, "f16": 1}
+
+
+class _Book:
+    """The sequence ids a batch owns (freed when the batch is collected)."""
+
+    def __init__(self) -> None:
+        self.ids: set[int] = set()
+
+
+class _Rows(Batch):
+    """A batch of the llama.cpp target: per live row its main sequence id and cached length."""
+
+    def __init__(self, target: "LlamaCppTarget") -> None:
+        self.seqs: list[int] = []
+        self.lengths: list[int] = []
+        self.book = _Book()
+        self.last: Optional[list[dict]] = None  # the last verify's layout per row (for commit)
+        weakref.finalize(self, target._release, self.book)
+
+    @property
+    def rows(self) -> int:  # type: ignore[override]
+        return len(self.seqs)
+
+    @property
+    def length(self) -> int:  # type: ignore[override]
+        """A batch of one: its cached length (`past` of the next verify); rows keep their own."""
+        return self.lengths[0] if len(self.lengths) == 1 else max(self.lengths, default=0)
+
+
+class LlamaCppTarget(Target):
+    """A GGUF model computed by llama.cpp's C API (module doc)."""
+
+    name = "llama.cpp"
+    capabilities = frozenset()
+
+    def __init__(self, lib: Any, model: int, path: Path, *, threads: int, flash_attn: str = "auto",
+                 cache_type: str = "f16", n_ctx: int = 0) -> None:
+        import torch
+
+        self.lib = lib
+        self.model = model
+        self.path = path
+        self.threads = threads
+        self.flash_attn = flash_attn
+        self.cache_type = cache_type
+        self.device = torch.device("cpu")
+        self.dtype = torch.float32
+        self.vocab = lib.llama_model_get_vocab(model)
+        self._vocab_size = int(lib.llama_vocab_n_tokens(self.vocab))
+        self.ctx: Optional[int] = None
+        self.n_ctx = 0
+        self.min_ctx = n_ctx
+        self.mem: Optional[int] = None
+        self.free_ids = list(range(MAX_SEQ - 1, -1, -1))  # pop() gives the lowest
+        self.batch_cap = 0
+        self.cbatch: Any = None
+
+    # -- loading ------------------------------------------------------------------------------
+    @classmethod
+    def load(cls, ref: str, *, device: str = "cpu", dtype: str = "float32", **options: Any) -> "LlamaCppTarget":
+        """`ref`: a model alias whose weights are a GGUF file (the default model) or a .gguf path.
+        Options: `threads` (default: torch's, i.e. the run's `--threads`), `engine_bin` (the
+        llama.cpp build prefix), `flash_attn` (auto|on|off), `cache_type` (f16|f32), `n_ctx`
+        (at least this many KV cells; by default sized from each batch's needs)."""
+        from specbench_cli.engines.locate import require_llama_cpp
+        from specbench_cli.engine.targets.llama_cpp_api import LayoutError, Library, ModelParams  # noqa: F401
+        from specbench_cli.models.load import resolve
+
+        if device != "cpu":
+            raise UsageError(f"--target llama.cpp runs on the CPU build of llama.cpp (got --device {device})")
+        if dtype != "float32":
+            raise UsageError(f"--target llama.cpp computes in the GGUF file's own types; --dtype {dtype} does not apply "
+                             f"(leave it at float32)")
+        found = require_llama_cpp(options.get("engine_bin"), library=True)
+        kind, location = resolve(ref)
+        if kind != "gguf":
+            raise UsageError(f"--target llama.cpp needs a GGUF model (a .gguf file or an alias of one), not {ref}")
+        flash = str(options.get("flash_attn", "auto"))
+        if flash not in ("auto", "on", "off"):
+            raise UsageError(f"llama.cpp option flash_attn: expected auto, on or off (got {flash})")
+        cache_type = str(options.get("cache_type", "f16"))
+        if cache_type not in GGML_TYPES:
+            raise UsageError(f"llama.cpp option cache_type: expected one of {', '.join(GGML_TYPES)} (got {cache_type})")
+        threads = options.get("threads")
+        if threads is None:
+            import torch
+
+            threads = torch.get_num_threads()
+        try:
+            lib = Library.open(found.library)
+        except LayoutError as e:
+            raise UsageError(str(e)) from None
+        except OSError as e:
+            raise UsageError(f"cannot load {found.library}: {e}") from None
+        params = lib.llama_model_default_params()
+        params.n_gpu_layers = 0
+        model = lib.llama_model_load_from_file(os.fsencode(location), params)
+        if not model:
+            raise UsageError(f"llama.cpp could not load {location}: {lib.last_error()}")
+        return cls(lib, model, Path(location), threads=int(threads), flash_attn=flash, cache_type=cache_type,
+                   n_ctx=int(options.get("n_ctx", 0)))
+
+    def _context(self, cells: int) -> None:
+        """A context with at least `cells` KV cells; a smaller one is replaced while no batch holds
+        cells in it (a batch's keys/values cannot move to another context)."""
+        if self.ctx is not None and cells <= self.n_ctx:
+            return
+        if self.ctx is not None:
+            if len(self.free_ids) != MAX_SEQ:
+                raise TargetError(f"llama.cpp context of {self.n_ctx} cells is full and other batches hold cells "
+                                  f"in it (needed {cells})")
+            self.lib.llama_free(self.ctx)
+            self.ctx = None
+        n_ctx = -(-max(cells, self.min_ctx, CTX_ALIGN) // CTX_ALIGN) * CTX_ALIGN
+        p = self.lib.llama_context_default_params()
+        p.n_ctx = n_ctx
+        p.n_batch = p.n_ubatch = N_BATCH
+        p.n_seq_max = MAX_SEQ
+        p.n_outputs_max = 0             # = n_batch: every token of a block has its logits
+        p.n_outputs_max_per_seq = 0
+        p.n_threads = p.n_threads_batch = self.threads
+        p.kv_unified = True             # one cache: a token may carry several sequence ids
+        p.flash_attn_type = {"auto": -1, "off": 0, "on": 1}[self.flash_attn]
+        p.type_k = p.type_v = GGML_TYPES[self.cache_type]
+        p.no_perf = True
+        ctx = self.lib.llama_init_from_model(self.model, p)
+        if not ctx:
+            raise TargetError(f"llama.cpp could not create a context of {n_ctx} cells: {self.lib.last_error()}")
+        self.ctx, self.n_ctx = ctx, int(self.lib.llama_n_ctx(ctx))
+        self.mem = self.lib.llama_get_memory(ctx)
+
+    def close(self) -> None:
+        if self.ctx is not None:
+            self.lib.llama_free(self.ctx)
+            self.ctx = None
+        if self.cbatch is not None:
+            self.lib.llama_batch_free(self.cbatch)
+            self.cbatch = None
+        if self.model:
+            self.lib.llama_model_free(self.model)
+            self.model = None
+
+    # -- sequence ids ---------------------------------------------------------------------------
+    def _take(self) -> int:
+        if not self.free_ids:
+            raise TargetError(f"llama.cpp target: all {MAX_SEQ} sequence ids in use (fewer rows or a "
+                              f"smaller tree: every root-to-leaf path of a draft needs one)")
+        return self.free_ids.pop()
+
+    def _give(self, seq: int) -> None:
+        self.lib.llama_memory_seq_rm(self.mem, seq, -1, -1)
+        self.free_ids.append(seq)
+        self.free_ids.sort(reverse=True)
+
+    def _release(self, book: _Book) -> None:
+        if self.ctx is None:
+            return
+        for seq in sorted(book.ids):
+            self._give(seq)
+        book.ids.clear()
+
+    # -- one llama_decode ----------------------------------------------------------------------
+    def _batch(self, n: int) -> Any:
+        if n > self.batch_cap:
+            if self.cbatch is not None:
+                self.lib.llama_batch_free(self.cbatch)
+            self.cbatch = self.lib.llama_batch_init(max(n, N_BATCH), 0, MAX_SEQ)
+            self.batch_cap = max(n, N_BATCH)
+        return self.cbatch
+
+    def _decode(self, tokens: list[tuple[int, int, Sequence[int], bool]]) -> float:
+        """One llama_decode of (token, position, sequence ids, wants logits) entries; returns the
+        clock just before it ran."""
+        b = self._batch(len(tokens))
+        for i, (tok, pos, seqs, out) in enumerate(tokens):
+            b.token[i] = tok
+            b.pos[i] = pos
+            b.n_seq_id[i] = len(seqs)
+            row = b.seq_id[i]
+            for k, s in enumerate(seqs):
+                row[k] = s
+            b.logits[i] = 1 if out else 0
+        b.n_tokens = len(tokens)
+        started = time.perf_counter()
+        rc = self.lib.llama_decode(self.ctx, b)
+        if rc != 0:
+            raise TargetError(f"llama_decode returned {rc} for a batch of {len(tokens)} tokens "
+                              f"({self.lib.last_error()})")
+        return started
+
+    def _logits(self, n: int):
+        """`[n, V]` float32 logits of the last decode's n output tokens, in batch order."""
+        import torch
+
+        v = self._vocab_size
+        first = self.lib.llama_get_logits_ith(self.ctx, 0)
+        last = self.lib.llama_get_logits_ith(self.ctx, n - 1)
+        if not first or not last:
+            raise TargetError(f"llama.cpp returned no logits ({self.lib.last_error()})")
+        base = ctypes.addressof(first.contents)
+        if ctypes.addressof(last.contents) == base + 4 * v * (n - 1):  # one contiguous block
+            buf = (ctypes.c_float * (n * v)).from_address(base)
+            return torch.frombuffer(buf, dtype=torch.float32).clone().view(n, v)
+        out = torch.empty((n, v), dtype=torch.float32)
+        for i in range(n):
+            ptr = self.lib.llama_get_logits_ith(self.ctx, i)
+            out[i] = torch.frombuffer((ctypes.c_float * v).from_address(ctypes.addressof(ptr.contents)),
+                                      dtype=torch.float32)
+        return out
+
+    # -- the protocol ---------------------------------------------------------------------------
+    def start(self, prompts: Sequence[list[int]], room: int, want: bool | tuple[int, ...] = False
+              ) -> tuple[Batch, list[Forward]]:
+        if not prompts:
+            raise ValueError("a batch needs at least one prompt")
+        if want:
+            raise self.lacks("hidden_states" if want is True else "layer_features")
+        in_use = self._cells_in_use()
+        self._context(in_use + sum(len(p) + room + 1 for p in prompts))
+        batch = _Rows(self)
+        forwards = []
+        for prompt in prompts:
+            if not prompt:
+                raise ValueError("an empty prompt has nothing to prefill")
+            seq = self._take()
+            batch.book.ids.add(seq)
+            batch.seqs.append(seq)
+            batch.lengths.append(len(prompt))
+            started = None
+            for lo in range(0, len(prompt), N_BATCH):
+                chunk = prompt[lo:lo + N_BATCH]
+                last = lo + len(chunk) == len(prompt)
+                t = self._decode([(tok, lo + i, (seq,), last and i == len(chunk) - 1) for i, tok in enumerate(chunk)])
+                started = started if started is not None else t
+            forwards.append(Forward(self._logits(1), None, started))
+        return batch, forwards
+
+    def _cells_in_use(self) -> int:
+        if self.ctx is None:
+            return 0
+        return sum(int(self.lib.llama_memory_seq_pos_max(self.mem, s)) + 1
+                   for s in range(MAX_SEQ) if s not in self.free_ids)
+
+    def verify(self, batch: Batch, roots: Sequence[int], drafts: Sequence[Draft],
+               want: bool | tuple[int, ...] = False) -> Forward:
+        b = self._rows(batch)
+        if want:
+            raise self.lacks("hidden_states" if want is True else "layer_features")
+        if len(roots) != b.rows or len(drafts) != b.rows:
+            raise TargetError(f"verify got {len(roots)} roots and {len(drafts)} drafts for {b.rows} rows")
+        tokens: list[tuple[int, int, Sequence[int], bool]] = []
+        layout = []
+        spares: list[int] = []
+        try:
+            for seq, past, root, draft in zip(b.seqs, b.lengths, roots, drafts):
+                if draft.embeds:
+                    raise self.lacks("input_embeddings")
+                paths, node_ids = self._paths(seq, draft, spares)
+                for extra in paths[1:]:
+                    self.lib.llama_memory_seq_cp(self.mem, seq, extra, -1, -1)  # the prefix, in every path
+                d = depths(tuple(draft.parents))
+                tokens.append((int(root), past, paths, True))
+                tokens.extend((int(tok), past + d[i], node_ids[i], True) for i, tok in enumerate(draft.tokens))
+                layout.append({"paths": paths, "node_ids": node_ids, "depths": d})
+            if len(tokens) > N_BATCH:
+                raise TargetError(f"a verify forward of {len(tokens)} tokens exceeds llama.cpp's batch of {N_BATCH}")
+            started = self._decode(tokens)
+        except Exception:
+            for extra in spares:
+                self._give(extra)
+            raise
+        b.last = layout
+        return Forward(self._logits(len(tokens)), None, started)
+
+    def _paths(self, seq: int, draft: Draft, spares: list[int]) -> tuple[list[int], list[list[int]]]:
+        """The sequence id of each root-to-leaf path (the first is the row's own) and, per node,
+        the ids of the paths through it (ascending path order)."""
+        n = len(draft)
+        if n == 0 or draft.is_chain:
+            return [seq], [[seq]] * n
+        has_child = [False] * n
+        for p in draft.parents:
+            if p >= 0:
+                has_child[p] = True
+        node_ids: list[list[int]] = [[] for _ in range(n)]
+        paths = []
+        for leaf in range(n):
+            if has_child[leaf]:
+                continue
+            if paths:
+                pid = self._take()
+                spares.append(pid)
+            else:
+                pid = seq
+            paths.append(pid)
+            node = leaf
+            while node >= 0:
+                node_ids[node].append(pid)
+                node = draft.parents[node]
+        return paths, node_ids
+
+    def commit(self, batch: Batch, past: int, keep: Sequence[list[int]]) -> None:
+        b = self._rows(batch)
+        if b.last is None or len(keep) != b.rows:
+            raise TargetError("commit without a verify of the same rows")
+        mem = self.lib
+        for r, (seq, start, kept, lay) in enumerate(zip(b.seqs, b.lengths, keep, b.last)):
+            accepted = [k - 1 for k in kept[1:]]
+            depth = len(accepted)
+            if accepted and lay["depths"][accepted[-1]] != depth:
+                raise TargetError(f"row {r}: kept nodes {accepted} are not a path from the root")
+            end = start + 1 + depth                     # first position past the kept path
+            if depth and seq not in lay["node_ids"][accepted[-1]]:
+                holder = lay["node_ids"][accepted[-1]][0]
+                mem.llama_memory_seq_rm(self.mem, seq, start + 1, -1)
+                mem.llama_memory_seq_cp(self.mem, holder, seq, start + 1, end)
+            else:
+                mem.llama_memory_seq_rm(self.mem, seq, end, -1)
+            for extra in lay["paths"][1:]:
+                self._give(extra)
+            b.lengths[r] = end
+        b.last = None
+
+    def leave(self, batch: Batch, row: int) -> None:
+        b = self._rows(batch)
+        seq = b.seqs[row]
+        if seq in b.book.ids:
+            b.book.ids.discard(seq)
+            self._give(seq)
+        b.seqs[row], b.lengths[row] = b.seqs[-1], b.lengths[-1]
+        b.seqs.pop()
+        b.lengths.pop()
+
+    def detach(self, batch: Batch, row: int) -> Batch:
+        b = self._rows(batch)
+        seq = b.seqs[row]
+        one = _Rows(self)
+        one.seqs, one.lengths = [seq], [b.lengths[row]]
+        if seq in b.book.ids:
+            b.book.ids.discard(seq)
+            one.book.ids.add(seq)
+        return one
+
+    def crop(self, batch: Batch, length: int) -> None:
+        b = self._rows(batch)
+        if b.rows != 1:
+            raise TargetError("crop works on a batch of one (detach the row first)")
+        if length < b.lengths[0]:
+            self.lib.llama_memory_seq_rm(self.mem, b.seqs[0], length, -1)
+            b.lengths[0] = length
+
+    @staticmethod
+    def _rows(batch: Batch) -> _Rows:
+        if not isinstance(batch, _Rows):
+            raise TargetError(f"not a batch of the llama.cpp target: {type(batch).__name__}")
+        return batch
+
+    # -- what it says of itself -----------------------------------------------------------------
+    @property
+    def vocab_size(self) -> int:
+        return self._vocab_size
+
+    @property
+    def generation_config(self) -> Any:
+        """The vocabulary's end-of-generation ids (llama.cpp's own list: eos, eot, ...)."""
+        if not hasattr(self, "_eog"):
+            self._eog = [t for t in range(self._vocab_size) if self.lib.llama_vocab_is_eog(self.vocab, t)]
+        return SimpleNamespace(eos_token_id=list(self._eog))
+
+    def describe(self) -> dict:
+        desc = ctypes.create_string_buffer(256)
+        self.lib.llama_model_desc(self.model, desc, 256)
+        return {"target": self.name, "gguf": self.path.name, "model": desc.value.decode("utf-8", "replace"),
+                "params": int(self.lib.llama_model_n_params(self.model)), "threads": self.threads,
+                "flash_attn": self.flash_attn, "cache_type": self.cache_type, "library": str(self.lib.path.name)}
