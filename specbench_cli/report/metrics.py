@@ -21,6 +21,7 @@ from typing import Iterable, Sequence
 import numpy as np
 import pandas as pd
 
+from specbench_cli.engines.naming import baseline_of, is_baseline
 from specbench_cli.store.rows import defaults as _row_defaults
 from specbench_cli.tasks.categories import OVERALL, canonical_category, order_categories
 
@@ -91,15 +92,15 @@ def question_throughputs(rows: Sequence[dict] | pd.DataFrame) -> pd.DataFrame:
     return tp.reset_index(drop=True)
 
 
-def ar_source_runs(tp: pd.DataFrame) -> dict[tuple[str, str], str]:
-    """(run_id, model) -> run whose `ar` rows serve as its baseline.
+def ar_source_runs(tp: pd.DataFrame, baseline: str = AR_METHOD) -> dict[tuple[str, str], str]:
+    """(run_id, model) -> run whose `ar` rows (`baseline`'s: an engine's `ENGINE:ar`) serve as its baseline.
 
     A run's own `ar` rows are preferred; a run without them borrows those of the first loaded
     run with `ar` rows for the same model at the same batch size (so `report ar_run method_run`
     works; AR at batch size N is the baseline at N).
     """
     cols = ["run_id", "model", "batch_size"]
-    ar_pairs = tp.loc[tp["method"] == AR_METHOD, cols].drop_duplicates()
+    ar_pairs = tp.loc[tp["method"] == baseline, cols].drop_duplicates()
     first_ar_run: dict[tuple, str] = {}
     for run_id, model, n in ar_pairs.itertuples(index=False):
         first_ar_run.setdefault((model, n), run_id)
@@ -114,20 +115,23 @@ def ar_source_runs(tp: pd.DataFrame) -> dict[tuple[str, str], str]:
 
 
 def paired_throughputs(tp: pd.DataFrame) -> pd.DataFrame:
-    """Method questions joined with the `ar` throughput of the same question and repeat.
+    """Method questions joined with the `ar` throughput of the same question and repeat (an
+    engine method's with its engine's `ENGINE:ar`: engines/naming.py).
 
     Only questions both have (with the same number of turns) survive. Adds `ar_throughput`
     and `ratio = throughput / ar_throughput`.
     """
-    sources = ar_source_runs(tp)
-    ar = tp[tp["method"] == AR_METHOD]
-    ar = ar.groupby(QUESTION_KEY, sort=False).agg(
+    baselines = [baseline_of(m) for m in tp["method"]]
+    sources = {b: ar_source_runs(tp, b) for b in set(baselines)}
+    ar = tp[pd.Series([is_baseline(m) for m in tp["method"]], index=tp.index, dtype=bool)]
+    ar = ar.groupby(QUESTION_KEY + ["method"], sort=False).agg(
         ar_tokens=("tokens", "sum"), ar_time=("time", "sum"), ar_turns=("turns", "max")
     ).reset_index()
     ar["ar_throughput"] = ar["ar_tokens"] / ar["ar_time"]
-    ar = ar.rename(columns={"run_id": "ar_run_id"})
-    left = tp.assign(ar_run_id=[sources.get(k) for k in zip(tp["run_id"], tp["model"])])
-    join_on = ["ar_run_id"] + [k for k in QUESTION_KEY if k != "run_id"]
+    ar = ar.rename(columns={"run_id": "ar_run_id", "method": "baseline"})
+    left = tp.assign(baseline=baselines, ar_run_id=[sources[b].get(k) for b, k in
+                                                    zip(baselines, zip(tp["run_id"], tp["model"]))])
+    join_on = ["ar_run_id", "baseline"] + [k for k in QUESTION_KEY if k != "run_id"]
     # Join keys as objects on both sides: a run with no usable AR question (all rows failed or took
     # no time) leaves empty or all-None columns whose dtypes would not match the other side's.
     left = left.astype({k: object for k in join_on})

@@ -23,6 +23,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from specbench_cli.console import out
+from specbench_cli.engines.naming import baseline_of, is_baseline
 from specbench_cli.report import metrics
 from specbench_cli.report.metrics import AR_METHOD, OVERALL, order_categories
 from specbench_cli.tasks.categories import display_category
@@ -149,7 +150,7 @@ def wide_frame(summary: pd.DataFrame) -> pd.DataFrame:
         wide[f"speedup_{category}"] = cat["speedup"]
         wide[f"speedup_std_{category}"] = cat["speedup_std"]
     # AR is the baseline: its speedup is 1 by construction, a spread of 0 says nothing.
-    is_ar = wide.index.get_level_values("method_label") == AR_METHOD
+    is_ar = [is_baseline(m) for m in wide.index.get_level_values("method_label")]  # an engine's own AR too
     wide.loc[is_ar, [c for c in wide.columns if c.startswith("speedup_std_")]] = float("nan")
     order = {key: i for i, key in enumerate(overall.index)}
     wide = wide.reset_index()
@@ -295,12 +296,16 @@ def table_notes(summary: pd.DataFrame) -> list[str]:
         name = f"{row['method_label']} ({row['model']}, BC {row['block_complexity']}{f', N {n}' if n > 1 else ''})"
         if row["n_errors"]:
             notes.append(f"{name}: {row['n_errors']} of {row['n_rows']} rows errored and are left out.")
-        if row["ar_mismatches"]:
+        if is_baseline(row["method_label"]) and row["ar_compared"]:  # an engine's AR against specbench's
+            notes.append(f"{name}: {row['ar_compared'] - row['ar_mismatches']} of {row['ar_compared']} outputs equal "
+                         f"{AR_METHOD}'s (another engine's arithmetic: information, not a losslessness check).")
+        elif row["ar_mismatches"]:
             claim = (" although it claims to be lossless" if row["lossless"]
                      else " (lossy by design: not part of the losslessness check)")
             notes.append(f"{name}: {row['ar_mismatches']} of {row['ar_compared']} outputs differ from AR{claim}.")
-        if row["method_label"] != AR_METHOD and row["n_paired"] == 0:
-            notes.append(f"{name}: no AR rows for the same questions; speedup not available.")
+        if not is_baseline(row["method_label"]) and row["n_paired"] == 0:
+            notes.append(f"{name}: no {baseline_of(row['method_label'])} rows for the same questions; speedup not "
+                         f"available.")
         elif row["n_paired"] < row["n_questions"]:
             notes.append(f"{name}: speedup over {row['n_paired']} of {row['n_questions']} questions (those AR also has).")
     return notes
