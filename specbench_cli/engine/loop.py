@@ -30,7 +30,13 @@ Clock: `prefill_time` is the time until decoding starts (every prompt's prefill)
 runs from the batch's start to the sequence's finish (plus its epilogue); per step a sequence's
 drafting time is its own drafter's (propose + observe), its verify time the shared forward's and
 the verdicts', and its overhead the rest of the step (building the forward's inputs, the cache
-commit, the other sequences' drafting). Whether batched arithmetic changes a sequence's tokens
+commit, the other sequences' drafting). Where the split is asked for (`split`: always on a CPU,
+where reading the clock is all it costs; on CUDA only with `time_steps`, since each part's end
+must then wait for the device) each step is also cut into its parts: the drafter's `propose` and
+`observe` (its own), the target's forward (`Target.verify` from `Forward.started` to its return),
+the acceptance (every live sequence's verdict), the cache commit (`Target.commit`); the rest of
+the decode time (building the forward's inputs, bookkeeping, leaving, the other sequences'
+drafting) is what reports call "other" (docs/metrics.md). Whether batched arithmetic changes a sequence's tokens
 against batch size 1 is not assumed: the tests and reports measure it (cross-batch agreement).
 """
 
@@ -42,7 +48,7 @@ from typing import Any, Optional, Sequence
 
 import torch
 
-from specbench_cli.engine.draft import Draft
+from specbench_cli.engine.draft import Draft, depths
 from specbench_cli.engine.drafter import DecodeState, Drafter, VerifyResult
 from specbench_cli.engine.target import Batch, Target
 from specbench_cli.engine.verify import SamplingConfig, Verdict, verify_greedy, verify_sampling
@@ -69,6 +75,18 @@ class Generation:
     budget_used: list[int] = field(default_factory=list)
     step_draft_ms: list[float] = field(default_factory=list)
     step_verify_ms: list[float] = field(default_factory=list)
+    draft_depths: list[int] = field(default_factory=list)  # the deepest acceptable draft node per step
+    # the split of each step (module doc); empty lists and None totals where it was not measured
+    step_propose_ms: list[float] = field(default_factory=list)
+    step_forward_ms: list[float] = field(default_factory=list)
+    step_accept_ms: list[float] = field(default_factory=list)
+    step_commit_ms: list[float] = field(default_factory=list)
+    step_observe_ms: list[float] = field(default_factory=list)
+    propose_time: Optional[float] = None
+    forward_time: Optional[float] = None
+    accept_time: Optional[float] = None
+    commit_time: Optional[float] = None
+    observe_time: Optional[float] = None
     epilogue_tokens: int = 0     # tokens decoded after the drafter's epilogue (lossy methods only)
     stats: Optional[dict] = None  # the drafter's `stats()` after this generation
 
@@ -80,6 +98,15 @@ class Generation:
 def _sync(device: Any) -> None:
     if getattr(device, "type", None) == "cuda":
         torch.cuda.synchronize(device)
+
+
+def deepest(draft: Draft) -> int:
+    """Draft positions on the draft's longest root-to-leaf path of acceptable nodes: the most
+    draft tokens one step could accept (a chain's length)."""
+    if not draft.tokens:
+        return 0
+    d, ok = depths(tuple(draft.parents)), draft.acceptable
+    return max(d) if ok is None else max((x for x, keep in zip(d, ok) if keep), default=0)
 
 
 def wants(drafter: Drafter) -> bool | tuple[int, ...]:
@@ -95,13 +122,19 @@ class Decoder:
     """Runs drafters against one target (a `Target`, or a transformers model, which is wrapped in
     an `HFTarget`), one forward per step over every live sequence."""
 
-    def __init__(self, target: Any, eos_ids: set[int] | list[int], sampling: SamplingConfig | None = None) -> None:
+    def __init__(self, target: Any, eos_ids: set[int] | list[int], sampling: SamplingConfig | None = None,
+                 time_steps: bool = False) -> None:
         from specbench_cli.engine.targets.hf import as_target
 
         self.target: Target = as_target(target)
         self.eos_ids = set(eos_ids)
         self.sampling = sampling or SamplingConfig()
         self.device = self.target.device
+        kind = getattr(self.device, "type", None)
+        # each step cut into its parts (module doc): free on a CPU; on CUDA only when asked for,
+        # since every part's end then waits for the device
+        self.split = kind in (None, "cpu") or (bool(time_steps) and kind == "cuda")
+        self._part_sync = bool(time_steps) and kind == "cuda"
 
     def _choose(self, draft: Draft, logits: torch.Tensor, generator) -> Verdict:
         if self.sampling.greedy:
@@ -159,6 +192,10 @@ class Decoder:
         def done(b: int) -> bool:
             return len(produced[b]) >= max_new_tokens[b] or produced[b][-1] in self.eos_ids or finished[b]()
 
+        split, part_sync, device = self.split, self._part_sync, self.device
+        if split:
+            for g in out:
+                g.propose_time = g.forward_time = g.accept_time = g.commit_time = g.observe_time = 0.0
         live = list(range(n))  # live[r]: the sequence in batch row r
         epilogues: dict[int, tuple[Batch, Any]] = {}
         ended = [0.0] * n
@@ -182,6 +219,7 @@ class Decoder:
         leave([r for r, b in enumerate(live) if done(b)])
 
         # 2. decode
+        policies = [getattr(d, "budget_policy", None) for d in drafters]  # engine/budget.py
         while live:
             t0 = clock()
             states, drafts, own = [], [], []
@@ -190,14 +228,21 @@ class Decoder:
                 state = DecodeState(ids=seqs[b], prompt_len=len(prompts[b]), budget=budget,
                                     remaining=max_new_tokens[b] - len(produced[b]), step=out[b].steps, hidden=fresh[b])
                 draft = drafters[b].propose(state)                                         # 2a
+                if policies[b] is not None:  # an adaptive budget keeps the part worth verifying
+                    draft = policies[b].choose(draft)
                 if 1 + len(draft) > budget:
                     raise BudgetExceeded(f"{drafters[b].name or type(drafters[b]).__name__} proposed {len(draft)} "
                                          f"tokens at block complexity {budget} (at most {budget - 1})")
                 states.append(state)
                 drafts.append(draft)
+                if part_sync:
+                    _sync(device)
                 own.append(clock() - ts)
             past = batch.length
             fwd = target.verify(batch, [seqs[b][-1] for b in live], drafts, want)          # 2b
+            if part_sync:
+                _sync(device)
+            t1 = clock()
             verdicts, parts, start = [], [], 0
             for r, b in enumerate(live):                                                   # 2c
                 rows = 1 + len(drafts[r])
@@ -207,6 +252,9 @@ class Decoder:
                 verdicts.append(self._choose(drafts[r], part, gens[b]))
             t2 = clock()
             target.commit(batch, past, [[0] + [a + 1 for a in v.accepted] for v in verdicts])   # 2d
+            if part_sync:
+                _sync(device)
+            t3 = clock()
             results = []
             for r, b in enumerate(live):
                 v = verdicts[r]
@@ -216,23 +264,42 @@ class Decoder:
                     fresh[b] = fwd.features[r][[0] + [a + 1 for a in v.accepted]]
                 results.append(VerifyResult(drafts[r], v.accepted, v.new_tokens, parts[r], fresh[b], v.preds,
                                             states[r]))
+            proposing = list(own)
             for r, b in enumerate(live):                                                   # 2e
                 ts = clock()
                 drafters[b].observe(results[r])
+                if policies[b] is not None:
+                    policies[b].observe(drafts[r], verdicts[r].accepted)
+                if part_sync:
+                    _sync(device)
                 own[r] += clock() - ts
             t4 = clock()
             verifying = t2 - fwd.started
+            forward, accept, commit = t1 - fwd.started, t2 - t1, t3 - t2
             for r, b in enumerate(live):
                 g, d, v = out[b], drafts[r], verdicts[r]
                 g.accept_lengths.append(len(v.new_tokens))
                 g.draft_sizes.append(d.n_acceptable())
                 g.draft_path_lengths.append(v.path_length)
+                g.draft_depths.append(deepest(d))
                 g.budget_used.append(1 + len(d))
                 g.step_draft_ms.append(round(1000 * own[r], 3))
                 g.step_verify_ms.append(round(1000 * verifying, 3))
                 g.draft_time += own[r]
                 g.verify_time += verifying
                 g.overhead_time += (t4 - t0) - own[r] - verifying
+                if split:  # own[r] = propose + observe, verifying = forward + accept, as before
+                    observe = own[r] - proposing[r]
+                    g.step_propose_ms.append(round(1000 * proposing[r], 3))
+                    g.step_forward_ms.append(round(1000 * forward, 3))
+                    g.step_accept_ms.append(round(1000 * accept, 3))
+                    g.step_commit_ms.append(round(1000 * commit, 3))
+                    g.step_observe_ms.append(round(1000 * observe, 3))
+                    g.propose_time += proposing[r]
+                    g.forward_time += forward
+                    g.accept_time += accept
+                    g.commit_time += commit
+                    g.observe_time += observe
             leave([r for r, b in enumerate(live) if done(b)])                                # 2f
 
         # 3./4. lossy epilogues, each on its own sequence's keys/values, after the batch

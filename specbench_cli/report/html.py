@@ -174,6 +174,42 @@ def table_html(table: TableData, caption: bool = True) -> str:
             f'<tbody>{"".join(body)}</tbody></table>' + (f'<ul class="notes">{notes}</ul>' if notes else ""))
 
 
+SHARE_COLOURS = ("#4e79a7", "#e15759", "#f28e2b", "#76b7b2", "#59a14f", "#bab0ac", "#b07aa1", "#9c755f")
+
+
+def share_bars(table: TableData) -> str:
+    """One horizontal stacked bar per row of a table whose columns carry shares (the time table:
+    each part's share of the decode time), in inline HTML and CSS; "" when no row has them."""
+    parts = [c for c in table.columns if c.share_key]
+    if not parts:
+        return ""
+    label_cols = [c for c in table.columns if not c.numeric] or table.columns[:1]
+    colour = {c.key: SHARE_COLOURS[i % len(SHARE_COLOURS)] for i, c in enumerate(parts)}
+    bars = []
+    for _, row in table.frame.iterrows():
+        shares = [(c, row.get(c.share_key)) for c in parts]
+        if not all(isinstance(v, (int, float)) and v == v for _, v in shares):
+            continue
+        label = " · ".join(str(row.get(c.key)) for c in label_cols)
+        segs = "".join(
+            f'<span class="seg" style="width:{max(100 * float(v), 0):.2f}%;background:{colour[c.key]}" '
+            f'title="{_e(c.header)}: {100 * float(v):.1f}%"></span>' for c, v in shares)
+        bars.append(f'<div class="sharerow"><span class="sharelabel">{_e(label)}</span>'
+                    f'<span class="sharebar">{segs}</span></div>')
+    if not bars:
+        return ""
+    legend = "".join(f'<span class="key"><span class="swatch" style="background:{colour[c.key]}"></span>'
+                     f'{_e(c.header)}</span>' for c in parts)
+    style = ("<style>.shares{margin:.5em 0 1.5em}.sharerow{display:flex;align-items:center;gap:.6em;margin:.2em 0}"
+             ".sharelabel{width:14em;text-align:right;font-size:.85em;overflow:hidden;text-overflow:ellipsis;"
+             "white-space:nowrap}.sharebar{display:flex;flex:1;max-width:40em;height:1.1em;background:#eee}"
+             ".sharebar .seg{display:block;height:100%}.sharelegend{font-size:.8em;margin-top:.3em}"
+             ".sharelegend .key{margin-right:1em}.swatch{display:inline-block;width:.8em;height:.8em;"
+             "margin-right:.3em;vertical-align:middle}</style>")
+    return (f'{style}<div class="shares" role="img" aria-label="share of decode time per part">{"".join(bars)}'
+            f'<div class="sharelegend">{legend}</div></div>')
+
+
 def conditions(run: Run) -> list[tuple[str, str]]:
     """What a reader needs to judge a run's numbers: model, settings, machine, load, versions."""
     m, config = run.manifest, run.manifest.get("config") or {}
@@ -221,7 +257,7 @@ def page(runs: Sequence[Run], tables: Sequence[TableData], figures: Sequence[tup
     if viewer is None and not viewer_notes:
         parts.append('<p class="sub">No answers to show.</p>')
     for table in tables[1:]:
-        parts.append(f"<h2>{_e(table.title)}</h2>" + table_html(table, caption=False))
+        parts.append(f"<h2>{_e(table.title)}</h2>" + table_html(table, caption=False) + share_bars(table))
     if figures:
         shown = "".join(f"<figure>{svg}<figcaption>{_e(name)}</figcaption></figure>" for name, svg in figures)
         parts.append(f'<h2>Figures</h2><div class="figures">{shown}</div>')

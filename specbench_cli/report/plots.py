@@ -4,7 +4,9 @@
 - #MAT against block complexity per method (one line per method, across runs);
 - distribution of accepted lengths per method;
 - per-position acceptance (k-alpha) of chain drafters;
-- conditional acceptance per draft position of every drafting method (docs/metrics.md).
+- conditional acceptance per draft position of every drafting method (docs/metrics.md);
+- where the decode time goes: ms per step stacked by part, per method (report/timing.py);
+- #MAT against the sampling temperature, when the rows hold several.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ import pandas as pd  # noqa: E402
 from matplotlib.ticker import MaxNLocator, PercentFormatter  # noqa: E402
 
 from specbench_cli.atomic import atomic_write  # noqa: E402
-from specbench_cli.report import metrics  # noqa: E402
+from specbench_cli.report import metrics, timing  # noqa: E402
 from specbench_cli.report.metrics import AR_METHOD, OVERALL  # noqa: E402
 from specbench_cli.tasks.categories import display_category  # noqa: E402
 
@@ -292,6 +294,51 @@ def figures(rows: Sequence[dict] | pd.DataFrame, summary: pd.DataFrame) -> Itera
     if _has_conditional(summary):
         yield ("conditional_acceptance", "Conditional acceptance per draft position",
                draw_conditional_acceptance(summary, palette))
+    split = timing.breakdown(frame.to_dict("records"), summary)
+    if len(split) and split["propose_share"].notna().any():
+        yield "time_breakdown", "Where the decode time goes", draw_time_breakdown(split)
+    temps = timing.temperature_frame(frame.to_dict("records"))
+    if len(temps) and temps["temperature"].nunique() > 1:
+        yield "mat_vs_temperature", "#MAT vs temperature", draw_mat_vs_temperature(temps, palette)
+
+
+def draw_time_breakdown(split: pd.DataFrame) -> plt.Figure:
+    """One stacked horizontal bar per method instance: ms per decoding step, split into propose,
+    forward, accept, commit, observe and other (report/timing.py)."""
+    data = split[split["propose_share"].notna()].reset_index(drop=True)
+    with_model, with_bc = _label_flags(data)
+    labels = [series_label(r.model, r.method_label, r.block_complexity, with_model, with_bc)
+              for r in data.itertuples(index=False)]
+    fig, ax = plt.subplots(figsize=(7, 0.5 * len(data) + 1.4))
+    left = np.zeros(len(data))
+    colours = plt.get_cmap("tab10").colors
+    for i, part in enumerate(timing.SHOWN_PARTS):
+        values = data[f"{part}_ms"].to_numpy(dtype=float)
+        ax.barh(labels, values, left=left, color=colours[i % len(colours)], label=timing.PART_HEADERS[part])
+        left += values
+    ax.invert_yaxis()
+    ax.set_xlabel("ms per decoding step")
+    ax.grid(axis="x", alpha=0.3)
+    ax.grid(axis="y", visible=False)
+    ax.legend(ncol=3, fontsize=8, loc="lower center", bbox_to_anchor=(0.5, 1.0), frameon=False)
+    fig.tight_layout()
+    return fig
+
+
+def draw_mat_vs_temperature(temps: pd.DataFrame, palette: dict | None = None) -> plt.Figure:
+    """#MAT against the sampling temperature, one line per method instance."""
+    fig, ax = plt.subplots(figsize=(5.5, 3.6))
+    with_model, with_bc = _label_flags(temps)
+    for key, group in temps.groupby(["model", "method_label", "block_complexity", "batch_size"], sort=False):
+        group = group.sort_values("temperature")
+        colour = (palette or {}).get((key[0], key[1]))
+        ax.plot(group["temperature"], group["mat"], marker="o", color=colour,
+                label=series_label(key[0], key[1], key[2], with_model, with_bc))
+    ax.set_xlabel("temperature")
+    ax.set_ylabel("#MAT")
+    _legend(ax)
+    fig.tight_layout()
+    return fig
 
 
 def write_plots(rows: Sequence[dict] | pd.DataFrame, summary: pd.DataFrame, directory: Path) -> list[Path]:

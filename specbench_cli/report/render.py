@@ -33,7 +33,7 @@ def to_csv(table: TableData) -> str:
     """Numbers, not display strings: the wide frame's columns (means and stds separately)."""
     keys = []
     for col in table.columns:
-        keys += [col.key] + ([col.std_key] if col.std_key else [])
+        keys += [col.key] + ([col.std_key] if col.std_key else []) + ([col.share_key] if col.share_key else [])
     buffer = io.StringIO()
     table.frame[keys].to_csv(buffer, index=False, quoting=csv.QUOTE_MINIMAL, lineterminator="\n")
     return buffer.getvalue()

@@ -65,6 +65,9 @@ def write_report(run_dirs: List[Path], fmt: Optional[str] = None, output: Option
     turn_table = turns.turn_table(per_turn) if len(per_turn) else None
     if turn_table is not None:
         written += write_tables(turn_table, per_turn, directory, report_formats.names(), stem=turns.FILE_STEM)
+    own_files = time_tables(runs, rows, summary)  # time.<ext>, temperature.<ext>: files of their own
+    for stem, extra in own_files:
+        written += write_tables(extra, summary, directory, [fmt] if fmt else report_formats.names(), stem=stem)
     if fmt:
         typer.echo(render.render(table, fmt, summary, extras), nl=False)
     else:
@@ -75,6 +78,12 @@ def write_report(run_dirs: List[Path], fmt: Optional[str] = None, output: Option
             report.print_table(extra)
         if turn_table is not None:
             report.print_table(turn_table)
+        for stem, extra in own_files:
+            if stem == "time":
+                from specbench_cli.report.timing import terminal_table
+
+                extra = terminal_table(extra)
+            report.print_table(extra)
     for run, why in busy:
         err.print(f"[yellow]warning:[/] {escape(run.run_id)} was timed on a busy machine ({why}): its speedups "
                   f"are not a quiet machine's", highlight=False)
@@ -130,8 +139,9 @@ def write_html_report(run_dirs: List[Path], output: Optional[Path] = None, colum
     sources, notes = html.piece_source(runs, load_tokenizer)
     for note in notes:
         err.print(f"[yellow]note:[/] {escape(note)}", highlight=False)
-    text = html.page(runs, [table, *extra_tables(rows, summary)], figures, html.viewer_data(runs, sources), notes,
-                     [f"{run.run_id}: {why}" for run, why in busy])
+    own = [t for _, t in time_tables(runs, rows, summary)]
+    text = html.page(runs, [table, *extra_tables(rows, summary), *own], figures, html.viewer_data(runs, sources),
+                     notes, [f"{run.run_id}: {why}" for run, why in busy])
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         atomic_write(path, text)
@@ -155,6 +165,16 @@ def machine_notes(runs: list[Run]) -> list[str]:
 
 def busy_notes(busy: list[tuple[Run, str]]) -> list[str]:
     return [f"timed on a busy machine: {run.run_id} ({why}); its speedups are not a quiet machine's" for run, why in busy]
+
+
+def time_tables(runs: list[Run], rows: list[dict], summary: pd.DataFrame) -> list[tuple[str, report.TableData]]:
+    """(file stem, table): where each method's decode time goes with its predicted, measured and
+    oracle speedup (report/timing.py), and #MAT by temperature when the rows hold several."""
+    from specbench_cli.report import timing
+
+    tables = [(timing.FILE_STEM, timing.time_table(rows, summary, {run.run_id: run.manifest for run in runs})),
+              (timing.TEMPERATURE_STEM, timing.temperature_table(rows))]
+    return [(stem, t) for stem, t in tables if t is not None]
 
 
 def extra_tables(rows: list[dict], summary: pd.DataFrame) -> list[report.TableData]:

@@ -43,6 +43,7 @@ class Column:
     std_key: str | None = None
     digits: int = 2
     numeric: bool = True
+    share_key: str | None = None  # a share (0..1) shown after the value: "1.23 (12%)"
 
 
 @dataclass
@@ -82,7 +83,11 @@ def cell_text(row: pd.Series, column: Column) -> str:
     if not column.numeric:
         return MISSING if value is None or value == "" else str(value)
     std = row.get(column.std_key) if column.std_key else None
-    return format_value(_float(value), _float(std), column.digits)
+    text = format_value(_float(value), _float(std), column.digits)
+    share = _float(row.get(column.share_key)) if column.share_key else None
+    if text != MISSING and share is not None and math.isfinite(share):
+        text += f" ({100 * share:.0f}%)"
+    return text
 
 
 def _float(value: object) -> float | None:

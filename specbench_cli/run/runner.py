@@ -30,7 +30,7 @@ from specbench_cli.models.prompting import ChatPrompter, stop_token_ids, user_tu
 from specbench_cli.run import limits
 from specbench_cli.run.auto import bcauto
 from specbench_cli.run.plan import method_context, plan_methods
-from specbench_cli.store.rows import SampleRow, row_key
+from specbench_cli.store.rows import PARTS, SampleRow, row_key
 from specbench_cli.store.runfolder import RunFolder, now_iso
 
 
@@ -133,6 +133,11 @@ class Runner:
             row.draft_path_lengths = gen.draft_path_lengths
             row.step_draft_ms, row.step_verify_ms = gen.step_draft_ms, gen.step_verify_ms
             row.draft_time, row.verify_time, row.overhead_time = gen.draft_time, gen.verify_time, gen.overhead_time
+            row.draft_depths = gen.draft_depths
+            if gen.propose_time is not None:  # the step split (absent on CUDA without --time-steps)
+                for part in PARTS:
+                    setattr(row, f"step_{part}_ms", getattr(gen, f"step_{part}_ms"))
+                    setattr(row, f"{part}_time", getattr(gen, f"{part}_time"))
             row.output_ids = gen.output_ids
             row.method_stats = gen.stats
             row.output_text = self.lm.tokenizer.decode(gen.output_ids, skip_special_tokens=True)

@@ -6,6 +6,7 @@ every field; this class is the definition.
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Optional
@@ -14,6 +15,8 @@ from specbench_cli.errors import UsageError
 from specbench_cli.options import is_int
 
 STATUSES = ("ok", "error")
+# the measured parts of a decoding step, in the order reports show them ("other" is the rest)
+PARTS = ("propose", "forward", "accept", "commit", "observe")
 
 
 @dataclass(kw_only=True)
@@ -55,6 +58,19 @@ class SampleRow:
     draft_time: float = 0.0
     verify_time: float = 0.0
     overhead_time: float = 0.0
+    # the step split (docs/metrics.md, "Where the time goes"); null where not measured (CUDA
+    # without --time-steps) and absent in older rows
+    draft_depths: Optional[list] = None      # per step: the deepest acceptable draft node (draft positions)
+    step_propose_ms: Optional[list] = None
+    step_forward_ms: Optional[list] = None
+    step_accept_ms: Optional[list] = None
+    step_commit_ms: Optional[list] = None
+    step_observe_ms: Optional[list] = None
+    propose_time: Optional[float] = None
+    forward_time: Optional[float] = None
+    accept_time: Optional[float] = None
+    commit_time: Optional[float] = None
+    observe_time: Optional[float] = None
     output_ids: list = field(default_factory=list)
     output_text: str = ""
     output_pieces: Optional[list] = None     # the text of each output token, one per output id (older rows: absent)
@@ -107,6 +123,10 @@ def _is_num(v: object) -> bool:
     return is_int(v) or isinstance(v, float)
 
 
+def _finite(v: object) -> bool:
+    return math.isfinite(v)  # type: ignore[arg-type]
+
+
 def _ints(v: object) -> bool:
     return isinstance(v, list) and all(is_int(x) for x in v)
 
@@ -154,6 +174,11 @@ FIELD_TYPES: dict[str, tuple[Any, str]] = {
     "draft_time": (lambda v: _is_num(v) and v >= 0, "a number >= 0"),
     "verify_time": (lambda v: _is_num(v) and v >= 0, "a number >= 0"),
     "overhead_time": (_is_num, "a number"),
+    "draft_depths": (_opt(lambda v: _ints(v) and all(x >= 0 for x in v)), "a list of integers >= 0 or null"),
+    **{f"step_{part}_ms": (_opt(lambda v: _nums(v) and all(_finite(x) and x >= 0 for x in v)),
+                           "a list of finite numbers >= 0 or null") for part in PARTS},
+    **{f"{part}_time": (_opt(lambda v: _is_num(v) and _finite(v) and v >= 0), "a finite number >= 0 or null")
+       for part in PARTS},
     "output_ids": (_ints, "a list of integers"),
     "output_text": (_opt(lambda v: isinstance(v, str)), "a string"),
     "output_pieces": (_opt(lambda v: isinstance(v, list) and all(isinstance(x, str) for x in v)),
