@@ -1,0 +1,210 @@
+"""Engine methods against a fake llama-server (fake_llama_server.py, a real process started the way
+a real one is): the counters -> row mapping, every fault (dies mid-request, hangs, garbage, wrong
+token counts, a bad id, no start) as an EngineError, and the server stopped on every exit path:
+normal end, exception, Ctrl-C, SIGTERM and the parent killed outright."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from specbench_cli.engines import methods as engine_methods
+from specbench_cli.engines.method import Counters, EngineSettings, counter_deltas, steps_from_counters
+from specbench_cli.engines.server import EngineError, Server, parse_metrics
+from specbench_cli.methods.core.method import MethodContext
+
+FAKE = Path(__file__).with_name("fake_llama_server.py")
+EOS = 2
+
+
+def fake_binary(tmp_path: Path) -> Path:
+    """An executable `llama-server` that runs the fake with this Python."""
+    exe = tmp_path / "bin" / "llama-server"
+    exe.parent.mkdir(parents=True, exist_ok=True)
+    exe.write_text(f"#!/bin/sh\nexec {sys.executable} {FAKE} \"$@\"\n")
+    exe.chmod(0o755)
+    return exe
+
+
+def method(tmp_path: Path, name: str = "llama.cpp:ngram-mod", timeout: float = 20.0, budget: int = 4):
+    m = engine_methods.get(name)(MethodContext(budget=budget))
+    m.binary, m.gguf = str(fake_binary(tmp_path)), "model.gguf"
+    m.settings = EngineSettings(model="model.gguf", timeout=timeout, threads=1, vocab_size=1000)
+    return m
+
+
+def gone(pid: int, within: float = 10.0) -> bool:
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        try:  # a zombie child of this process counts as gone
+            if os.waitpid(pid, os.WNOHANG)[0] == pid:
+                return True
+        except ChildProcessError:
+            pass
+        time.sleep(0.05)
+    return False
+
+
+@pytest.fixture
+def fake_mode(monkeypatch):
+    def set_mode(mode: str, at: int = 1) -> None:
+        monkeypatch.setenv("FAKE_LLAMA_MODE", mode)
+        monkeypatch.setenv("FAKE_LLAMA_AT", str(at))
+    return set_mode
+
+
+# ----------------------------------------------------------------------------- counters -> steps
+
+
+def test_counters_become_steps_whose_totals_are_the_engines():
+    c = Counters(drafts=3, draft_tokens=12, accepted=5, per_pos=[3, 1, 1])
+    accept, sizes, paths = steps_from_counters(20, c)
+    assert sum(accept) == 19                                   # every token after the first is a step's
+    assert len(accept) == 3 + (19 - 3 - 5)                      # drafted steps + plain steps
+    assert sorted(a - 1 for a, d in zip(accept, sizes) if d) == [1, 1, 3]   # from the per-position counts
+    assert sum(sizes) == 12 and all(d >= a - 1 for a, d in zip(accept, sizes))
+    from specbench_cli.report.metrics import vllm_counters
+    assert vllm_counters([accept], [sizes], [[1 + d for d in sizes]]) == {
+        "spec_decode_num_drafts": 3, "spec_decode_num_draft_tokens": 12, "spec_decode_num_accepted_tokens": 5,
+        "spec_decode_num_accepted_tokens_per_pos": [3, 1, 1] + [0] * (max(sizes) - 3)}
+    assert steps_from_counters(5, Counters()) == ([1] * 4, [0] * 4, [0] * 4)  # AR: one token a step
+
+
+def test_metrics_text_and_deltas():
+    before = parse_metrics('# HELP x\nvllm:spec_decode_num_drafts_total{engine="0",model_name="m"} 4\n'
+                           'vllm:spec_decode_num_accepted_tokens_per_pos_total{engine="0",position="0"} 2\n')
+    after = parse_metrics('vllm:spec_decode_num_drafts_total{engine="0",model_name="m"} 7\n'
+                          'vllm:spec_decode_num_draft_tokens_total{engine="0"} 9\n'
+                          'vllm:spec_decode_num_accepted_tokens_total{engine="0"} 4\n'
+                          'vllm:spec_decode_num_accepted_tokens_per_pos_total{engine="0",position="0"} 4\n'
+                          'vllm:spec_decode_num_accepted_tokens_per_pos_total{engine="0",position="1"} 2\n')
+    assert counter_deltas(before, after, "vllm") == Counters(3, 9, 4, [2, 2])
+
+
+# ----------------------------------------------------------------------------- requests
+
+
+def test_a_fake_server_answer_becomes_a_generation(tmp_path, fake_mode):
+    fake_mode("ok")
+    m = method(tmp_path)
+    try:
+        g = m.generate([5, 6, 7, EOS, 9], 12, {EOS}, tmp_path)
+        assert g.output_ids == [9, EOS]          # cut at EOS as the decoding loop cuts
+        assert g.stats["generated"] == 12 and g.stats["counters_from"] == "metrics"
+        assert g.stats["spec_decode_num_drafts"] == 2 and g.stats["spec_decode_num_accepted_tokens"] == 2
+        assert g.stats["timings"]["predicted_n"] == 12 and g.prefill_time == pytest.approx(0.0015)
+        assert sum(g.accept_lengths) == 11 and g.steps == 2 + (11 - 2 - 2)
+        assert (tmp_path / "engines" / "llama.cpp-ngram-mod.log").read_text().count("listening") == 1
+        assert "--spec-type ngram-mod" in " ".join(m.server.argv) and "-t 1" in " ".join(m.server.argv)
+    finally:
+        m.close()
+
+
+@pytest.mark.parametrize("mode, message", [
+    ("die", "fatal: the fake server broke down"),   # the server's last log lines travel with the error
+    ("garbage", "not JSON"),
+    ("count", "12 tokens returned but 11 counted"),
+    ("bigid", "outside the vocabulary"),
+])
+def test_faults_are_engine_errors(tmp_path, fake_mode, mode, message):
+    fake_mode(mode)
+    m = method(tmp_path)
+    try:
+        with pytest.raises(EngineError, match=message):
+            m.generate([5, 6, 7], 12, {EOS}, tmp_path)
+    finally:
+        m.close()
+
+
+def test_a_dead_server_is_restarted_for_the_next_question(tmp_path, fake_mode):
+    fake_mode("die", at=1)
+    m = method(tmp_path)
+    try:
+        with pytest.raises(EngineError) as first:
+            m.generate([5, 6, 7], 8, {EOS}, tmp_path)
+        assert "fatal" in str(first.value) and "\n" not in str(first.value)
+        os.environ["FAKE_LLAMA_MODE"] = "ok"
+        assert m.generate([5, 6, 7], 8, {EOS}, tmp_path).output_ids   # a new server serves the next question
+    finally:
+        m.close()
+
+
+def test_a_hang_is_a_timeout(tmp_path, fake_mode):
+    fake_mode("hang")
+    m = method(tmp_path, timeout=2.0)
+    try:
+        start = time.monotonic()
+        with pytest.raises(EngineError, match="no answer within 2 s"):
+            m.generate([5, 6, 7], 8, {EOS}, tmp_path)
+        assert time.monotonic() - start < 20
+    finally:
+        m.close()
+
+
+def test_a_server_that_cannot_start_says_why(tmp_path, fake_mode):
+    fake_mode("nostart")
+    m = method(tmp_path)
+    with pytest.raises(EngineError, match="exited with code 1 while starting.*failed to load model"):
+        m.generate([5, 6, 7], 8, {EOS}, tmp_path)
+
+
+# ----------------------------------------------------------------------------- every exit path
+
+PARENT = textwrap.dedent("""
+    import sys, time
+    from pathlib import Path
+    from specbench_cli.engines.server import Server
+    server = Server([sys.argv[1]], Path(sys.argv[2]), timeout=20).start()
+    print(server.proc.pid, flush=True)
+    if sys.argv[3] == "raise":
+        raise RuntimeError("boom")
+    if sys.argv[3] == "exit":
+        sys.exit(0)
+    time.sleep(600)
+""")
+
+
+@pytest.mark.parametrize("how", ["exit", "raise", "SIGINT", "SIGTERM", "SIGKILL"])
+def test_the_server_never_outlives_specbench(tmp_path, fake_mode, how):
+    """The parent ends normally, by an exception, by Ctrl-C (SIGINT), SIGTERM or SIGKILL: the
+    server it started is gone every time (atexit, the SIGTERM hook, PR_SET_PDEATHSIG)."""
+    fake_mode("ok")
+    script = tmp_path / "parent.py"
+    script.write_text(PARENT)
+    mode = how if how in ("exit", "raise") else "wait"
+    parent = subprocess.Popen([sys.executable, str(script), str(fake_binary(tmp_path)), str(tmp_path / "log"), mode],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        # the pid of the shell wrapper's exec'd python: the server process itself
+        server_pid = int(parent.stdout.readline())
+        if mode == "wait":
+            time.sleep(0.3)
+            parent.send_signal(getattr(signal, how))
+        parent.wait(30)
+        assert gone(server_pid), f"the server outlived its parent ({how})"
+    finally:
+        if parent.poll() is None:
+            parent.kill()
+        try:
+            os.kill(server_pid, signal.SIGKILL)
+        except (ProcessLookupError, UnboundLocalError):
+            pass
+
+
+def test_server_context_manager_stops_it(tmp_path, fake_mode):
+    fake_mode("ok")
+    with Server([str(fake_binary(tmp_path))], tmp_path / "s.log", timeout=20) as server:
+        pid = server.proc.pid
+        assert server.alive()
+    assert gone(pid)
