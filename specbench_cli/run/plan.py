@@ -58,9 +58,15 @@ def plan_methods(cfg: RunConfig) -> dict:
     and checked against its BC and sampling) but not bound: no model is loaded, so bad options
     fail in well under a second. An `auto` instance is planned at the default budget here and
     must accept at least one candidate budget; calibration re-plans it at the chosen one."""
+    from specbench_cli.engines.naming import engine_of
+
     planned = {}
     for spec in method_order(cfg.methods):
         budget = bcauto.instance_budget(spec, cfg.block_complexity)
+        if budget == AUTO and engine_of(spec):  # an engine's speculation is set when its server starts
+            if "@" in spec:
+                raise UsageError(f"method '{spec}': an engine method takes a fixed BC (NAME@N), not auto")
+            budget = DEFAULT_BUDGET
         if budget == AUTO:
             method_registry.get(parse_spec(spec)[0])  # an unknown name says so, not "nothing fits"
             fits = bcauto.feasible_budgets(lambda b: plan_instance(cfg, spec, b), auto_candidates(cfg), spec)
@@ -109,6 +115,12 @@ def plan_instance(cfg: RunConfig, spec: str, budget: int):
 def auto_candidates(cfg: RunConfig) -> list[int]:
     return list(cfg.auto_candidates or bcauto.DEFAULT_CANDIDATES)
 
+    from specbench_cli.engines.naming import engine_of
+
+    if engine_of(base):  # ENGINE:METHOD, the engine's own speculation (engines/methods.py)
+        from specbench_cli.engines import methods as engine_methods
+
+        return engine_methods.plan(cfg, spec, budget, options, method_context(cfg, budget=budget))
 
 def default_methods() -> list[str]:
     """Every registered method that needs no training and is lossless (lossy ones, e.g.

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
 from specbench_cli.config import RunConfig
+from specbench_cli.engines.naming import compared_with, is_baseline
 from specbench_cli.models.header import model_context_length
 from specbench_cli.models.pieces import token_pieces
 from specbench_cli.models.prompting import ChatPrompter, stop_token_ids, user_turn
@@ -106,6 +107,8 @@ class Runner:
 
     # -- one generation -----------------------------------------------------------------------
     def _generate(self, method, prompt_ids: list[int], seed: int, max_new: int):
+        if getattr(method, "decodes_itself", False):  # an engine's own speculation (engines/method.py)
+            return method.generate(prompt_ids, max_new, self.decoder.eos_ids, getattr(self.store, "path", None))
         gen = self.torch.Generator().manual_seed(seed) if not self.sampling.greedy else None
         return self.decoder.generate(method, prompt_ids, max_new, method.ctx.budget, gen)
 
@@ -189,10 +192,12 @@ class Runner:
                 for name in self.order(i + r)]
 
     def order(self, k: int) -> list[str]:
-        """AR, then the other methods rotated by `k` (slow drift of the machine favours none)."""
-        others = [n for n in self.methods if n != "ar"]
+        """AR (then each engine's own AR, `ENGINE:ar`), then the other methods rotated by `k` (slow
+        drift of the machine favours none)."""
+        first = ["ar"] + [n for n in self.methods if n != "ar" and is_baseline(n)]
+        others = [n for n in self.methods if n not in first]
         k = k % len(others) if others else 0
-        return ["ar"] + others[k:] + others[:k]
+        return first + others[k:] + others[:k]
 
     def unit_keys(self, unit) -> list[tuple]:
         """The row keys a unit of `work` writes."""
@@ -206,10 +211,11 @@ class Runner:
     def record(self, row: dict, ar_rows: dict[tuple, dict]) -> dict:
         """Compare a finished row with AR's, store it and report it."""
         key = (row["task"], str(row["question_id"]), row["turn"], row["repeat"])
-        if row["method"] == "ar":
-            ar_rows[key] = row
-        else:
-            ref = ar_rows.get(key)
+        if is_baseline(row["method"]):  # `ar`, or an engine's `ENGINE:ar` (engines/naming.py)
+            ar_rows[ar_key(row["method"], key)] = row
+        against = compared_with(row["method"])
+        if against is not None:
+            ref = ar_rows.get(ar_key(against, key))
             if ref is not None and ref["status"] == "ok" and row["status"] == "ok":
                 row["ar_match"], row["first_mismatch"] = compare_ids(row["output_ids"], ref["output_ids"])
         self.store.append(row)
@@ -221,10 +227,17 @@ class Runner:
     def run(self, questions, progress: Callable[[int, int], None] | None = None) -> int:
         """Run every unit not yet in the store; return the number of error rows written."""
         done = {row_key(r): r for r in self.store.rows()}
-        ar_rows = {(r.get("task"), str(r["question_id"]), r["turn"], r.get("repeat", 0)): r
-                   for r in done.values() if r["method"] == "ar"}
+        ar_rows = {ar_key(r["method"], (r.get("task"), str(r["question_id"]), r["turn"], r.get("repeat", 0))): r
+                   for r in done.values() if is_baseline(r["method"])}
         for r in done.values():
             self.live.add(r)
+        try:
+            return self._run(questions, done, ar_rows, progress)
+        finally:  # servers an engine method started stop however the run ends (engines/server.py)
+            for method in self.methods.values():
+                getattr(method, "close", lambda: None)()
+
+    def _run(self, questions, done: dict, ar_rows: dict, progress) -> int:
         units = self.work(questions)
         pending = {i for i, u in enumerate(units) if any(k not in done for k in self.unit_keys(u))}
         todo = [units[i] for i in sorted(pending)]
@@ -249,6 +262,12 @@ class Runner:
             if progress:
                 progress(finished, total)
         return sum(1 for r in self.store.rows() if r["status"] != "ok")
+
+
+def ar_key(method: str, key: tuple) -> tuple:
+    """Where `record` keeps a baseline's row: `ar`'s under the question key, `ENGINE:ar`'s under
+    (method, *key)."""
+    return key if method == "ar" else (method, *key)
 
 
 def compare_ids(out: list[int], ref: list[int]) -> tuple[bool, Optional[int]]:
