@@ -93,7 +93,9 @@ class Runner:
 
         self.lm = lm
         self.sampling = method_context(self.cfg).sampling
-        self.decoder = Decoder(lm.target, stop_token_ids(lm.tokenizer, lm.target), self.sampling)
+        # the step split: free on a CPU, on CUDA only when asked for (a sync per part; docs/metrics.md)
+        self.decoder = Decoder(lm.target, stop_token_ids(lm.tokenizer, lm.target), self.sampling,
+                               time_steps=bool(getattr(self.cfg, "time_steps", False)))
         self.prompter = ChatPrompter(lm.tokenizer, self.cfg.prompt_template)
         planned = planned if planned is not None else plan_methods(self.cfg)
         # every method of a question gets the same cap, so answers stay comparable with AR's
