@@ -46,6 +46,11 @@ def plan(cfg, spec: str, budget: int, options: dict, context):
     from specbench_cli.engines.method import EngineSettings, split_urls
     from specbench_cli.errors import UsageError
 
+    from specbench_cli.engines.naming import engine_of
+
+    for other in cfg.methods:  # an unknown name says so before any other engine method's check
+        if engine_of(parse_spec(other)[0]):
+            get(parse_spec(other)[0])
     base = parse_spec(spec)[0]
     cls = get(base)  # unknown: one line naming the known ones
     if cfg.temperature > 0:

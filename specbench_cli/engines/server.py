@@ -229,7 +229,7 @@ class Server:
     def tail_note(self, n: int = 8) -> str:
         """'; last lines of LOG: a | b | c' (one line: an error row keeps an error's first line)."""
         tail = " | ".join(line.strip() for line in self.tail(n).splitlines() if line.strip())
-        return f"; last lines of {self.log}: {tail}" if tail else ""
+        return f"; last lines of {self.log.parent.name}/{self.log.name}: {tail}" if tail else ""
 
     def __enter__(self) -> "Server":
         return self.start()
