@@ -44,9 +44,8 @@ def plan(cfg, spec: str, budget: int, options: dict, context):
     llama.cpp build or a missing --engine-url."""
     from specbench_cli.config import parse_spec
     from specbench_cli.engines.method import EngineSettings, split_urls
-    from specbench_cli.errors import UsageError
-
     from specbench_cli.engines.naming import engine_of
+    from specbench_cli.errors import UsageError
 
     for other in cfg.methods:  # an unknown name says so before any other engine method's check
         if engine_of(parse_spec(other)[0]):

@@ -101,7 +101,10 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def _die_with_parent() -> None:  # runs in the child between fork and exec
+def _child_setup() -> None:
+    """Runs in the child between fork and exec: a process group of its own (the terminal's Ctrl-C
+    reaches only specbench, which stops it), and death when its parent dies."""
+    os.setpgid(0, 0)
     try:
         ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
     except (OSError, AttributeError):  # not Linux: the process group and atexit still apply
@@ -157,7 +160,7 @@ class Server:
                 log.flush()
                 self.proc = subprocess.Popen(self.argv + ["--host", "127.0.0.1", "--port", str(self.port)],
                                              stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                             start_new_session=True, preexec_fn=_die_with_parent)
+                                             preexec_fn=_child_setup)
             with _LOCK:
                 _LIVE.add(self)
             try:

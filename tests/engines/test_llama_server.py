@@ -15,14 +15,13 @@ import sys
 from pathlib import Path
 
 import pytest
+from test_engine_faults import fake_binary  # tests/engines is on the path (pytest's rootdir-less import)
 
 from specbench_cli.engines import methods as engine_methods
 from specbench_cli.engines.locate import find_llama_cpp
 from specbench_cli.engines.method import EngineSettings
 from specbench_cli.engines.server import request_json
 from specbench_cli.methods.core.method import MethodContext
-
-from test_engine_faults import fake_binary  # tests/engines is on the path (pytest's rootdir-less import)
 
 PROMPT = ("Repeat this list exactly twice, one item per line: apples, pears, plums, cherries, grapes, lemons, "
           "limes, melons.")
