@@ -208,3 +208,103 @@ def test_server_context_manager_stops_it(tmp_path, fake_mode):
         pid = server.proc.pid
         assert server.alive()
     assert gone(pid)
+
+
+# ----------------------------------------------------------------------------- vLLM by URL
+
+
+class _VllmLike:
+    """A tiny OpenAI-compatible server in a thread, with vLLM's /metrics names: `reply(body)` gives
+    the JSON answer of /v1/completions."""
+
+    def __init__(self, reply):
+        import json
+        import threading
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        self.drafts = 0
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def _send(self, text, kind="application/json"):
+                data = text.encode()
+                self.send_response(200)
+                self.send_header("Content-Type", kind)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def do_GET(self):
+                if self.path == "/v1/models":
+                    return self._send(json.dumps({"data": [{"id": "served-model"}]}))
+                d = outer.drafts
+                self._send(f'vllm:spec_decode_num_drafts_total{{engine="0"}} {d}\n'
+                           f'vllm:spec_decode_num_draft_tokens_total{{engine="0"}} {3 * d}\n'
+                           f'vllm:spec_decode_num_accepted_tokens_total{{engine="0"}} {d}\n'
+                           f'vllm:spec_decode_num_accepted_tokens_per_pos_total{{engine="0",position="0"}} {d}\n',
+                           "text/plain")
+
+            def do_POST(self):
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                outer.last = body
+                outer.drafts += 2
+                self._send(json.dumps(reply(body)))
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+
+    def close(self):
+        self.httpd.shutdown()
+
+
+def vllm_method(url: str, name: str = "vllm:ngram"):
+    m = engine_methods.get(name)(MethodContext(budget=4))
+    m.configure(EngineSettings(model="m", url=url, timeout=10, threads=1, vocab_size=1000))
+    return m
+
+
+@pytest.mark.parametrize("shape", ["token_ids", "logprobs"])
+def test_a_vllm_server_by_url(shape):
+    def reply(body):
+        ids = [body["prompt"][-1]] * (body["max_tokens"] - 1) + [EOS]
+        choice = ({"token_ids": ids} if shape == "token_ids" else
+                  {"logprobs": {"tokens": [f"token_id:{t}" for t in ids]}})
+        return {"choices": [{"text": "x", **choice}], "usage": {"completion_tokens": len(ids)}}
+
+    server = _VllmLike(reply)
+    try:
+        g = vllm_method(server.url).generate([5, 6, 7], 6, {EOS})
+        assert server.last["prompt"] == [5, 6, 7] and server.last["max_tokens"] == 6
+        assert server.last["model"] == "served-model" and server.last["temperature"] == 0
+        assert g.output_ids == [7] * 5 + [EOS]
+        assert g.stats["spec_decode_num_drafts"] == 2 and g.stats["spec_decode_num_accepted_tokens"] == 2
+        assert sum(g.accept_lengths) == 5 and g.steps == 2 + (5 - 2 - 2)
+    finally:
+        server.close()
+
+
+@pytest.mark.parametrize("reply, message", [
+    (lambda body: {"choices": [{"text": "only text"}]}, "no token ids"),
+    (lambda body: {"choices": [{"token_ids": [1, 2]}], "usage": {"completion_tokens": 3}}, "2 token ids returned but 3"),
+    (lambda body: {"error": "boom"}, "no choices"),
+])
+def test_vllm_replies_that_cannot_be_answers(reply, message):
+    server = _VllmLike(reply)
+    try:
+        with pytest.raises(EngineError, match=message):
+            vllm_method(server.url).generate([5, 6, 7], 6, {EOS})
+    finally:
+        server.close()
+
+
+def test_vllm_methods_need_a_url_and_urls_split_per_method():
+    from specbench_cli.engines.method import split_urls
+    from specbench_cli.errors import UsageError
+
+    with pytest.raises(UsageError, match="--engine-url vllm:ngram=URL"):
+        vllm_method(None)
+    assert split_urls(["http://a:1/", "vllm:ar=http://b:2"]) == {"": "http://a:1", "vllm:ar": "http://b:2"}
