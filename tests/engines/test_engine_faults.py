@@ -308,3 +308,24 @@ def test_vllm_methods_need_a_url_and_urls_split_per_method():
     with pytest.raises(UsageError, match="--engine-url vllm:ngram=URL"):
         vllm_method(None)
     assert split_urls(["http://a:1/", "vllm:ar=http://b:2"]) == {"": "http://a:1", "vllm:ar": "http://b:2"}
+
+
+# ----------------------------------------------------------------------------- bad input
+
+
+@pytest.mark.parametrize("args, line", [
+    (["--methods", "ar,llama.cpp:ngram-mod", "--engine-bin", "NOWHERE"], "tools/build-llama-cpp.sh"),
+    (["--methods", "llama.cpp:nope"], "unknown engine method 'llama.cpp:nope'"),
+    (["--methods", "vllm:ngram"], "--engine-url vllm:ar=URL"),
+    (["--methods", "llama.cpp:ar", "--engine-bin", "FAKE", "--temperature", "0.7"], "greedy only"),
+    (["--methods", "llama.cpp:ar", "--engine-bin", "FAKE", "--batch-size", "2"], "one question at a time"),
+    (["--methods", "llama.cpp:draft@auto", "--engine-bin", "FAKE"], "not auto"),
+    (["--methods", "llama.cpp:ar", "--engine-url", "ftp://x"], "http:// or https://"),
+])
+def test_bad_engine_input_is_one_line_and_exit_2_before_any_model_loads(tmp_path, args, line):
+    args = [str(tmp_path / "none") if a == "NOWHERE" else str(fake_binary(tmp_path)) if a == "FAKE" else a
+            for a in args]
+    r = subprocess.run([sys.executable, "-m", "specbench_cli", "run", *args, "--output-dir", str(tmp_path / "runs")],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and line in r.stderr, r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1 and not (tmp_path / "runs").exists()
