@@ -65,9 +65,10 @@ def write_report(run_dirs: List[Path], fmt: Optional[str] = None, output: Option
     turn_table = turns.turn_table(per_turn) if len(per_turn) else None
     if turn_table is not None:
         written += write_tables(turn_table, per_turn, directory, report_formats.names(), stem=turns.FILE_STEM)
-    own_files = time_tables(runs, rows, summary)  # time.<ext>, temperature.<ext>: files of their own
+    # time.<ext>, temperature.<ext>: files of their own (like turns, not with --format: table.<ext> only)
+    own_files = time_tables(runs, rows, summary) if fmt is None else []
     for stem, extra in own_files:
-        written += write_tables(extra, summary, directory, [fmt] if fmt else report_formats.names(), stem=stem)
+        written += write_tables(extra, summary, directory, report_formats.names(), stem=stem)
     if fmt:
         typer.echo(render.render(table, fmt, summary, extras), nl=False)
     else:
