@@ -99,7 +99,7 @@ def monotone(ms: Sequence[float]) -> Callable[[int], float]:
 
 
 @dataclass
-class Profile:
+class StepCosts:
     """Steps pooled: tokens added per step (a_i), tokens through the target (q_i), drafting ms
     and the other ms of the decode time but the forward (sums)."""
 
@@ -109,17 +109,17 @@ class Profile:
     overhead_ms: float = 0.0
 
 
-def predicted_tokens_per_s(p: Profile, t: Callable[[int], float]) -> float:
+def predicted_tokens_per_s(p: StepCosts, t: Callable[[int], float]) -> float:
     """1000 sum(a_i) / (sum t(q_i) + drafting ms + other ms); 0 for an empty profile."""
     ms = sum(t(q) for q in p.budget_used) + p.draft_ms + p.overhead_ms
     return 1000 * sum(p.accept_lengths) / ms if p.accept_lengths and ms > 0 else 0.0
 
 
-def profile(rows: Iterable[dict]) -> Optional[Profile]:
+def profile(rows: Iterable[dict]) -> Optional[StepCosts]:
     """The rows' steps as a cost-model profile: tokens per step, tokens through the target,
     drafting ms (propose + observe) and every other ms of the decode time but the forward; None
     when a row lacks the split."""
-    out = Profile()
+    out = StepCosts()
     for row in rows:
         if not has_split(row):
             return None
@@ -134,7 +134,7 @@ def profile(rows: Iterable[dict]) -> Optional[Profile]:
     return out if out.accept_lengths else None
 
 
-def predicted_speedup(method: Profile, ar: Profile, t: Callable[[int], float]) -> Optional[float]:
+def predicted_speedup(method: StepCosts, ar: StepCosts, t: Callable[[int], float]) -> Optional[float]:
     """Predicted tokens/s of `method` over AR's, both from the cost model."""
     base = predicted_tokens_per_s(ar, t)
     mine = predicted_tokens_per_s(method, t)

@@ -97,7 +97,7 @@ def test_the_report_model_is_bcautos():
         assert timing.monotone(ms)(q) == bcauto.monotone(ms)(q)
     p = bcauto.Profile(budget=4, accept_lengths=[3, 1, 2], budget_used=[4, 4, 2], draft_ms=[1.0, 2.0, 0.5],
                        overhead_ms=6.0)
-    mine = timing.Profile(accept_lengths=[3, 1, 2], budget_used=[4, 4, 2], draft_ms=3.5, overhead_ms=6.0)
+    mine = timing.StepCosts(accept_lengths=[3, 1, 2], budget_used=[4, 4, 2], draft_ms=3.5, overhead_ms=6.0)
     t = bcauto.monotone(ms)
     assert timing.predicted_tokens_per_s(mine, t) == pytest.approx(bcauto.predicted_tokens_per_s(p, t))
 
