@@ -219,7 +219,8 @@ def acceptance_table(summary: pd.DataFrame, max_k: int | None = None) -> TableDa
     """Acceptance per drafting method (overall): AL with and without the bonus token, then the
     conditional acceptance rate p_k of each draft position k (up to `max_k`); None without a
     drafting method."""
-    overall = summary[(summary["category"] == OVERALL) & (summary["method_label"] != AR_METHOD)]
+    drafting = pd.Series([not is_baseline(m) for m in summary["method_label"]], index=summary.index, dtype=bool)
+    overall = summary[(summary["category"] == OVERALL) & drafting]  # neither ar nor an engine's ENGINE:ar
     if overall.empty or "conditional_acceptance" not in overall:
         return None
     frame = overall.reset_index(drop=True).copy()
