@@ -23,8 +23,8 @@ from specbench_cli.engines.method import EngineSettings
 from specbench_cli.engines.server import request_json
 from specbench_cli.methods.core.method import MethodContext
 
-PROMPT = ("Repeat this list exactly twice, one item per line: apples, pears, plums, cherries, grapes, lemons, "
-          "limes, melons.")
+PROMPT = ("<|im_start|>user\nRepeat this list exactly twice, one item per line: apples, pears, plums, cherries, "
+          "grapes, lemons, limes, melons.<|im_end|>\n<|im_start|>assistant\n")  # SmolLM2's chat format
 
 
 @pytest.fixture(scope="module")
@@ -82,20 +82,21 @@ def test_speculation_on_equals_off_and_counters_come_from_the_server(llama_serve
 @pytest.mark.slow
 def test_a_run_with_llama_cpp_methods_and_its_report(llama_server, tmp_path):
     out = tmp_path / "runs"
-    r = run_cli("run", "--methods", "ar,llama.cpp:ar,llama.cpp:ngram-mod", "--tasks", "mini", "--limit", "2",
-                "--max-new-tokens", "48", "--threads", "1", "--output-dir", str(out), "--no-report")
+    r = run_cli("run", "--methods", "ar,llama.cpp:ar,llama.cpp:ngram-mod", "--tasks", "mini", "--limit", "1",
+                "--max-new-tokens", "32", "--threads", "1", "--output-dir", str(out), "--no-report")
     assert r.returncode == 0, r.stderr[-3000:]
     rows = rows_of(out)
     by = {m: [x for x in rows if x["method"] == m] for m in ("ar", "llama.cpp:ar", "llama.cpp:ngram-mod")}
-    assert all(len(v) == 2 and all(x["status"] == "ok" for x in v) for v in by.values()), rows
+    n = len(by["ar"])   # one question per category, mt_bench's with two turns
+    assert n >= 6 and all(len(v) == n and all(x["status"] == "ok" for x in v) for v in by.values()), rows
     assert all(x["ar_match"] for x in by["llama.cpp:ngram-mod"])        # compared with llama.cpp:ar's tokens
     assert all(x["ar_match"] is not None for x in by["llama.cpp:ar"])   # compared with ar's (information)
-    assert all(x["method_stats"]["engine"] == "llama.cpp" and x["max_new_tokens"] == 48 for x in by["llama.cpp:ar"])
+    assert all(x["method_stats"]["engine"] == "llama.cpp" and x["max_new_tokens"] == 32 for x in by["llama.cpp:ar"])
     from specbench_cli.report.metrics import summarize
 
     summary = summarize(rows, by=("method_label",), overall=False).set_index("method_label")
     assert summary.loc["llama.cpp:ar", "speedup"] == pytest.approx(1.0)       # its own baseline
-    assert summary.loc["llama.cpp:ngram-mod", "n_paired"] == 2              # paired with llama.cpp:ar
+    assert summary.loc["llama.cpp:ngram-mod", "n_paired"] == summary.loc["ar", "n_questions"]  # with llama.cpp:ar
     assert summary.loc["llama.cpp:ngram-mod", "mat"] >= 1.0
     (run,) = [p for p in out.iterdir() if p.is_dir()]
     assert sorted(p.name for p in (run / "engines").iterdir()) == ["llama.cpp-ar.log", "llama.cpp-ngram-mod.log"]
