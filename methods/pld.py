@@ -36,6 +36,7 @@ class NgramIndex:
         self.min_n, self.max_n = min_n, max_n
         self.tables: dict[int, dict[tuple[int, ...], int]] = {n: {} for n in range(min_n, max_n + 1)}
         self.done = 0  # positions j < done have been registered as continuations
+        self.matched = 0  # the n of the last successful lookup (0: none)
 
     def update(self, ids: list[int]) -> None:
         """Register every position j (1 <= j < len(ids)) as the continuation of the n-grams ending at j-1."""
@@ -52,7 +53,9 @@ class NgramIndex:
                 continue
             start = self.tables[n].get(tuple(ids[-n:]))
             if start is not None:
+                self.matched = n
                 return ids[start:start + k]
+        self.matched = 0
         return []
 
 
@@ -60,6 +63,7 @@ class PromptLookup(Method):
     name = "pld"
     summary = "prompt lookup: copy the continuation of the latest matching n-gram (Spec-Bench defaults)"
     structure = Structure.CHAIN
+    adaptive_budget = True  # plain drafts; observe reads result.draft
     Options = PLDOptions
 
     def plan(self) -> None:
@@ -79,4 +83,6 @@ class PromptLookup(Method):
         if self.k <= 0:
             return Draft()
         self.index.update(state.ids)
-        return Draft.chain(self.index.lookup(state.ids, min(self.k, state.remaining)))
+        chain = self.index.lookup(state.ids, min(self.k, state.remaining))
+        # signal class for an adaptive budget: the matched n-gram's length
+        return Draft.chain(chain, signal=[self.index.matched] * len(chain))

@@ -96,6 +96,7 @@ class TokenRecycling(Method):
     name = "recycling"
     summary = "Token Recycling: top-k successors of every verified token in a matrix, drafted as a static tree"
     structure = Structure.TREE
+    adaptive_budget = True  # plain drafts; observe reads result.draft
     Options = RecyclingOptions
 
     def plan(self) -> None:
@@ -128,6 +129,7 @@ class TokenRecycling(Method):
         rows: dict[int, list[int]] = {}
         tokens: list[int] = []
         parents: list[int] = []
+        signal: list[int] = []
         slot = [-1] * len(self.paths)  # node index in the draft, -1 when left out
         for i, path in enumerate(self.paths):
             p = self.parent[i]
@@ -143,7 +145,8 @@ class TokenRecycling(Method):
             slot[i] = len(tokens)
             tokens.append(token)
             parents.append(-1 if p < 0 else slot[p])
-        return Draft(tokens=tokens, parents=parents)
+            signal.append(1 + path[-1])  # for an adaptive budget: the candidate's rank among the recycled
+        return Draft(tokens=tokens, parents=parents, signal=signal)
 
     def observe(self, result: VerifyResult) -> None:
         # the engine's sequence already holds this step's new tokens: the root sits before them

@@ -53,6 +53,7 @@ class REST(Method):
     needs_training = True  # needs a datastore built for the target: not in the default method list
     requires = ("datastore",)
     structure = Structure.TREE
+    adaptive_budget = True  # plain drafts; observe reads result.draft
     Options = RESTOptions
 
     def plan(self) -> None:

@@ -105,6 +105,7 @@ class SAMDecoding(Method):
     name = "samd"
     summary = "SAM-decoding: suffix-automaton retrieval over prompt + output, Token Recycling when the match is short"
     structure = Structure.TREE  # a chain from the automaton, or the fallback's tree
+    adaptive_budget = True  # plain drafts; a fallback must allow it too (plan)
     Options = SAMDOptions
 
     def plan(self) -> None:
@@ -116,6 +117,7 @@ class SAMDecoding(Method):
             self.structure = Structure.CHAIN
         else:
             self.fallback = Fallback(self, o.fallback, o.heads)
+            self.adaptive_budget = self.fallback.method.adaptive_budget
         self.counts = {"sam": 0, "fallback": 0}
 
     def setup(self) -> None:
@@ -147,7 +149,9 @@ class SAMDecoding(Method):
                 self.counts["sam"] += 1
                 if self.fallback is not None:
                     self.fallback.skip(state)
-                return Draft.chain(chain)
+                # signal class for an adaptive budget: the match length, in powers of two (100 + its
+                # bit length, apart from the fallback's classes)
+                return Draft.chain(chain, signal=[100 + min(self.sam.match.bit_length(), 8)] * len(chain))
         if self.fallback is None:
             return Draft()
         self.counts["fallback"] += 1

@@ -58,11 +58,14 @@ class SuffixDecoding(Method):
     name = "suffix"
     summary = "SuffixDecoding: suffix trees over prompt + output and earlier answers, frequency-scored speculation tree"
     structure = Structure.TREE
+    adaptive_budget = True  # plain drafts; a fallback must allow it too (plan)
     Options = SuffixOptions
 
     def plan(self) -> None:
         o = self.opts
         self.fallback = None if o.fallback == "none" and not o.heads else Fallback(self, o.fallback, o.heads)
+        if self.fallback is not None:
+            self.adaptive_budget = self.fallback.method.adaptive_budget
         tree = o.use_tree_spec or (self.fallback is not None and self.fallback.method.structure == Structure.TREE)
         self.structure = Structure.TREE if tree else Structure.CHAIN
         self.forget()
@@ -134,7 +137,11 @@ class SuffixDecoding(Method):
         self.counts[where] += 1
         if self.fallback is not None:
             self.fallback.skip(state)
-        return Draft(tokens=list(draft.token_ids), parents=list(draft.parents))
+        # signal class for an adaptive budget: the node's estimated probability in tenths, apart
+        # for the two trees (and from a fallback's classes)
+        base = 100 if where == "local" else 120
+        return Draft(tokens=list(draft.token_ids), parents=list(draft.parents),
+                     signal=[base + min(int(10 * p), 10) for p in draft.probs])
 
     def observe(self, result: VerifyResult) -> None:
         if self.fallback is not None:

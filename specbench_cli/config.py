@@ -34,6 +34,7 @@ from specbench_cli.models.templates import check_template
 from specbench_cli.options import Bound, fits, hint_name, is_int, strip_optional
 
 AUTO = "auto"
+ADAPTIVE = "adaptive"
 AR = "ar"
 DEFAULT_BUDGET = 10
 # Ceilings that hold before the model (and its context length) is known: they keep planning and
@@ -53,20 +54,20 @@ REPEATS = Bound(1, MAX_REPEATS)
 THREADS = Bound(1, MAX_THREADS)
 BATCH = Bound(1, MAX_BATCH)
 TEMPERATURE = Bound(0, finite=True)
-Budget = Union[int, str]            # a number of tokens, or "auto"
+Budget = Union[int, str]            # a number of tokens, "auto" or "adaptive"
 UNSET: Any = type("Unset", (), {"__repr__": lambda self: "UNSET"})()  # "not given" in Cli / GridKey
 
 
 # ----------------------------------------------------------------------------- value syntax
 
 def parse_bc(value: Any, flag: str = "--block-complexity") -> Budget:
-    """'auto' or a whole number >= 1 (as int); UsageError otherwise."""
-    if isinstance(value, str) and value.strip().lower() == AUTO:
-        return AUTO
+    """'auto', 'adaptive' or a whole number >= 1 (as int); UsageError otherwise."""
+    if isinstance(value, str) and value.strip().lower() in (AUTO, ADAPTIVE):
+        return value.strip().lower()
     try:
         bc = int(str(value).strip())
     except ValueError:
-        raise UsageError(f"{flag} must be a whole number or 'auto' (got '{value}')") from None
+        raise UsageError(f"{flag} must be a whole number, 'auto' or 'adaptive' (got '{value}')") from None
     return BUDGET.check(bc, flag)
 
 
@@ -76,8 +77,8 @@ def parse_candidates(values: Any) -> list[int]:
     out = set()
     for v in items:
         b = parse_bc(v, "--auto-candidates")
-        if b == AUTO:
-            raise UsageError("--auto-candidates takes numbers, not 'auto'")
+        if not isinstance(b, int):
+            raise UsageError(f"--auto-candidates takes numbers, not '{b}'")
         out.add(b)
     if not out:
         raise UsageError("--auto-candidates needs at least one budget")
@@ -85,12 +86,13 @@ def parse_candidates(values: Any) -> list[int]:
 
 
 def parse_spec(spec: str) -> tuple[str, Optional[Budget]]:
-    """'pld' -> ('pld', None); 'pld@auto' -> ('pld', 'auto'); 'pld@6' -> ('pld', 6)."""
+    """'pld' -> ('pld', None); 'pld@auto' -> ('pld', 'auto'); 'pld@6' -> ('pld', 6);
+    'pld@adaptive' -> ('pld', 'adaptive')."""
     if "@" not in spec:
         return spec, None
     base, raw = spec.split("@", 1)
     if not base:
-        raise UsageError(f"method '{spec}': expected NAME@BC (a number or 'auto')")
+        raise UsageError(f"method '{spec}': expected NAME@BC (a number, 'auto' or 'adaptive')")
     if base == AR:
         raise UsageError(f"method '{spec}': ar ignores the block complexity; list it as 'ar'")
     return base, parse_bc(raw, flag=f"method '{spec}': the BC after '@'")
@@ -398,10 +400,12 @@ class RunConfig:
         DEFAULT_BUDGET,
         cli=Cli(("--block-complexity", "--bc"), "Max tokens the target processes per forward, root included; "
                 "'auto': per method, the budget with the best predicted throughput on this device "
-                "(docs/block-complexity-auto.md). A method listed as NAME@BC (pld@auto, pld@6) has its own.",
+                "(docs/block-complexity-auto.md); 'adaptive': per step, the part of each draft with the best "
+                "expected tokens per second (docs/adaptive-budget.md). A method listed as NAME@BC (pld@auto, "
+                "pld@adaptive, pld@6) has its own.",
                 type=str, default=str(DEFAULT_BUDGET), to_config=parse_bc),
         check=parse_bc,
-        grid=GridKey("bcs", "a non-empty list of integers >= 1 or \"auto\" (docs/block-complexity-auto.md)",
+        grid=GridKey("bcs", "a non-empty list of integers >= 1, \"auto\" or \"adaptive\" (docs/block-complexity-auto.md)",
                   expands=True))
     batch_size: int = option(
         1, cli=Cli(("--batch-size",), "Decode N questions at a time, one target forward per step over every live "

@@ -30,6 +30,9 @@ class Draft:
                 window, mask-probe's mask tokens) and can never be accepted. Default: all True.
     embeds:     optional `{node index: [H] tensor}` input embeddings used instead of the
                 token embedding (mask tokens synthesised in embedding space).
+    signal:     optional `[n]` small integers, the drafter's confidence class of each node (the
+                matched n-gram's length, a probability in tenths): what an adaptive budget
+                (engine/budget.py) learns acceptance rates for. Never changes verification.
     """
 
     tokens: list[int] = field(default_factory=list)
@@ -37,13 +40,15 @@ class Draft:
     probs: Optional[torch.Tensor] = None
     acceptable: Optional[list[bool]] = None
     embeds: Optional[dict[int, torch.Tensor]] = None
+    signal: Optional[list[int]] = None
 
     def __len__(self) -> int:
         return len(self.tokens)
 
     @classmethod
-    def chain(cls, tokens: list[int], probs: Optional[torch.Tensor] = None) -> "Draft":
-        return cls(tokens=list(tokens), parents=list(range(-1, len(tokens) - 1)), probs=probs)
+    def chain(cls, tokens: list[int], probs: Optional[torch.Tensor] = None,
+              signal: Optional[list[int]] = None) -> "Draft":
+        return cls(tokens=list(tokens), parents=list(range(-1, len(tokens) - 1)), probs=probs, signal=signal)
 
     @property
     def is_chain(self) -> bool:
@@ -60,6 +65,8 @@ class Draft:
                 raise ValueError(f"node {i} has parent {p}; parents must point to an earlier node or -1")
         if self.acceptable is not None and len(self.acceptable) != len(self.tokens):
             raise ValueError("acceptable must have one flag per node")
+        if self.signal is not None and len(self.signal) != len(self.tokens):
+            raise ValueError("signal must have one class per node")
 
 
 @lru_cache(maxsize=4096)

@@ -91,6 +91,10 @@ class Drafter:
     # layer indices = the hidden states at the *inputs* of those layers, concatenated in that
     # order ([k, len(layers) * H]), from the same forward (EAGLE-3's features). Set in `setup`.
     hidden_layers: Optional[tuple[int, ...]] = None
+    # True when only part of a draft may be verified (an adaptive budget, engine/budget.py): the
+    # drafts are plain (no input-only nodes, no embeddings) and `observe` reads the verified
+    # draft from `result.draft`, never a copy of what `propose` returned.
+    adaptive_budget: ClassVar[bool] = False
 
     def reset(self, prompt_ids: list[int]) -> None:
         """Start a new generation for this prompt."""

@@ -10,7 +10,7 @@ from typing import Optional
 
 from specbench_cli import methods as method_registry
 from specbench_cli import tasks as task_registry
-from specbench_cli.config import AUTO, DEFAULT_BUDGET, RunConfig, method_order, parse_spec
+from specbench_cli.config import ADAPTIVE, AUTO, DEFAULT_BUDGET, RunConfig, method_order, parse_spec
 from specbench_cli.errors import UsageError
 from specbench_cli.run.auto import bcauto
 from specbench_cli.tasks.base import select as select_questions
@@ -71,7 +71,13 @@ def plan_methods(cfg: RunConfig) -> dict:
             method_registry.get(parse_spec(spec)[0])  # an unknown name says so, not "nothing fits"
             fits = bcauto.feasible_budgets(lambda b: plan_instance(cfg, spec, b), auto_candidates(cfg), spec)
             budget = DEFAULT_BUDGET if DEFAULT_BUDGET in fits else fits[-1]
+        elif budget == ADAPTIVE:
+            budget = adaptive_ceiling(cfg)
         planned[spec] = plan_instance(cfg, spec, budget)
+        if bcauto.instance_budget(spec, cfg.block_complexity) == ADAPTIVE and not planned[spec].adaptive_budget:
+            raise UsageError(f"{spec}: {parse_spec(spec)[0]} cannot take an adaptive budget (its drafts have "
+                             "input-only nodes, embeddings or state that must see every node verified); "
+                             "use a fixed BC or auto")
     check_target(cfg, planned)
     return planned
 
@@ -109,18 +115,23 @@ def plan_instance(cfg: RunConfig, spec: str, budget: int):
     (`-o pld.max_ngram=4`, `-o pld@auto.max_ngram=4`) apply, the instance's last."""
     base = parse_spec(spec)[0]
     options = {**cfg.method_options.get(base, {}), **(cfg.method_options.get(spec, {}) if spec != base else {})}
-    return method_registry.get(base)(method_context(cfg, budget=budget), **options)
-
-
-def auto_candidates(cfg: RunConfig) -> list[int]:
-    return list(cfg.auto_candidates or bcauto.DEFAULT_CANDIDATES)
-
     from specbench_cli.engines.naming import engine_of
 
     if engine_of(base):  # ENGINE:METHOD, the engine's own speculation (engines/methods.py)
         from specbench_cli.engines import methods as engine_methods
 
         return engine_methods.plan(cfg, spec, budget, options, method_context(cfg, budget=budget))
+    return method_registry.get(base)(method_context(cfg, budget=budget), **options)
+
+
+def auto_candidates(cfg: RunConfig) -> list[int]:
+    return list(cfg.auto_candidates or bcauto.DEFAULT_CANDIDATES)
+
+
+def adaptive_ceiling(cfg: RunConfig) -> int:
+    """The largest block an adaptive instance may verify: the largest `auto` candidate."""
+    return max(auto_candidates(cfg))
+
 
 def default_methods() -> list[str]:
     """Every registered method that needs no training and is lossless (lossy ones, e.g.

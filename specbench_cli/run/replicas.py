@@ -82,5 +82,9 @@ def replicas(method: Any, n: int, fresh: Callable[[], Any]) -> list[Any]:
     out = [method]
     while len(out) < n:
         twin = copy_drafter(method)
-        out.append(twin if twin is not None else fresh())
+        if twin is None:
+            twin = fresh()
+            if getattr(method, "budget_policy", None) is not None:  # a frozen adaptive budget is shared
+                twin.budget_policy = method.budget_policy
+        out.append(twin)
     return out

@@ -333,7 +333,7 @@ CASES = [
     # --- run --resume: the manifest, and flags that contradict it
     ("run --resume {folder}", 2, "is not a run folder (no manifest.json)"),
     ("run --resume {run_config_oops}", 2, "{run_config_oops}/manifest.json: 'config' must be an object"),
-    ("run --resume {run_bc_ten}", 2, "{run_bc_ten}/manifest.json: 'config.block_complexity' must be a whole number or 'auto'"),
+    ("run --resume {run_bc_ten}", 2, "{run_bc_ten}/manifest.json: 'config.block_complexity' must be a whole number, 'auto' or 'adaptive'"),
     ("run --resume {run_methods_str}", 2, "'config.methods' must be"),
     ("run --resume {run_model_str}", 2, "{run_model_str}/manifest.json: 'model' must be an object"),
     ("run --resume {run_manifest_latin1}", 2, "{run_manifest_latin1}/manifest.json: not valid JSON"),

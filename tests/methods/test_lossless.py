@@ -87,3 +87,36 @@ def test_lossless_method_equals_ar_greedy(name, budget, target, tiny_tok, draft_
         # not a proof of speed, but a method that never gets a draft token accepted on these
         # prompts is almost surely not drafting at all
         assert accepted_extra > 0, f"{name} had no draft token accepted at BC={budget}"
+
+
+ADAPTIVE = [n for n in LOSSLESS if methods.get(n).adaptive_budget]
+
+
+def test_the_methods_that_take_an_adaptive_budget():
+    assert {"pld", "samd", "suffix", "recycling", "rest"} <= set(ADAPTIVE)
+
+
+@pytest.mark.parametrize("name", ADAPTIVE)
+def test_adaptive_budget_equals_ar_greedy(name, target, tiny_tok, draft_dir, request):
+    """An adaptive budget (engine/budget.py) learned on the prompts with whole drafts, then frozen
+    on a steep cost curve so that it trims: still AR's tokens, and it verified less than whole."""
+    from specbench_cli.engine.budget import AcceptanceTable, AdaptiveBudget
+
+    budget = 24
+    steep = [10.0 + 3.0 * (q - 1) for q in range(1, budget + 1)]
+    dec = Decoder(target, {EOS})
+    ctx = MethodContext(target, tiny_tok, budget=budget, draft_model=draft_dir)
+    ar = methods.get("ar").create(ctx)
+    method = methods.get(name).create(ctx, **artifact_options(methods.get(name), request))
+    method.budget_policy = AdaptiveBudget(AcceptanceTable(), steep, learning=True)
+    whole = [dec.generate(method, prompt, 48, budget) for prompt in PROMPTS]
+    method.budget_policy.freeze()
+    q_whole, q_trimmed = [], []
+    for prompt, w in zip(PROMPTS, whole):
+        ref = dec.generate(ar, prompt, 48, budget)
+        got = dec.generate(method, prompt, 48, budget)
+        assert w.output_ids == ref.output_ids and got.output_ids == ref.output_ids, f"{name}@adaptive differs from AR"
+        q_whole += w.budget_used
+        q_trimmed += got.budget_used
+    assert method.budget_policy.table.counts, f"{name} drafted nothing to learn from"
+    assert sum(q_trimmed) / len(q_trimmed) <= sum(q_whole) / len(q_whole)

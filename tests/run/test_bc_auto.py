@@ -128,9 +128,9 @@ def test_calibration_takes_the_runs_own_suite_first_then_mini():
 
 
 @pytest.mark.parametrize("args,message", [
-    (["run", "--bc", "fast"], "--block-complexity must be a whole number or 'auto'"),
+    (["run", "--bc", "fast"], "--block-complexity must be a whole number, 'auto' or 'adaptive'"),
     (["run", "--methods", "pld@0"], "the BC after '@' must be between 1 and 4096"),
-    (["run", "--methods", "pld@x"], "the BC after '@' must be a whole number or 'auto'"),
+    (["run", "--methods", "pld@x"], "the BC after '@' must be a whole number, 'auto' or 'adaptive'"),
     (["run", "--methods", "ar@auto"], "ar ignores the block complexity"),
     (["run", "--methods", "pldd@auto"], "unknown method 'pldd'"),
     (["run", "--bc", "auto", "--auto-candidates", "0,4"], "--auto-candidates must be between 1 and 4096"),

@@ -20,6 +20,13 @@ def auto_specs(cfg) -> list[str]:
     return [s for s in method_order(cfg.methods) if bcauto.instance_budget(s, cfg.block_complexity) == AUTO]
 
 
+def adaptive_specs(cfg) -> list[str]:
+    """The run's method instances whose budget is `adaptive`."""
+    from specbench_cli.config import ADAPTIVE, method_order
+
+    return [s for s in method_order(cfg.methods) if bcauto.instance_budget(s, cfg.block_complexity) == ADAPTIVE]
+
+
 def run_curve(cfg, lm, threads: int, need_q: int = 0) -> tuple[Optional[costmod.CostCurve], Optional[dict]]:
     """The cached cost curve for this model/device/dtype/threads and batch size (context 400,
     `specbench cost`'s default), measured and cached first when `need_q` > 0 and the cache lacks q
@@ -89,17 +96,67 @@ def calibrate_one(spec: str, cfg, lm, decoder, prompts: list[list[int]], curve: 
         method = plan_instance(cfg, spec, b).bind(lm.target, lm.tokenizer)
         if i == 0:  # untimed warm-up, as the runner does before anything it reports
             decoder.generate(method, prompts[0], min(16, max_new), b, _generator(cfg))
-        method.forget()  # a pass over the calibration prompts, as the runner's over the questions
-        profile = bcauto.Profile(budget=b)
-        for ids in prompts:
-            gen = decoder.generate(method, ids, max_new, b, _generator(cfg))
-            profile.add(gen)
-            method.remember(gen.output_ids)
-        profiles.append(profile)
+        profiles.append(_decode_pass(method, decoder, prompts, b, max_new, cfg))
         progress(f"{spec} BC {b}")
-    chosen, predicted = bcauto.choose_budget(profiles, bcauto.monotone(curve.ms), cfg.batch_size)
-    return {"chosen": chosen, "batch_size": cfg.batch_size,
+    t = bcauto.monotone(curve.ms)
+    scale = bcauto.fit_scale(profiles, t)
+    chosen, predicted = bcauto.choose_budget(profiles, t, cfg.batch_size, scale)
+    return {"chosen": chosen, "batch_size": cfg.batch_size, "forward_scale": round(scale, 4),
             "candidates": {str(p.budget): bcauto.summary(p, predicted[p.budget]) for p in profiles}}
+
+
+def _decode_pass(method, decoder, prompts: list[list[int]], budget: int, max_new: int, cfg) -> bcauto.Profile:
+    """One pass over the calibration prompts, as the runner's over the questions."""
+    method.forget()
+    profile = bcauto.Profile(budget=budget)
+    for ids in prompts:
+        gen = decoder.generate(method, ids, max_new, budget, _generator(cfg))
+        profile.add(gen)
+        method.remember(gen.output_ids)
+    return profile
+
+
+def calibrate_adaptive(spec: str, cfg, lm, decoder, prompts: list[list[int]], curve: costmod.CostCurve,
+                       max_new: int) -> dict:
+    """An adaptive instance (engine/budget.py): decode the calibration prompts at the ceiling with
+    every draft verified whole, counting each node's acceptance by the drafter's signal; fit the
+    whole step's cost T(q) = s t(q) + o from the same steps (s: `bcauto.fit_scale`; o: the loop's
+    other work per step); then decode them again with the frozen policy for its prediction.
+    Returns the manifest record `policy` rebuilds the policy from."""
+    from specbench_cli.engine.budget import AcceptanceTable, AdaptiveBudget
+    from specbench_cli.run.plan import adaptive_ceiling, plan_instance
+
+    ceiling = adaptive_ceiling(cfg)
+    method = plan_instance(cfg, spec, ceiling).bind(lm.target, lm.tokenizer)
+    t = bcauto.monotone(curve.ms)
+    method.budget_policy = AdaptiveBudget(AcceptanceTable(), [t(q) for q in range(1, ceiling + 1)], learning=True)
+    decoder.generate(method, prompts[0], min(16, max_new), ceiling, _generator(cfg))  # untimed warm-up
+    method.budget_policy.table = AcceptanceTable()
+    whole = _decode_pass(method, decoder, prompts, ceiling, max_new, cfg)
+    steps = max(len(whole.accept_lengths), 1)
+    scale = bcauto.fit_scale([whole], t)
+    other = whole.overhead_ms / steps
+    draft_ms = sum(whole.draft_ms) / steps
+    record = {"ceiling": ceiling, "batch_size": cfg.batch_size, "forward_scale": round(scale, 4),
+              "other_ms_per_step": round(other, 4), "draft_ms_per_step": round(draft_ms, 4),
+              "step_ms": [round(scale * t(q) + other, 4) for q in range(1, ceiling + 1)],
+              "table": method.budget_policy.table.to_dict(),
+              "whole": bcauto.summary(whole, bcauto.predicted_tokens_per_s(whole, t, cfg.batch_size, scale))}
+    method.budget_policy = policy(record)
+    trimmed = _decode_pass(method, decoder, prompts, ceiling, max_new, cfg)
+    record["adaptive"] = bcauto.summary(trimmed, bcauto.predicted_tokens_per_s(trimmed, t, cfg.batch_size, scale))
+    return record
+
+
+def policy(record: dict):
+    """The frozen adaptive budget of a manifest record (`calibrate_adaptive`)."""
+    from specbench_cli.engine.budget import AcceptanceTable, AdaptiveBudget
+
+    try:
+        return AdaptiveBudget(AcceptanceTable.from_dict(record["table"]), record["step_ms"],
+                              record["draft_ms_per_step"])
+    except (KeyError, TypeError, ValueError) as e:
+        raise UsageError(f"the manifest's adaptive budget record is unusable ({e})") from None
 
 
 def _generator(cfg):
@@ -116,28 +173,36 @@ def prepare(cfg, lm, planned: dict, questions: list, threads: int,
     are reused, never recalibrated."""
     from specbench_cli.run.plan import auto_candidates, plan_instance
 
-    specs = auto_specs(cfg)
+    specs, adaptive = auto_specs(cfg), adaptive_specs(cfg)
     if manifest is not None:
         choices = manifest.get("bc_auto") or {}
-        missing = [s for s in specs if s not in choices]
+        policies = manifest.get("bc_adaptive") or {}
+        missing = [s for s in specs if s not in choices] + [s for s in adaptive if s not in policies]
         if missing:
-            raise UsageError(f"cannot resume: the manifest has no auto budget for {', '.join(missing)}")
+            raise UsageError(f"cannot resume: the manifest has no auto or adaptive budget for {', '.join(missing)}")
         extra: dict[str, Any] = {}
     else:
-        curve, record = run_curve(cfg, lm, threads, max(auto_candidates(cfg)) if specs else 0)
+        curve, record = run_curve(cfg, lm, threads, max(auto_candidates(cfg)) if specs or adaptive else 0)
         extra = {"cost_curve": record}
-        choices = {}
+        choices, policies = {}, {}
+        if specs or adaptive:
+            choices, policies = calibrate(cfg, lm, specs, adaptive, questions, curve)
         if specs:
-            choices = calibrate(cfg, lm, specs, questions, curve)
             extra["bc_auto"] = choices
+        if adaptive:
+            extra["bc_adaptive"] = policies
     planned = dict(planned)
     for spec in specs:
         planned[spec] = plan_instance(cfg, spec, int(choices[spec]["chosen"]))
+    for spec in adaptive:
+        planned[spec].budget_policy = policy(policies[spec])
     return planned, extra
 
 
-def calibrate(cfg, lm, specs: list[str], questions: list, curve: costmod.CostCurve) -> dict:
-    """Every auto instance calibrated on the same calibration prompts."""
+def calibrate(cfg, lm, specs: list[str], adaptive: list[str], questions: list,
+              curve: costmod.CostCurve) -> tuple[dict, dict]:
+    """Every auto and adaptive instance calibrated on the same calibration prompts: (auto
+    choices, adaptive records)."""
     from specbench_cli.engine.loop import Decoder
     from specbench_cli.models.prompting import ChatPrompter, stop_token_ids, user_turn
     from specbench_cli.run.plan import method_context
@@ -148,8 +213,8 @@ def calibrate(cfg, lm, specs: list[str], questions: list, curve: costmod.CostCur
     decoder = Decoder(lm.target, stop_token_ids(lm.tokenizer, lm.target), method_context(cfg).sampling)
     max_new = min(cfg.auto_tokens, cfg.max_new_tokens)
     ids = [f"{q.task}/{q.id}" for q in cal]
-    err.print(f"[dim]--block-complexity auto: calibrating {len(specs)} method(s) on {', '.join(ids)} "
-              f"({max_new} new tokens each)[/dim]")
+    err.print(f"[dim]--block-complexity auto/adaptive: calibrating {len(specs) + len(adaptive)} method(s) on "
+              f"{', '.join(ids)} ({max_new} new tokens each)[/dim]")
     choices = {}
     for spec in specs:
         record = calibrate_one(spec, cfg, lm, decoder, prompts, curve, max_new)
@@ -158,4 +223,13 @@ def calibrate(cfg, lm, specs: list[str], questions: list, curve: costmod.CostCur
         choices[spec] = record
         err.print(f"[dim]  {spec}: BC {record['chosen']} (predicted "
                   f"{record['candidates'][str(record['chosen'])]['predicted_tokens_per_s']:.1f} tok/s)[/dim]")
-    return choices
+    policies = {}
+    for spec in adaptive:
+        record = calibrate_adaptive(spec, cfg, lm, decoder, prompts, curve, max_new)
+        record["questions"] = ids
+        record["max_new_tokens"] = max_new
+        policies[spec] = record
+        a, w = record["adaptive"], record["whole"]
+        err.print(f"[dim]  {spec}: adaptive, mean block {a['mean_q']} of at most {record['ceiling']} (predicted "
+                  f"{a['predicted_tokens_per_s']:.1f} tok/s; whole drafts {w['predicted_tokens_per_s']:.1f})[/dim]")
+    return choices, policies

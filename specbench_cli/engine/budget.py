@@ -1,0 +1,183 @@
+"""A per-step adaptive budget: how much of a drafter's proposal one step verifies.
+
+A fixed block complexity verifies whatever the drafter proposes up to BC - 1 nodes, whether
+the drafter is sure (a 20-token match in the prompt) or guessing (a 1-token match). But a
+forward over q tokens costs more the larger q is (on a CPU, t(10) is about 1.3-2 x t(1)), so
+a node worth verifying is one whose chance of being accepted pays for the extra forward time.
+This module chooses, each step, the part of the draft that maximises the expected tokens per
+second:
+
+    E[tokens](S) = 1 + sum over nodes i in S of P(i accepted)
+    choose S (ancestor-closed, |S| = k) maximising E[tokens](S) / (d + T(1 + k))
+
+with `T(q)` the step's measured cost at q tokens (target forward, verdict, cache commit and the
+loop's bookkeeping: everything but drafting) and `d` the drafter's measured cost per step. As in
+SuffixDecoding's score-ranked speculation trees and the dynamic draft-length methods (SpecDec++
+stops a draft where the predicted acceptance falls below a threshold; DISCO predicts when to stop),
+acceptance is predicted from the drafter's own signal, but nothing is trained:
+
+- a drafter may label each node with a small integer, its *signal class* (`Draft.signal`): the
+  length of the n-gram it matched (pld), of the suffix-automaton match (samd), the node's
+  frequency-estimated probability in tenths (suffix), its rank among the recycled candidates
+  (recycling). Nodes without a label are class 0.
+- `AcceptanceTable` counts, per (class, depth), how often a node was accepted when its parent was:
+  the node's conditional acceptance rate, smoothed towards the depth's rate over every class and
+  that towards the overall rate (a few pseudo-counts each), so a class seen rarely borrows from
+  its depth. P(i accepted) is the product of the rates along i's path.
+- nodes are taken in order of P (a child never before its parent: its P is at most its parent's,
+  ties go to the lower index), and k is the best prefix of that order.
+
+The table is learned on the calibration questions from *whole* drafts at the largest budget
+(every node verified, so every depth is seen), then frozen for the reported questions: the choice
+is then a pure function of the draft, so a resumed run drafts exactly as an uninterrupted one.
+Trimming a draft never changes which tokens the target accepts among the kept ones, so a lossless
+method stays lossless.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional, Sequence
+
+from specbench_cli.engine.draft import Draft, depths
+
+PRIOR = 4.0        # pseudo-counts with which a (class, depth) rate leans on its depth's rate
+MAX_DEPTH = 32     # deeper nodes share the last depth's counts
+
+
+@dataclass
+class AcceptanceTable:
+    """Offered/accepted counts per (signal class, depth); see the module doc."""
+
+    counts: dict[tuple[int, int], list[int]] = field(default_factory=dict)
+    prior: float = PRIOR
+
+    def learn(self, draft: Draft, accepted: Sequence[int]) -> None:
+        """Count one verified draft: a node is *offered* when its parent is the root or was
+        accepted; `accepted` are the accepted node indices (root excluded)."""
+        if not len(draft):
+            return
+        taken = set(accepted)
+        signal = draft.signal or [0] * len(draft)
+        for i, (p, d) in enumerate(zip(draft.parents, depths(tuple(draft.parents)))):
+            if p < 0 or p in taken:
+                c = self.counts.setdefault((int(signal[i]), min(d, MAX_DEPTH)), [0, 0])
+                c[0] += 1
+                c[1] += i in taken
+
+    def _pooled(self, depth: Optional[int] = None) -> tuple[int, int]:
+        off = acc = 0
+        for (_, d), (o, a) in self.counts.items():
+            if depth is None or d == depth:
+                off, acc = off + o, acc + a
+        return off, acc
+
+    def rates(self) -> dict[tuple[int, int], float]:
+        """The smoothed rate of every (class, depth) seen, plus (-1, depth) for each depth and
+        (-1, 0) overall: what `rate` answers for classes or depths never seen."""
+        off, acc = self._pooled()
+        overall = (acc + 0.5) / (off + 1.0)  # no counts at all: one half
+        out = {(-1, 0): overall}
+        for d in sorted({d for _, d in self.counts}):
+            o, a = self._pooled(d)
+            out[(-1, d)] = (a + self.prior * overall) / (o + self.prior)
+        for (s, d), (o, a) in self.counts.items():
+            out[(s, d)] = (a + self.prior * out[(-1, d)]) / (o + self.prior)
+        return out
+
+    def to_dict(self) -> dict:
+        return {"prior": self.prior,
+                "counts": [[s, d, o, a] for (s, d), (o, a) in sorted(self.counts.items())]}
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "AcceptanceTable":
+        counts = {}
+        for row in data.get("counts", []):
+            if (not isinstance(row, list) or len(row) != 4
+                    or not all(isinstance(v, int) and not isinstance(v, bool) for v in row)
+                    or not (row[1] >= 1 and 0 <= row[3] <= row[2])):
+                raise ValueError("adaptive budget: every count must be [class, depth >= 1, offered, accepted <= offered]")
+            counts[(row[0], row[1])] = [row[2], row[3]]
+        prior = data.get("prior", PRIOR)
+        if isinstance(prior, bool) or not isinstance(prior, (int, float)) or not prior > 0:
+            raise ValueError("adaptive budget: 'prior' must be a positive number")
+        return cls(counts, float(prior))
+
+
+class AdaptiveBudget:
+    """Chooses each step's part of a draft (module doc). `step_ms[q - 1]` is T(q) for
+    q = 1..len(step_ms) (larger q: the last slope); `draft_ms` the drafter's cost per step.
+    `learning` (calibration): every draft is verified whole and counted; otherwise the table is
+    frozen and drafts are trimmed."""
+
+    def __init__(self, table: AcceptanceTable, step_ms: Sequence[float], draft_ms: float = 0.0,
+                 learning: bool = False) -> None:
+        if not step_ms or any(not v > 0 for v in step_ms):
+            raise ValueError("adaptive budget: step costs must be positive")
+        self.table, self.step_ms, self.draft_ms, self.learning = table, list(step_ms), float(draft_ms), learning
+        self._rates = table.rates()
+
+    def cost(self, q: int) -> float:
+        ms = self.step_ms
+        if q <= len(ms):
+            return ms[q - 1]
+        slope = max(ms[-1] - ms[-2], 0.0) if len(ms) > 1 else ms[-1]
+        return ms[-1] + slope * (q - len(ms))
+
+    def rate(self, signal: int, depth: int) -> float:
+        d = min(depth, MAX_DEPTH)
+        r = self._rates
+        return r.get((signal, d), r.get((-1, d), r[(-1, 0)]))
+
+    def accept_probs(self, draft: Draft) -> list[float]:
+        """P(node i accepted) for every node: the product of the rates along its path."""
+        signal = draft.signal or [0] * len(draft)
+        out: list[float] = []
+        for i, (p, d) in enumerate(zip(draft.parents, depths(tuple(draft.parents)))):
+            out.append((1.0 if p < 0 else out[p]) * self.rate(int(signal[i]), d))
+        return out
+
+    def plan(self, draft: Draft) -> tuple[list[int], float]:
+        """(the kept node indices in draft order, the expected tokens per ms of that choice)."""
+        probs = self.accept_probs(draft)
+        order = sorted(range(len(draft)), key=lambda i: (-probs[i], i))
+        best_k, best, expected = 0, 1.0 / (self.draft_ms + self.cost(1)), 1.0
+        for k, i in enumerate(order, start=1):
+            expected += probs[i]
+            value = expected / (self.draft_ms + self.cost(1 + k))
+            if value > best:
+                best_k, best = k, value
+        return sorted(order[:best_k]), best
+
+    def choose(self, draft: Draft) -> Draft:
+        """The part of `draft` to verify this step (the whole draft while learning)."""
+        if self.learning or not len(draft):
+            return draft
+        keep, _ = self.plan(draft)
+        return subdraft(draft, keep) if len(keep) < len(draft) else draft
+
+    def observe(self, draft: Draft, accepted: Sequence[int]) -> None:
+        if self.learning:
+            self.table.learn(draft, accepted)
+
+    def freeze(self) -> None:
+        """Stop learning: the table as it is decides every later step."""
+        self.learning = False
+        self._rates = self.table.rates()
+
+
+def subdraft(draft: Draft, keep: Sequence[int]) -> Draft:
+    """The draft restricted to the ancestor-closed node set `keep` (indices in increasing order),
+    re-indexed; per-node fields (probabilities, signal) follow their nodes."""
+    index = {old: new for new, old in enumerate(keep)}
+    parents = []
+    for i in keep:
+        p = draft.parents[i]
+        if p >= 0 and p not in index:
+            raise ValueError(f"node {i} kept without its parent {p}")
+        parents.append(-1 if p < 0 else index[p])
+    if draft.acceptable is not None or draft.embeds:
+        raise ValueError("an adaptive budget trims plain drafts only (no input-only nodes, no embeddings)")
+    probs = draft.probs[list(keep)] if draft.probs is not None else None
+    signal = [draft.signal[i] for i in keep] if draft.signal is not None else None
+    return Draft(tokens=[draft.tokens[i] for i in keep], parents=parents, probs=probs, signal=signal)

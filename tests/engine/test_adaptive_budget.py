@@ -1,0 +1,135 @@
+"""The per-step adaptive budget (engine/budget.py): the acceptance table, the choice as a pure
+function of rates and step costs, the trimmed draft, losslessness through the loop, the forward
+scale of the whole-step prediction, and bad input."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from helpers.cli import cli
+
+from specbench_cli.config import ADAPTIVE, parse_bc, parse_spec
+from specbench_cli.engine.budget import AcceptanceTable, AdaptiveBudget, subdraft
+from specbench_cli.engine.draft import Draft
+from specbench_cli.errors import UsageError
+from specbench_cli.run.auto import bcauto
+
+FLAT = [40.0] * 24                                   # a GPU-like step: every q costs the same
+STEEP = [40.0 + 4.4 * (q - 1) for q in range(1, 25)]  # a CPU-like step: t(10) = 2 t(1)
+
+
+def trained(confident: int = 3, unsure: int = 1, n: int = 200) -> AcceptanceTable:
+    """Class `confident` chains accepted 3 deep, class `unsure` chains never."""
+    t = AcceptanceTable()
+    for _ in range(n):
+        t.learn(Draft.chain([1, 2, 3, 4, 5], signal=[confident] * 5), [0, 1, 2])
+        t.learn(Draft.chain([1, 2, 3, 4, 5], signal=[unsure] * 5), [])
+    return t
+
+
+def test_the_table_counts_offered_nodes_only():
+    t = AcceptanceTable()
+    # a tree: 0 and 1 below the root, 2 below 0, 3 below 1; the target took 0 then 2
+    t.learn(Draft(tokens=[5, 6, 7, 8], parents=[-1, -1, 0, 1], signal=[1, 1, 2, 2]), [0, 2])
+    # node 3's parent (1) was rejected: node 3 was never offered
+    assert t.counts == {(1, 1): [2, 1], (2, 2): [1, 1]}
+    t.learn(Draft.chain([1, 2], signal=None), [])
+    assert t.counts[(0, 1)] == [1, 0]
+
+
+def test_rates_lean_on_the_depth_when_a_class_is_rare():
+    t = trained()
+    r = AdaptiveBudget(t, FLAT).rate
+    assert r(3, 1) > 0.95 and r(1, 1) < 0.05
+    # class 7 never seen: its depth's rate over every class
+    assert r(7, 1) == pytest.approx(t.rates()[(-1, 1)])
+    # an empty table: one half everywhere
+    assert AdaptiveBudget(AcceptanceTable(), FLAT).rate(0, 1) == 0.5
+
+
+def test_probabilities_multiply_along_the_path():
+    b = AdaptiveBudget(trained(), FLAT)
+    p = b.accept_probs(Draft.chain([1, 2, 3, 4], signal=[3] * 4))
+    assert p[1] == pytest.approx(p[0] * b.rate(3, 2)) and p[3] == pytest.approx(p[2] * b.rate(3, 4))
+    assert all(a >= c for a, c in zip(p, p[1:]))
+
+
+def test_a_confident_draft_is_kept_and_an_unsure_one_dropped_on_a_cpu():
+    b = AdaptiveBudget(trained(), STEEP, draft_ms=0.5)
+    keep, _ = b.plan(Draft.chain([1, 2, 3, 4, 5], signal=[3] * 5))
+    assert keep == [0, 1, 2]            # depth 4 is never accepted after depth 3 in the table
+    assert b.plan(Draft.chain([1, 2, 3, 4, 5], signal=[1] * 5))[0] == []
+    # on a flat cost curve every node is free: an unsure node is still worth verifying
+    assert AdaptiveBudget(trained(), FLAT).plan(Draft.chain([1, 2, 3], signal=[1] * 3))[0] == [0, 1, 2]
+
+
+def test_the_choice_maximises_expected_tokens_per_ms():
+    b = AdaptiveBudget(trained(), STEEP, draft_ms=1.0)
+    draft = Draft(tokens=[1, 2, 3, 4, 5, 6], parents=[-1, 0, 1, -1, 3, 4], signal=[3, 3, 3, 1, 1, 1])
+    keep, value = b.plan(draft)
+    probs = b.accept_probs(draft)
+    best = max(((1 + sum(probs[i] for i in s)) / (1.0 + STEEP[len(s)]), s)
+               for s in ([], [0], [0, 1], [0, 1, 2], [0, 1, 2, 3], [0, 1, 2, 3, 4], [0, 1, 2, 3, 4, 5]))
+    assert value == pytest.approx(best[0]) and keep == best[1]
+
+
+def test_the_trimmed_draft_is_ancestor_closed_and_reindexed():
+    d = Draft(tokens=[10, 11, 12, 13], parents=[-1, 0, -1, 2], probs=torch.eye(4), signal=[1, 2, 3, 4])
+    s = subdraft(d, [0, 2, 3])
+    assert s.tokens == [10, 12, 13] and s.parents == [-1, -1, 1] and s.signal == [1, 3, 4]
+    assert torch.equal(s.probs, torch.eye(4)[[0, 2, 3]])
+    with pytest.raises(ValueError):
+        subdraft(d, [1])                # node 1 without its parent 0
+    with pytest.raises(ValueError):
+        subdraft(Draft(tokens=[1], parents=[-1], acceptable=[False]), [0])
+
+
+def test_learning_verifies_whole_drafts_and_frozen_trims():
+    b = AdaptiveBudget(AcceptanceTable(), STEEP, learning=True)
+    d = Draft.chain([1, 2, 3, 4, 5], signal=[1] * 5)
+    assert b.choose(d) is d
+    for _ in range(100):
+        b.observe(d, [])
+    b.freeze()
+    assert len(b.choose(d)) == 0
+    before = dict(b.table.counts)
+    b.observe(d, [0, 1])                # frozen: nothing more is learned
+    assert b.table.counts == before
+
+
+def test_the_table_round_trips_and_bad_records_are_refused():
+    t = trained()
+    assert AcceptanceTable.from_dict(t.to_dict()).counts == t.counts
+    for bad in ({"counts": [[1, 0, 2, 1]]}, {"counts": [[1, 1, 2, 3]]}, {"counts": [[1, 1, True, 0]]},
+                {"counts": [], "prior": 0}):
+        with pytest.raises(ValueError):
+            AcceptanceTable.from_dict(bad)
+    with pytest.raises(ValueError):
+        AdaptiveBudget(t, [])
+
+
+def test_adaptive_is_a_budget_word_and_an_instance_suffix():
+    assert parse_bc("adaptive") == ADAPTIVE and parse_bc(" Adaptive ") == ADAPTIVE
+    assert parse_spec("pld@adaptive") == ("pld", ADAPTIVE)
+    assert bcauto.instance_label("pld", "pld", ADAPTIVE) == "pld@adaptive"
+    assert bcauto.instance_label("ar", "ar", ADAPTIVE) == "ar"
+    with pytest.raises(UsageError):
+        parse_bc("adaptiv")
+
+
+def test_a_method_that_cannot_be_trimmed_is_refused_before_the_model_loads(tmp_path, capsys):
+    code, _, err = cli(["run", "--tasks", "mini", "--methods", "lookahead@adaptive", "--model", str(tmp_path / "no"),
+                        "--output-dir", str(tmp_path / "o")], capsys)
+    assert code == 2
+    assert "lookahead" in err and "adaptive" in err and len(err.strip().splitlines()) == 1
+
+
+def test_the_forward_scale_is_the_median_ratio_of_loop_to_curve():
+    p = bcauto.Profile(budget=4, accept_lengths=[1, 2, 3], budget_used=[1, 2, 4], verify_ms=[50.0, 66.0, 80.0])
+    t = {1: 40.0, 2: 44.0, 4: 50.0}.get
+    assert bcauto.fit_scale([p], t) == pytest.approx(1.5)   # ratios 1.25, 1.5, 1.6
+    assert bcauto.fit_scale([bcauto.Profile(budget=1)], t) == 1.0
+    # the prediction with the scale: tokens over (s t(q) + drafting + other work)
+    p.draft_ms, p.overhead_ms = [1.0] * 3, 3.0
+    expected = 1000 * 6 / (1.5 * (40 + 44 + 50) + 3 + 3)
+    assert bcauto.predicted_tokens_per_s(p, t, 1, 1.5) == pytest.approx(expected)
