@@ -160,11 +160,17 @@ def only_run(out_dir):
     return run, manifest, rows
 
 
-def test_fixed_bc_run_records_the_cached_curve_and_never_measures(tiny_model_dir, isolated_cache, tmp_path, capsys,
-                                                                 monkeypatch):
+def test_fixed_bc_run_measures_a_curve_only_when_none_is_cached(tiny_model_dir, isolated_cache, tmp_path, capsys):
     code, _, err = cli(run_args(tiny_model_dir, tmp_path / "a", "ar,pld", "--no-report"), capsys)
     assert code == 0, err
-    assert only_run(tmp_path / "a")[1]["cost_curve"] is None  # nothing cached: nothing recorded, nothing measured
+    recorded = only_run(tmp_path / "a")[1]["cost_curve"]
+    bc = only_run(tmp_path / "a")[1]["config"]["block_complexity"]
+    assert recorded["source"] == "measured" and len(recorded["ms"]) == bc  # up to the run's largest budget
+    assert len(list((isolated_cache / "cost").glob("*.json"))) == 1
+
+
+def test_fixed_bc_run_records_the_cached_curve_and_never_measures(tiny_model_dir, isolated_cache, tmp_path, capsys,
+                                                                 monkeypatch):
     code, _, err = cli(["cost", "--model", str(tiny_model_dir), "--max-q", "3", "--repeats", "1", "--warmup", "0",
                         "--threads", "1", "--plot", str(tmp_path / "c.png")], capsys)
     assert code == 0, err

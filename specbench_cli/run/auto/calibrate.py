@@ -27,7 +27,8 @@ def adaptive_specs(cfg) -> list[str]:
     return [s for s in method_order(cfg.methods) if bcauto.instance_budget(s, cfg.block_complexity) == ADAPTIVE]
 
 
-def run_curve(cfg, lm, threads: int, need_q: int = 0) -> tuple[Optional[costmod.CostCurve], Optional[dict]]:
+def run_curve(cfg, lm, threads: int, need_q: int = 0,
+              if_missing: bool = False) -> tuple[Optional[costmod.CostCurve], Optional[dict]]:
     """The cached cost curve for this model/device/dtype/threads and batch size (context 400,
     `specbench cost`'s default), measured and cached first when `need_q` > 0 and the cache lacks q
     up to `need_q`. Returns (curve, manifest record), or (None, None) when none is cached and none
@@ -36,7 +37,7 @@ def run_curve(cfg, lm, threads: int, need_q: int = 0) -> tuple[Optional[costmod.
     key = costmod.curve_key(cfg.model, lm.resolved, cfg.device, cfg.dtype, threads, bcauto.CURVE_CONTEXT,
                             lm.forward, lm.kernels, n)  # the key `specbench cost` uses (`auto` resolved)
     curve, source = costmod.load_cached(key), "cache"
-    if need_q and (curve is None or curve.max_q < need_q):
+    if need_q and (curve is None or (curve.max_q < need_q and not if_missing)):
         at = f"t({n}, q), {n} sequences per forward" if n > 1 else "t(q)"
         err.print(f"[dim]measuring the cost curve {at}, q = 1..{need_q} (cached for later runs)[/dim]")
         curve = costmod.measure_curve(lm.target, need_q, bcauto.CURVE_CONTEXT, bcauto.CURVE_ROUNDS, key=key,
@@ -182,7 +183,14 @@ def prepare(cfg, lm, planned: dict, questions: list, threads: int,
             raise UsageError(f"cannot resume: the manifest has no auto or adaptive budget for {', '.join(missing)}")
         extra: dict[str, Any] = {}
     else:
-        curve, record = run_curve(cfg, lm, threads, max(auto_candidates(cfg)) if specs or adaptive else 0)
+        # auto/adaptive need the curve up to their largest candidate; a fixed-budget run measures one up
+        # to its largest budget only when none is cached (a few seconds: 5 rounds of q = 1..BC; a shorter
+        # cached curve is extrapolated), so every report can print the speedup the cost model predicts
+        if specs or adaptive:
+            curve, record = run_curve(cfg, lm, threads, max(auto_candidates(cfg)))
+        else:
+            largest = max([m.ctx.budget for m in planned.values() if hasattr(m, "ctx")] + [1])
+            curve, record = run_curve(cfg, lm, threads, largest, if_missing=True)
         extra = {"cost_curve": record}
         choices, policies = {}, {}
         if specs or adaptive:
