@@ -75,9 +75,10 @@ def plan_methods(cfg: RunConfig) -> dict:
             budget = adaptive_ceiling(cfg)
         planned[spec] = plan_instance(cfg, spec, budget)
         if bcauto.instance_budget(spec, cfg.block_complexity) == ADAPTIVE and not planned[spec].adaptive_budget:
+            able = [n for n in method_registry.names() if getattr(method_registry.get(n), "adaptive_budget", False)]
             raise UsageError(f"{spec}: {parse_spec(spec)[0]} cannot take an adaptive budget (its drafts have "
-                             "input-only nodes, embeddings or state that must see every node verified); "
-                             "use a fixed BC or auto")
+                             "input-only nodes, embeddings or state that must see every node verified); give it "
+                             f"a fixed BC or auto (NAME@adaptive takes: {', '.join(able)})")
     check_target(cfg, planned)
     return planned
 
