@@ -55,6 +55,7 @@ THREADS = Bound(1, MAX_THREADS)
 BATCH = Bound(1, MAX_BATCH)
 TEMPERATURE = Bound(0, finite=True)
 Budget = Union[int, str]            # a number of tokens, "auto" or "adaptive"
+Temperature = Union[float, List[float]]  # one temperature, or a sweep inside one run (--temperature 0,0.7,1)
 UNSET: Any = type("Unset", (), {"__repr__": lambda self: "UNSET"})()  # "not given" in Cli / GridKey
 
 
@@ -205,10 +206,55 @@ def _one_of(choices: tuple[str, ...], what: str) -> Callable[[Any], Any]:
     return check
 
 
-def _temperature(value: Any) -> Any:
-    if not isinstance(value, (int, float)):
+def _one_temperature(value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise TEMPERATURE.refusal(value, "--temperature")
     return TEMPERATURE.check(value, "--temperature")
+
+
+def parse_temperatures(value: Any) -> Temperature:
+    """'0.7' -> 0.7; '0,0.7,1' -> [0.0, 0.7, 1.0] (a sweep inside one run); UsageError for an
+    item that is not a finite number >= 0, an empty item or a value given twice."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return _one_temperature(float(value))
+    items = [v.strip() for v in str(value).split(",")]
+    if any(not v for v in items):
+        raise UsageError(f"--temperature {value}: an empty item (comma-separated numbers >= 0, e.g. 0,0.7,1)")
+    temps = []
+    for item in items:
+        try:
+            t = float(item)
+        except ValueError:
+            raise TEMPERATURE.refusal(item, "--temperature") from None
+        t = _one_temperature(t)
+        if t in temps:
+            raise UsageError(f"--temperature {value}: {item} is given twice; give each temperature once")
+        temps.append(t)
+    return temps[0] if len(temps) == 1 else temps
+
+
+def _temperature(value: Any) -> Any:
+    """A number, or (a sweep) a list of two or more distinct ones."""
+    if isinstance(value, list):
+        if len(value) < 2:
+            raise UsageError(f"--temperature: a sweep needs two or more temperatures (got {value})")
+        temps = [_one_temperature(v) for v in value]
+        if len(set(temps)) != len(temps):
+            raise UsageError(f"--temperature {','.join(f'{t:g}' for t in temps)}: a temperature is given twice")
+        return temps
+    return _one_temperature(value)
+
+
+def temperatures(cfg: "RunConfig") -> list[float]:
+    """The temperatures a run decodes at, in the order given (one for most runs)."""
+    t = cfg.temperature
+    return list(t) if isinstance(t, list) else [t]
+
+
+def at_temperature(cfg: "RunConfig", t: float) -> "RunConfig":
+    """The run's settings at one temperature of its sweep: what planning, binding and decoding
+    see (`cfg` itself when it holds that one temperature only)."""
+    return cfg if cfg.temperature == t else dataclasses.replace(cfg, temperature=t)
 
 
 def _top_p(value: Any) -> Any:
@@ -425,7 +471,11 @@ class RunConfig:
     threads: Optional[int] = option(
         None, cli=Cli(("--threads",), "torch intra-op threads (default: min(cores, 2))."),
         check=_whole(THREADS, "--threads"), grid=GridKey("threads", f"an integer {THREADS.span()}", default=1))
-    temperature: float = option(0.0, cli=Cli(("--temperature",), "0 = greedy."), check=_temperature)
+    temperature: Temperature = option(
+        0.0, cli=Cli(("--temperature",), "0 = greedy. Comma-separated (0,0.7,1): a sweep in one run, every method "
+                     "and AR at each temperature, reported per temperature.", type=str, default="0",
+                     to_config=parse_temperatures),
+        check=_temperature)
     top_p: float = option(1.0, cli=Cli(("--top-p",), "Nucleus sampling mass (with --temperature > 0)."), check=_top_p)
     seed: int = option(0, cli=Cli(("--seed",), "Sampling seed."), check=_seed,
                        grid=GridKey("seed", f"an integer {SEED.span()}"))
@@ -434,6 +484,9 @@ class RunConfig:
                           grid=GridKey("repeats", f"an integer {REPEATS.span()}"))
     warmup: bool = option(True, cli=Cli(("--no-warmup",), "Skip the untimed warm-up generation.", type=bool,
                                         default=False, to_config=lambda v: not v, param="no_warmup"))
+    time_steps: bool = option(False, cli=Cli(("--time-steps",), "Time each step's parts (propose, forward, accept, "
+                                             "commit, observe) on CUDA too, with a sync after each part; on a "
+                                             "CPU they are always timed (docs/metrics.md).", type=bool, default=False))
     draft_model: Optional[str] = option(
         None, cli=Cli(("--draft-model",), "Draft model for sps (same kinds of reference as --model)."))
     engine_bin: Optional[str] = option(
@@ -494,6 +547,11 @@ class RunConfig:
             check = f.metadata["check"]
             if check is not None:
                 setattr(self, f.name, check(getattr(self, f.name)))
+        if isinstance(self.temperature, list):  # auto budgets are calibrated at one temperature
+            bcs = [self.block_complexity] + [parse_spec(m)[1] for m in self.methods]
+            if any(bc in (AUTO, ADAPTIVE) for bc in bcs):
+                raise UsageError("--temperature with several values takes fixed budgets: 'auto' and 'adaptive' "
+                                 "are calibrated at one temperature (run each temperature on its own)")
         named = set(self.methods) | {parse_spec(m)[0] for m in self.methods}
         for m in self.method_options:
             if m not in named:

@@ -353,7 +353,7 @@ def check_pairing(doc: dict, now_records: list[dict]) -> None:
     this, other question ids or failed AR rows left nothing to compare and the gate passed."""
     timed = {gate.method_key(q) for q in doc["questions"] if q.get("ratio") is not None}
     untimed = sorted({(e["model"], e["method_label"], e["block_complexity"]) for e in doc["entries"]
-                      if e.get("speedup") is not None and e["method_label"] != metrics.AR_METHOD} - timed, key=str)
+                      if e.get("speedup") is not None and not metrics.is_ar_label(e["method_label"])} - timed, key=str)
     if untimed:
         raise UsageError(f"the baseline has speedups but no per-question records for "
                          f"{', '.join(f'{m} (BC {b})' for _, m, b in untimed)}, so their speed cannot be compared")

@@ -28,7 +28,7 @@ import numpy as np
 import pandas as pd
 
 from specbench_cli.report import metrics
-from specbench_cli.report.metrics import AR_METHOD
+from specbench_cli.report.metrics import is_ar_label, label_suffix
 from specbench_cli.report.table import Column, TableData
 
 KEY = ["model", "method_label", "block_complexity", "batch_size"]
@@ -82,15 +82,22 @@ def batch_summary(rows: Sequence[dict] | pd.DataFrame) -> pd.DataFrame:
                    prefill_time=ok["prefill_time"].fillna(0.0))
     out = base.merge(_batch_throughput(ok), on=KEY, how="left").merge(_tpot(ok), on=KEY, how="left") \
         .merge(_batch_agreement(ok), on=KEY, how="left")
-    ar = out[out["method_label"] == AR_METHOD].set_index(["model", "batch_size"])["throughput"]
-    ar_one = out[(out["method_label"] == AR_METHOD) & (out["batch_size"] == 1)].set_index("model")["throughput"]
-    out["throughput_ratio"] = [t / ar[(m, n)] if (m, n) in ar.index else float("nan")
-                               for m, n, t in zip(out["model"], out["batch_size"], out["throughput"])]
-    out["ar_gain"] = [ar[(m, n)] / ar_one[m] if lab == AR_METHOD and m in ar_one.index and (m, n) in ar.index
-                      else float("nan") for m, lab, n in zip(out["model"], out["method_label"], out["batch_size"])]
-    order = out.assign(_not_ar=out["method_label"] != AR_METHOD)
+    # AR of the same model, N and temperature (a sweep's labels carry theirs: metrics.label_temperatures)
+    is_ar = out["method_label"].map(is_ar_label).astype(bool)
+    temp = out["method_label"].map(label_suffix)
+    ar = out[is_ar].assign(_t=temp[is_ar]).set_index(["model", "_t", "batch_size"])["throughput"]
+    ar_one = out[is_ar & (out["batch_size"] == 1)].assign(_t=temp).set_index(["model", "_t"])["throughput"]
+    out["throughput_ratio"] = [ar_ratio(t, ar, (m, x, n)) for m, x, n, t in
+                               zip(out["model"], temp, out["batch_size"], out["throughput"])]
+    out["ar_gain"] = [ar[(m, x, n)] / ar_one[(m, x)] if a and (m, x) in ar_one.index and (m, x, n) in ar.index
+                      else float("nan") for m, x, a, n in zip(out["model"], temp, is_ar, out["batch_size"])]
+    order = out.assign(_not_ar=~is_ar)
     order = order.sort_values(["model", "_not_ar", "method_label", "block_complexity", "batch_size"], kind="stable")
     return out.loc[order.index].reset_index(drop=True)
+
+
+def ar_ratio(throughput: float, ar: pd.Series, key: tuple) -> float:
+    return throughput / ar[key] if key in ar.index else float("nan")
 
 
 def series_key(row: pd.Series) -> tuple:
@@ -103,7 +110,7 @@ def series_key(row: pd.Series) -> tuple:
 def crossovers(summary: pd.DataFrame) -> dict[tuple, Optional[int]]:
     """Per drafting series (`series_key`): the smallest N whose speedup is below 1.0, or None."""
     out: dict[tuple, Optional[int]] = {}
-    for _, row in summary[summary["method_label"] != AR_METHOD].sort_values("batch_size").iterrows():
+    for _, row in summary[~summary["method_label"].map(is_ar_label).astype(bool)].sort_values("batch_size").iterrows():
         key = series_key(row)
         out.setdefault(key, None)
         if out[key] is None and np.isfinite(row["speedup"]) and row["speedup"] < 1.0:
@@ -148,7 +155,7 @@ def plot_batch(summary: pd.DataFrame, directory: Path, stem: str = "speedup_vs_b
     sizes = sorted(int(n) for n in summary["batch_size"].unique())
     series: dict[tuple, pd.DataFrame] = {}
     for _, row in summary.sort_values("batch_size").iterrows():
-        key = series_key(row) if row["method_label"] != AR_METHOD else (row["model"], AR_METHOD)
+        key = series_key(row) if not is_ar_label(row["method_label"]) else (row["model"], row["method_label"])
         series.setdefault(key, [])
         series[key].append(row)
     crossing = crossovers(summary)
@@ -162,8 +169,8 @@ def plot_batch(summary: pd.DataFrame, directory: Path, stem: str = "speedup_vs_b
         fig, axes = plt.subplots(1, 3, figsize=(14, 3.9))
         for i, (key, rows) in enumerate(series.items()):
             frame = pd.DataFrame(rows)
-            color = "0.3" if key[1] == AR_METHOD else COLORS[i % len(COLORS)]
-            if key[1] != AR_METHOD:
+            color = "0.3" if is_ar_label(key[1]) else COLORS[i % len(COLORS)]
+            if not is_ar_label(key[1]):
                 axes[0].plot(frame["batch_size"], frame["speedup"], marker="o", color=color, label=label(key))
                 axes[1].plot(frame["batch_size"], frame["mat"], marker="o", color=color)
                 n = crossing.get(key)
@@ -173,8 +180,8 @@ def plot_batch(summary: pd.DataFrame, directory: Path, stem: str = "speedup_vs_b
                     axes[0].annotate(f"N={n}", (n, y), textcoords="offset points", xytext=(6, -12), fontsize=8,
                                      color="tab:red")
             axes[2].plot(frame["batch_size"], frame["throughput"], marker="o", color=color,
-                         linestyle="--" if key[1] == AR_METHOD else "-",
-                         label=label(key) if key[1] == AR_METHOD else None)
+                         linestyle="--" if is_ar_label(key[1]) else "-",
+                         label=label(key) if is_ar_label(key[1]) else None)
         axes[0].axhline(1.0, color="0.3", linestyle="--", linewidth=1, label="AR at the same N (1.00×)")
         titles = ("Speedup over AR at the same N", "#MAT", "Throughput (tokens/s, summed over the batch)")
         ylabels = ("Speedup (×)", "#MAT (tokens per target forward)", "tokens/s")

@@ -97,6 +97,8 @@ def viewer_data(runs: Sequence[Run], sources: dict[str, Pieces]) -> Optional[dic
         return None
     several = len(shown) > 1
     ar_runs = [run for run in shown if any(r["method"] == metrics.AR_METHOD for r in run.rows)]
+    # a sweep's answers per temperature, each compared with AR's at that temperature
+    swept = len({metrics.temperature_of(r) for run in shown for r in run.rows}) > 1
     questions: dict[str, dict] = {}
     methods: dict[str, dict] = {}
     answers: dict[str, dict[str, list]] = {}
@@ -106,7 +108,7 @@ def viewer_data(runs: Sequence[Run], sources: dict[str, Pieces]) -> Optional[dic
             continue
         ar_run = run if run in ar_runs else next((a for a in ar_runs if a.model_name == run.model_name), None)
         ar_ids = {} if ar_run is None else {
-            (r.get("task"), str(r["question_id"]), r["turn"]): r["output_ids"] for r in _first_repeat(ar_run.rows)
+            _answer_key(r): r["output_ids"] for r in _first_repeat(ar_run.rows)
             if r["method"] == metrics.AR_METHOD and r["status"] == "ok"}
         for row in sorted(rows, key=lambda r: (r["method"] != metrics.AR_METHOD, r["turn"])):
             qkey = f"{row.get('task', '')}|{row['question_id']}"
@@ -116,19 +118,25 @@ def viewer_data(runs: Sequence[Run], sources: dict[str, Pieces]) -> Optional[dic
                 if row.get("difficulty"):
                     label += f" · {row['difficulty']}"
                 questions[qkey] = {"key": qkey, "label": label, "category": category}
-            mkey = f"{run.run_id}|{row['method_label']}"
+            method_label = row["method_label"] + (f" (T={metrics.temperature_of(row):g})" if swept else "")
+            mkey = f"{run.run_id}|{method_label}"
             if mkey not in methods:
                 is_ar = row["method"] == metrics.AR_METHOD
-                methods[mkey] = {"key": mkey, "label": f"{run.run_id}: {row['method_label']}" if several
-                                 else row["method_label"], "ar": is_ar}
+                methods[mkey] = {"key": mkey, "label": f"{run.run_id}: {method_label}" if several
+                                 else method_label, "ar": is_ar}
             answers.setdefault(qkey, {}).setdefault(mkey, []).append(
-                _turn(row, sources[run.run_id], ar_ids.get((row.get("task"), str(row["question_id"]), row["turn"]))))
+                _turn(row, sources[run.run_id], ar_ids.get(_answer_key(row))))
     if not answers:
         return None
     order = {c: i for i, c in enumerate(order_categories({q["category"] for q in questions.values()}))}
     qlist = sorted(questions.values(), key=lambda q: order[q["category"]])  # stable: run order within a category
     mlist = sorted(methods.values(), key=lambda m: not m["ar"])
     return {"questions": qlist, "methods": mlist, "answers": answers}
+
+
+def _answer_key(row: dict) -> tuple:
+    """The turn an answer is compared with AR's on: (task, question, turn, temperature)."""
+    return (row.get("task"), str(row["question_id"]), row["turn"], metrics.temperature_of(row))
 
 
 def _first_repeat(rows: Sequence[dict]) -> list[dict]:
@@ -165,7 +173,7 @@ def table_html(table: TableData, caption: bool = True) -> str:
     head = "".join(f'<th class="{"num" if c.numeric else ""}">{_e(c.header)}</th>' for c in table.columns)
     body = []
     for (_, row), cells in zip(table.frame.iterrows(), table.cells()):
-        cls = ' class="ar"' if row.get("method_label") == metrics.AR_METHOD else ""
+        cls = ' class="ar"' if metrics.is_ar_label(row.get("method_label")) else ""
         tds = "".join(f'<td class="{"num" if c.numeric else ""}">{_e(v)}</td>' for c, v in zip(table.columns, cells))
         body.append(f"<tr{cls}>{tds}</tr>")
     notes = "".join(f"<li>{_e(n)}</li>" for n in table.notes)

@@ -11,10 +11,15 @@ Units:
   `sum(new_tokens) / sum(wall_time)` over the turns. Questions with an errored turn are left
   out of throughput and speedup (and counted in `n_errors`).
 - a *replicate* is (run_id, repeat): speedups are computed per replicate and then averaged.
+- rows of several sampling temperatures (`run --temperature 0,0.7,1`) are never pooled: a
+  question is one temperature's (its speedup is over AR at that temperature), and
+  `label_temperatures` gives each method label its temperature (`pld (T=0.7)`), so every table,
+  figure and gate keeps them apart.
 """
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from typing import Iterable, Sequence
 
@@ -27,7 +32,7 @@ from specbench_cli.tasks.categories import OVERALL, canonical_category, order_ca
 
 AR_METHOD = "ar"
 
-QUESTION_KEY = ["run_id", "model", "task", "category", "question_id", "repeat", "batch_size"]
+QUESTION_KEY = ["run_id", "model", "task", "category", "question_id", "repeat", "batch_size", "temperature"]
 METHOD_KEY = ["method", "method_label", "block_complexity"]
 REPLICATE_KEY = ["run_id", "repeat"]
 DEFAULT_BY = ("model", "method_label", "block_complexity", "batch_size", "category")
@@ -42,8 +47,60 @@ ROW_DEFAULTS = {
     **{k: v for k, v in _row_defaults().items()
        if k in ("task", "block_complexity", "extra_params", "lossless", "method_params", "structure",
                 "new_tokens", "wall_time", "steps", "accept_lengths", "draft_sizes", "draft_path_lengths",
-                "ar_match", "difficulty", "batch_size", "batch_id")},
+                "ar_match", "difficulty", "batch_size", "batch_id", "temperature")},
 }
+TEMPERATURE_LABEL = re.compile(r" \(T=([^()]*)\)$")  # the suffix `label_temperatures` gives a label
+
+
+# ----------------------------------------------------------------------------- temperatures
+
+
+def temperature_of(row: dict) -> float:
+    """A row's sampling temperature (older rows: 0, greedy)."""
+    return float(row.get("temperature") or 0.0)
+
+
+def label_temperatures(rows: list[dict]) -> list[dict]:
+    """When the rows hold two or more temperatures, each row's `method_label` gets its temperature,
+    `pld (T=0.7)`, in place (the plain label stays in `plain_label`), so nothing that groups by
+    label pools temperatures; rows of one temperature are left exactly as they are."""
+    if len({temperature_of(r) for r in rows}) < 2:
+        return rows
+    for row in rows:
+        if "plain_label" not in row:
+            row["plain_label"] = row["method_label"]
+            row["method_label"] = f"{row['method_label']} (T={temperature_of(row):g})"
+    return rows
+
+
+def plain_label(label: object) -> str:
+    """A method label without the temperature `label_temperatures` gave it."""
+    return TEMPERATURE_LABEL.sub("", str(label))
+
+
+def label_suffix(label: object) -> str:
+    """The temperature part of a label (' (T=0.7)'), or ''."""
+    found = TEMPERATURE_LABEL.search(str(label))
+    return found.group(0) if found else ""
+
+
+def label_temperature(label: object) -> float:
+    """The temperature a label names (0 without one), for ordering."""
+    found = TEMPERATURE_LABEL.search(str(label))
+    try:
+        return float(found.group(1)) if found else 0.0
+    except ValueError:
+        return 0.0
+
+
+def is_ar_label(label: object) -> bool:
+    """Whether a (table) label is AR's, at any temperature."""
+    return plain_label(label) == AR_METHOD
+
+
+def is_baseline_label(label: object) -> bool:
+    """`engines.naming.is_baseline` of a label that may carry a temperature."""
+    return is_baseline(plain_label(label))
 
 
 # ----------------------------------------------------------------------------- frames
@@ -60,6 +117,7 @@ def to_frame(rows: Sequence[dict] | pd.DataFrame) -> pd.DataFrame:
     df["question_id"] = df["question_id"].astype(str)
     df["block_complexity"] = df["block_complexity"].fillna(0).astype(int)
     df["batch_size"] = df["batch_size"].fillna(1).astype(int)
+    df["temperature"] = df["temperature"].fillna(0.0).astype(float)
     df["category"] = [canonical_category(t, c) for t, c in zip(df["task"], df["category"])]
     for key in ("accept_lengths", "draft_sizes"):
         df[key] = df[key].map(lambda v: list(v) if isinstance(v, (list, tuple)) else [])
@@ -443,8 +501,9 @@ def sort_summary(summary: pd.DataFrame) -> pd.DataFrame:
     if "model" in summary:
         keys["model"] = summary["model"]
     if "method_label" in summary:
-        keys["not_ar"] = summary["method_label"] != AR_METHOD
-        keys["label"] = summary["method_label"]
+        keys["not_ar"] = ~summary["method_label"].map(is_ar_label)
+        keys["label"] = summary["method_label"].map(plain_label)
+        keys["temperature"] = summary["method_label"].map(label_temperature)
     for col in ("block_complexity", "batch_size", "run_id", "repeat"):
         if col in summary:
             keys[col] = summary[col]

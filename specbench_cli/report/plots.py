@@ -71,7 +71,7 @@ def _label_flags(frame: pd.DataFrame) -> tuple[bool, bool]:
 
 def _methods_only(summary: pd.DataFrame) -> pd.DataFrame:
     """Summary rows of drafting methods (AR is drawn as a reference line instead)."""
-    return summary[summary["method_label"] != AR_METHOD]
+    return summary[~summary["method_label"].map(metrics.is_ar_label).astype(bool)]
 
 
 def _legend(ax: plt.Axes) -> None:

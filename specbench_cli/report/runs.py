@@ -22,12 +22,13 @@ from specbench_cli.store.runfolder import Run, all_rows, load_runs
 
 
 def load(paths: List[Path]) -> tuple[list[Run], list[dict]]:
-    """Load run folders, print their load warnings, and return (runs, tagged rows)."""
+    """Load run folders, print their load warnings, and return (runs, tagged rows); rows of
+    several temperatures carry theirs in the method label (`metrics.label_temperatures`)."""
     runs = load_runs(paths)
     for run in runs:
         for warning in run.warnings:
             err.print(f"[yellow]warning:[/] {escape(warning)}", highlight=False)
-    rows = all_rows(runs)
+    rows = metrics.label_temperatures(all_rows(runs))
     if not rows:
         raise UsageError(f"no rows in {', '.join(str(p) for p in paths)} (nothing has finished yet?)")
     return runs, rows

@@ -23,9 +23,17 @@ from rich.markup import escape
 from rich.table import Table
 
 from specbench_cli.console import out
-from specbench_cli.engines.naming import baseline_of, is_baseline
+from specbench_cli.engines.naming import baseline_of
 from specbench_cli.report import metrics
-from specbench_cli.report.metrics import AR_METHOD, OVERALL, order_categories
+from specbench_cli.report.metrics import (
+    AR_METHOD,
+    OVERALL,
+    is_ar_label,
+    is_baseline_label,
+    label_suffix,
+    order_categories,
+    plain_label,
+)
 from specbench_cli.tasks.categories import display_category
 
 OPTIONAL_COLUMNS = ("bc", "mbsu", "params", "median", "agree", "alpha")
@@ -155,7 +163,7 @@ def wide_frame(summary: pd.DataFrame) -> pd.DataFrame:
         wide[f"speedup_{category}"] = cat["speedup"]
         wide[f"speedup_std_{category}"] = cat["speedup_std"]
     # AR is the baseline: its speedup is 1 by construction, a spread of 0 says nothing.
-    is_ar = [is_baseline(m) for m in wide.index.get_level_values("method_label")]  # an engine's own AR too
+    is_ar = [is_baseline_label(m) for m in wide.index.get_level_values("method_label")]  # an engine's own AR too
     wide.loc[is_ar, [c for c in wide.columns if c.startswith("speedup_std_")]] = float("nan")
     order = {key: i for i, key in enumerate(overall.index)}
     wide = wide.reset_index()
@@ -219,7 +227,7 @@ def acceptance_table(summary: pd.DataFrame, max_k: int | None = None) -> TableDa
     """Acceptance per drafting method (overall): AL with and without the bonus token, then the
     conditional acceptance rate p_k of each draft position k (up to `max_k`); None without a
     drafting method."""
-    drafting = pd.Series([not is_baseline(m) for m in summary["method_label"]], index=summary.index, dtype=bool)
+    drafting = pd.Series([not is_baseline_label(m) for m in summary["method_label"]], index=summary.index, dtype=bool)
     overall = summary[(summary["category"] == OVERALL) & drafting]  # neither ar nor an engine's ENGINE:ar
     if overall.empty or "conditional_acceptance" not in overall:
         return None
@@ -302,15 +310,16 @@ def table_notes(summary: pd.DataFrame) -> list[str]:
         name = f"{row['method_label']} ({row['model']}, BC {row['block_complexity']}{f', N {n}' if n > 1 else ''})"
         if row["n_errors"]:
             notes.append(f"{name}: {row['n_errors']} of {row['n_rows']} rows errored and are left out.")
-        if is_baseline(row["method_label"]) and row["ar_compared"]:  # an engine's AR against specbench's
+        if is_baseline_label(row["method_label"]) and row["ar_compared"]:  # an engine's AR against specbench's
             notes.append(f"{name}: {row['ar_compared'] - row['ar_mismatches']} of {row['ar_compared']} outputs equal "
                          f"{AR_METHOD}'s (another engine's arithmetic: information, not a losslessness check).")
         elif row["ar_mismatches"]:
             claim = (" although it claims to be lossless" if row["lossless"]
                      else " (lossy by design: not part of the losslessness check)")
             notes.append(f"{name}: {row['ar_mismatches']} of {row['ar_compared']} outputs differ from AR{claim}.")
-        if not is_baseline(row["method_label"]) and row["n_paired"] == 0:
-            notes.append(f"{name}: no {baseline_of(row['method_label'])} rows for the same questions; speedup not "
+        if not is_baseline_label(row["method_label"]) and row["n_paired"] == 0:
+            baseline = baseline_of(plain_label(row["method_label"])) + label_suffix(row["method_label"])
+            notes.append(f"{name}: no {baseline} rows for the same questions; speedup not "
                          f"available.")
         elif row["n_paired"] < row["n_questions"]:
             notes.append(f"{name}: speedup over {row['n_paired']} of {row['n_questions']} questions (those AR also has).")
@@ -322,7 +331,7 @@ def comparison_table(summary_a: pd.DataFrame, summary_b: pd.DataFrame, metric: s
     keys = row_keys(summary_a, summary_b)
     merged = summary_a.merge(summary_b, on=keys + ["category"], suffixes=("_a", "_b"))
     if metric == "speedup":  # AR's speedup is 1 by definition
-        merged = merged[merged["method_label"] != AR_METHOD]
+        merged = merged[~merged["method_label"].map(is_ar_label)]
     if merged.empty:
         raise ValueError("the two runs share no (model, method, category)")
     categories = categories_of(merged) + [OVERALL]
@@ -373,7 +382,7 @@ def _build_grid(table: TableData, columns: list[Column], rows: list[list[str]], 
                             max_width=METHOD_WRAP if compact else None)
     for (_, row), cells in zip(table.frame.iterrows(), rows):
         shown = [_break_label(cells[i]) if compact and not table.columns[i].numeric else cells[i] for i in index]
-        grid.add_row(*shown, style="dim" if row.get("method_label") == AR_METHOD else None)
+        grid.add_row(*shown, style="dim" if is_ar_label(row.get("method_label")) else None)
     return grid
 
 

@@ -22,7 +22,7 @@ from typing import Any, Callable, Iterable, Optional, Sequence
 
 import pandas as pd
 
-from specbench_cli.report.metrics import AR_METHOD, OVERALL
+from specbench_cli.report.metrics import AR_METHOD, OVERALL, is_ar_label, label_suffix, temperature_of
 from specbench_cli.report.table import MISSING, ROW_KEY, Column, TableData, row_keys
 from specbench_cli.store.rows import PARTS
 
@@ -219,10 +219,11 @@ def _predict(members: list[dict], groups: dict[tuple, list[dict]], manifests: di
     if t is None:
         return math.nan
     mine = profile(members)
-    if label == AR_METHOD:
+    if is_ar_label(label):
         return 1.0 if mine is not None else math.nan
     asked = {_question(r) for r in members}
-    ar_rows = [r for k, rows in groups.items() if k[0] == model and k[1] == AR_METHOD and k[3] == n
+    ar_label = AR_METHOD + label_suffix(label)  # AR at the instance's temperature
+    ar_rows = [r for k, rows in groups.items() if k[0] == model and k[1] == ar_label and k[3] == n
                for r in rows if _question(r) in asked]
     base = profile(ar_rows) if ar_rows else None
     if mine is None or base is None:
@@ -258,12 +259,14 @@ def time_table(rows: Sequence[dict], summary: Optional[pd.DataFrame] = None,
 
 
 def temperature_frame(rows: Sequence[dict]) -> pd.DataFrame:
-    """#MAT pooled over steps per (model, method label, BC, N, temperature), ok rows only."""
+    """#MAT pooled over steps per (model, method label, BC, N, temperature), ok rows only; the
+    label without the temperature a sweep's report gives it (`metrics.label_temperatures`)."""
     sums: dict[tuple, list[int]] = {}
     for row in rows:
         if row.get("status") != "ok":
             continue
-        acc = sums.setdefault(_key(row) + (float(row.get("temperature") or 0.0),), [0, 0])
+        key = _key({**row, "method_label": row.get("plain_label", row["method_label"])})
+        acc = sums.setdefault(key + (temperature_of(row),), [0, 0])
         acc[0] += sum(row.get("accept_lengths") or [])
         acc[1] += len(row.get("accept_lengths") or [])
     return pd.DataFrame([dict(zip(ROW_KEY + ["temperature"], k), mat=a / s if s else math.nan)

@@ -13,7 +13,7 @@ from typing import Sequence
 import pandas as pd
 
 from specbench_cli.report import metrics
-from specbench_cli.report.metrics import AR_METHOD, OVERALL
+from specbench_cli.report.metrics import OVERALL
 from specbench_cli.report.table import ROW_KEY, Column, TableData, row_keys
 
 FILE_STEM = "turns"
@@ -41,7 +41,7 @@ def turn_table(summary: pd.DataFrame) -> TableData:
     order = {key: i for i, key in enumerate(dict.fromkeys(summary[ROW_KEY].itertuples(index=False, name=None)))}
     frame = wide.reset_index()
     frame = frame.iloc[sorted(range(len(frame)), key=lambda i: order[tuple(frame.loc[i, ROW_KEY])])]
-    is_ar = frame["method_label"] == AR_METHOD
+    is_ar = frame["method_label"].map(metrics.is_ar_label).astype(bool)
     for t in turns:  # AR is the baseline: a spread of its speedup of 1 says nothing
         if f"speedup_std_t{t}" in frame:
             frame.loc[is_ar, f"speedup_std_t{t}"] = float("nan")

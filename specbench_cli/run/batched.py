@@ -72,7 +72,7 @@ class BatchRunner(Runner):
 
     def unit_keys(self, unit) -> list[tuple]:
         name, group, r, _ = unit
-        return [(name, q.task, q.id, t, r) for q in group for t in range(len(q.turns))]
+        return [(name, q.task, q.id, t, r, self.cfg.temperature) for q in group for t in range(len(q.turns))]
 
     def run_unit(self, unit, done: dict[tuple, dict], ar_rows: dict[tuple, dict]) -> None:
         name, group, repeat, batch_id = unit
@@ -86,7 +86,7 @@ class BatchRunner(Runner):
             for i in members:
                 q = group[i]
                 messages[i].append({"role": "user", "content": q.turns[turn]})
-                key = (name, q.task, q.id, turn, repeat)
+                key = (name, q.task, q.id, turn, repeat, self.cfg.temperature)
                 if key in done:  # resumed: reuse the stored answer as conversation history
                     row = done[key]
                     if row["status"] != "ok" and i not in failed:

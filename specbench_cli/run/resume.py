@@ -58,14 +58,19 @@ def retry_error_rows(store: RunFolder) -> int:
     """Remove error rows so the resumed run makes them again; return how many went.
 
     Also removed: rows of other methods whose AR row failed (they could not be compared with
-    AR, `ar_match` is null), so the retried AR answer is compared with a fresh one. Later turns
-    after a failed turn are error rows themselves ("not run: an earlier turn failed")."""
+    AR, `ar_match` is null) at the same temperature, so the retried AR answer is compared with a
+    fresh one. Later turns after a failed turn are error rows themselves ("not run: an earlier
+    turn failed")."""
     rows = store.rows()
-    failed_ar = {(r.get("task"), str(r["question_id"]), r["turn"], r.get("repeat", 0))
-                 for r in rows if r["method"] == "ar" and r["status"] != "ok"}
+    failed_ar = {_question(r) for r in rows if r["method"] == "ar" and r["status"] != "ok"}
 
     def drop(row: dict) -> bool:
-        ar_key = (row.get("task"), str(row["question_id"]), row["turn"], row.get("repeat", 0))
-        return row["status"] != "ok" or (row["method"] != "ar" and ar_key in failed_ar)
+        return row["status"] != "ok" or (row["method"] != "ar" and _question(row) in failed_ar)
 
     return store.drop_rows(drop)
+
+
+def _question(row: dict) -> tuple:
+    """The turn a row answers: (task, question, turn, repeat, temperature)."""
+    return (row.get("task"), str(row["question_id"]), row["turn"], row.get("repeat", 0),
+            float(row.get("temperature") or 0.0))

@@ -10,6 +10,10 @@ Fairness rules this file enforces:
   one process with one model;
 - each method is warmed up once before anything is timed;
 - every method sees the same sampling seed for the same (question, turn, repeat);
+- a temperature sweep (`--temperature 0,0.7,1`) runs all of the above at each temperature in
+  turn, AR included, the methods planned and bound again for each (their drafts follow the
+  sampling), with the same seeds at every temperature; rows record their temperature and each
+  method's rows are compared with AR's at the same temperature;
 - a method that learns from its own earlier answers (suffix's global tree) starts every pass
   over the questions (each repeat) remembering nothing, so it never sees another pass's answer
   to the question it decodes, and is handed each of its finished turns in run order, on
@@ -23,7 +27,7 @@ import hashlib
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
-from specbench_cli.config import RunConfig
+from specbench_cli.config import RunConfig, at_temperature, temperatures
 from specbench_cli.engines.naming import compared_with, is_baseline
 from specbench_cli.models.header import model_context_length
 from specbench_cli.models.pieces import token_pieces
@@ -50,9 +54,10 @@ class Live:
     failed: dict[str, set] = field(default_factory=dict)
     accepted: dict[str, int] = field(default_factory=dict)
     steps: dict[str, int] = field(default_factory=dict)
+    sweep: bool = False  # several temperatures: one entry per method and temperature
 
     def add(self, row: dict) -> None:
-        m = row["method"]
+        m = f"{row['method']} T={row.get('temperature', 0.0):g}" if self.sweep else row["method"]
         key = (row.get("task"), str(row["question_id"]), row.get("repeat", 0))
         per_question = self.questions.setdefault(m, {})
         if row["status"] != "ok":
@@ -77,12 +82,26 @@ class Live:
         return " | ".join(parts)
 
 
+def check_temperatures(cfg: RunConfig) -> dict:
+    """`check_config` (run/plan.py) at every temperature of the run, before any model loads (a
+    method that cannot sample is refused at the temperature it cannot take); returns the
+    instances planned at the first temperature, the ones the run binds first."""
+    from specbench_cli.run.plan import check_config
+
+    if not isinstance(cfg.temperature, list):
+        return check_config(cfg)
+    cfg.validate()
+    plans = [check_config(at_temperature(cfg, t)) for t in temperatures(cfg)]
+    return plans[0]
+
+
 class Runner:
     def __init__(self, cfg: RunConfig, store: RunFolder, on_row: Callable[[dict, Live], None] | None = None) -> None:
-        self.cfg = cfg
+        self.sweep_cfg, self.temperatures = cfg, temperatures(cfg)
+        self.cfg = at_temperature(cfg, self.temperatures[0])  # the settings of the temperature being decoded
         self.store = store
         self.on_row = on_row or (lambda row, live: None)
-        self.live = Live()
+        self.live = Live(sweep=len(self.temperatures) > 1)
 
     # -- set-up -------------------------------------------------------------------------------
     def setup(self, lm, planned: Optional[dict] = None) -> None:
@@ -95,7 +114,7 @@ class Runner:
         self.sampling = method_context(self.cfg).sampling
         # the step split: free on a CPU, on CUDA only when asked for (a sync per part; docs/metrics.md)
         self.decoder = Decoder(lm.target, stop_token_ids(lm.tokenizer, lm.target), self.sampling,
-                               time_steps=bool(getattr(self.cfg, "time_steps", False)))
+                               time_steps=bool(self.cfg.time_steps))
         self.prompter = ChatPrompter(lm.tokenizer, self.cfg.prompt_template)
         planned = planned if planned is not None else plan_methods(self.cfg)
         # every method of a question gets the same cap, so answers stay comparable with AR's
@@ -156,7 +175,7 @@ class Runner:
         failed = None
         for turn, text in enumerate(q.turns):
             messages.append({"role": "user", "content": text})
-            key = (name, q.task, q.id, turn, repeat)
+            key = (name, q.task, q.id, turn, repeat, self.cfg.temperature)
             if key in done:  # resumed: reuse the stored answer as conversation history
                 row = done[key]
                 failed = failed or (row["error"] if row["status"] != "ok" else None)
@@ -204,7 +223,7 @@ class Runner:
     def unit_keys(self, unit) -> list[tuple]:
         """The row keys a unit of `work` writes."""
         name, q, r = unit
-        return [(name, q.task, q.id, t, r) for t in range(len(q.turns))]
+        return [(name, q.task, q.id, t, r, self.cfg.temperature) for t in range(len(q.turns))]
 
     def run_unit(self, unit, done: dict[tuple, dict], ar_rows: dict[tuple, dict]) -> None:
         name, q, r = unit
@@ -212,7 +231,7 @@ class Runner:
 
     def record(self, row: dict, ar_rows: dict[tuple, dict]) -> dict:
         """Compare a finished row with AR's, store it and report it."""
-        key = (row["task"], str(row["question_id"]), row["turn"], row["repeat"])
+        key = question_key(row)
         if is_baseline(row["method"]):  # `ar`, or an engine's `ENGINE:ar` (engines/naming.py)
             ar_rows[ar_key(row["method"], key)] = row
         against = compared_with(row["method"])
@@ -229,15 +248,38 @@ class Runner:
     def run(self, questions, progress: Callable[[int, int], None] | None = None) -> int:
         """Run every unit not yet in the store; return the number of error rows written."""
         done = {row_key(r): r for r in self.store.rows()}
-        ar_rows = {ar_key(r["method"], (r.get("task"), str(r["question_id"]), r["turn"], r.get("repeat", 0))): r
-                   for r in done.values() if is_baseline(r["method"])}
+        ar_rows = {ar_key(r["method"], question_key(r)): r for r in done.values() if is_baseline(r["method"])}
         for r in done.values():
             self.live.add(r)
         try:
-            return self._run(questions, done, ar_rows, progress)
+            if len(self.temperatures) == 1:
+                return self._run(questions, done, ar_rows, progress)
+            return self._sweep(questions, done, ar_rows, progress)
         finally:  # servers an engine method started stop however the run ends (engines/server.py)
-            for method in self.methods.values():
-                getattr(method, "close", lambda: None)()
+            self._close()
+
+    def _close(self) -> None:
+        for method in self.methods.values():
+            getattr(method, "close", lambda: None)()
+
+    def _sweep(self, questions, done: dict, ar_rows: dict, progress) -> int:
+        """Every temperature in turn: the whole run at each (a temperature with nothing left to do
+        is skipped), progress counted over all of them."""
+        from specbench_cli.run.plan import plan_methods
+
+        per, errors = len(self.work(questions)), 0
+        for i, t in enumerate(self.temperatures):
+            self.cfg = at_temperature(self.sweep_cfg, t)
+            if i and any(k not in done for u in self.work(questions) for k in self.unit_keys(u)):
+                self._close()  # planned and bound again: drafts follow the sampling (run/plan.py)
+                self.setup(self.lm, plan_methods(self.cfg))
+            step = None
+            if progress:  # one bar over every temperature (a later temperature's start is no news)
+                def step(d: int, n: int, base: int = i * per) -> None:
+                    if d or not base:
+                        progress(base + d, per * len(self.temperatures))
+            errors = self._run(questions, done, ar_rows, step)
+        return errors
 
     def _run(self, questions, done: dict, ar_rows: dict, progress) -> int:
         units = self.work(questions)
@@ -264,6 +306,12 @@ class Runner:
             if progress:
                 progress(finished, total)
         return sum(1 for r in self.store.rows() if r["status"] != "ok")
+
+
+def question_key(row: dict) -> tuple:
+    """(task, question_id, turn, repeat, temperature): the answers a method's row is compared with."""
+    return (row.get("task"), str(row["question_id"]), row["turn"], row.get("repeat", 0),
+            float(row.get("temperature") or 0.0))
 
 
 def ar_key(method: str, key: tuple) -> tuple:

@@ -169,7 +169,7 @@ def scored_rows(rows: Iterable[dict], execute_code: bool = False) -> list[dict]:
 # ----------------------------------------------------------------------------- summaries
 
 GROUP = ["model", "method_label", "block_complexity", "batch_size"]
-_REPLY = ["run_id", "task", "question_id", "turn", "repeat"]
+_REPLY = ["run_id", "task", "question_id", "turn", "repeat", "temperature"]  # AR's answer to compare with
 
 
 def quality_summary(rows: Iterable[dict], execute_code: bool = False):
@@ -186,11 +186,12 @@ def quality_summary(rows: Iterable[dict], execute_code: bool = False):
         return pd.DataFrame(columns=columns)
     df = pd.DataFrame(scored)
     for key, default in (("model", ""), ("run_id", ""), ("task", ""), ("repeat", 0), ("block_complexity", 0),
-                         ("batch_size", 1), ("lossless", None)):
+                         ("batch_size", 1), ("lossless", None), ("temperature", 0.0)):
         if key not in df.columns:
             df[key] = default
     df["question_id"] = df["question_id"].astype(str)
     df["batch_size"] = df["batch_size"].fillna(1).astype(int)
+    df["temperature"] = df["temperature"].fillna(0.0).astype(float)
     ar = {tuple(r[k] for k in ["model"] + _REPLY): r["quality"] for _, r in df[df["method"] == "ar"].iterrows()}
     records = []
     for key, group in df.groupby(GROUP + ["scorer"], sort=False):

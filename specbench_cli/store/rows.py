@@ -218,8 +218,10 @@ def _short(value: object) -> str:
 
 
 def row_key(row: dict) -> tuple:
-    """(method, task, question_id, turn, repeat): what resume matches finished rows on."""
-    return (row["method"], row.get("task"), str(row["question_id"]), int(row["turn"]), int(row.get("repeat", 0)))
+    """(method, task, question_id, turn, repeat, temperature): what resume matches finished rows
+    on (a temperature sweep has one row of each at every temperature; older rows: 0)."""
+    return (row["method"], row.get("task"), str(row["question_id"]), int(row["turn"]), int(row.get("repeat", 0)),
+            float(row.get("temperature") or 0.0))
 
 
 def validate_row(row: object, path: Path, lineno: int) -> dict:
