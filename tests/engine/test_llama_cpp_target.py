@@ -1,11 +1,14 @@
 """`--target llama.cpp` (engine/targets/llama_cpp.py): specbench's loop and drafters with every
-forward computed by llama.cpp's C API on the embedded GGUF as it is (Q4_1).
+forward computed by llama.cpp's C API, on the embedded GGUF as it is (Q4_1) and on a float32 copy
+of it (its weights de-quantised with the `gguf` package, as the transformers target loads them).
 
 The bindings read llama.cpp's own defaults through their structs; a tree verified in one
 llama_decode gives each node the logits its root-to-node chain gives; commit leaves exactly root +
-accepted path (any path of the tree) in the row's cache; every lossless method the target can
-run equals AR's greedy tokens on this target; `specbench run --target llama.cpp` works end to
-end and refuses a method that needs hidden states in one line.
+accepted path (any path of the tree) in the row's cache; on the float32 GGUF every lossless method
+the target can run equals AR's greedy tokens, at batch size 1 and 3; on Q4_1 each method runs
+within its budget and its agreement with AR is measured, not assumed (8-bit activation rounding
+turns summation-order differences into other tokens, docs/engines.md); `specbench run --target
+llama.cpp` works end to end, records =AR, and refuses a method that needs hidden states in one line.
 
 Skipped where llama.cpp is not built (tools/build-llama-cpp.sh) or the embedded model is not
 installed; under CI (CI set) a missing build fails instead. Slow (loads a model), one thread."""
@@ -45,12 +48,52 @@ def require_build():
     return found
 
 
+def float32_copy(src, dst) -> None:
+    """`src` GGUF with every tensor de-quantised to float32 and the metadata as it is."""
+    import gguf
+    import numpy as np
+    from gguf.quants import dequantize
+
+    reader = gguf.GGUFReader(src)
+    writer = gguf.GGUFWriter(dst, reader.fields["general.architecture"].contents())
+    for field in reader.fields.values():
+        if field.name.startswith("GGUF.") or field.name == "general.architecture":
+            continue
+        if field.name == "general.file_type":
+            writer.add_file_type(gguf.LlamaFileType.ALL_F32)
+            continue
+        kind = field.types[0]
+        writer.add_key_value(field.name, field.contents(), kind,
+                             sub_type=field.types[-1] if kind == gguf.GGUFValueType.ARRAY else None)
+    for tensor in reader.tensors:
+        writer.add_tensor(tensor.name, dequantize(tensor.data, tensor.tensor_type).astype(np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+
+
 @pytest.fixture(scope="module")
-def target():
+def q41():
+    """The embedded GGUF as it is (Q4_1)."""
     require_build()
     from specbench_cli.engine.targets.llama_cpp import LlamaCppTarget
 
     t = LlamaCppTarget.load(MODEL, threads=1)
+    yield t
+    t.close()
+
+
+@pytest.fixture(scope="module")
+def target(tmp_path_factory):
+    """The embedded model de-quantised to a float32 GGUF (about 30 s to write, 540 MB)."""
+    require_build()
+    from specbench_cli.engine.targets.llama_cpp import LlamaCppTarget
+    from specbench_cli.models.load import locate_alias
+
+    path = tmp_path_factory.mktemp("f32") / "smollm2-135m-f32.gguf"
+    float32_copy(locate_alias(MODEL), path)
+    t = LlamaCppTarget.load(str(path), threads=1)
     yield t
     t.close()
 
@@ -74,8 +117,8 @@ def prompts(tok):
 
 
 @pytest.fixture(scope="module")
-def eos(tok, target):
-    return {tok.eos_token_id, *target.generation_config.eos_token_id}
+def eos(tok):
+    return {tok.eos_token_id}
 
 
 def test_bindings_read_the_libraries_own_defaults():
@@ -93,12 +136,13 @@ def test_bindings_read_the_libraries_own_defaults():
     assert m.n_gpu_layers == -1 and m.use_extra_bufts and not m.vocab_only and not m.load_mtp
 
 
-def test_target_declares_no_capability_beyond_logits(target):
-    assert target.capabilities == frozenset()
-    assert target.vocab_size == 49152
+def test_target_declares_no_capability_beyond_logits(q41):
+    assert q41.capabilities == frozenset()
+    assert q41.vocab_size == 49152
+    assert q41.generation_config.eos_token_id == [2]  # the GGUF's eos, as the transformers target reads it
     with pytest.raises(MissingCapability, match="hidden_states"):
-        target.start([[1, 2, 3]], 4, want=True)
-    assert getattr(target, "config", None) is None
+        q41.start([[1, 2, 3]], 4, want=True)
+    assert getattr(q41, "config", None) is None
 
 
 def test_a_tree_gives_each_node_its_chains_logits(target, prompts):
@@ -200,6 +244,32 @@ def test_lossless_method_equals_ar_on_llama_cpp(name, target, tok, prompts, eos,
         assert accepted > 0, f"{name} had no draft token accepted"
 
 
+def test_on_q4_1_every_method_runs_and_its_agreement_with_ar_is_measured(q41, tok, prompts, eos):
+    """The quantised GGUF: AR is deterministic, every method stays within its budget and gets
+    drafts accepted; how many answers equal AR's is printed (a measurement: not every one does)."""
+    dec = Decoder(q41, eos)
+    budget = BUDGETS[0]
+    ctx = MethodContext(q41, tok, budget=budget)
+    ar = methods.get("ar").create(ctx)
+    refs = [dec.generate(ar, p, NEW_TOKENS, budget).output_ids for p in prompts]
+    assert refs == [dec.generate(ar, p, NEW_TOKENS, budget).output_ids for p in prompts]
+    equal = total = 0
+    for name in LOSSLESS:
+        spec = methods.get(name)
+        if spec.requires:
+            continue
+        method = spec.create(ctx)
+        accepted = 0
+        for prompt, ref in zip(prompts, refs):
+            got = dec.generate(method, prompt, NEW_TOKENS, budget)
+            assert max(got.budget_used, default=1) <= budget
+            accepted += sum(got.accept_lengths) - got.steps
+            equal += got.output_ids == ref
+            total += 1
+        assert accepted > 0 or spec.drafts_by_chance, name
+    print(f"Q4_1: {equal}/{total} answers equal AR's")
+
+
 def test_a_batch_of_rows_decodes_like_each_row_alone(target, tok, prompts, eos, references):
     """Batch size 3 (one llama_decode per step over every row's tree, rows leaving as they end):
     each row's tokens are its batch-of-one tokens."""
@@ -214,13 +284,13 @@ def test_a_batch_of_rows_decodes_like_each_row_alone(target, tok, prompts, eos, 
     assert spare_ids_all_returned(target, [])
 
 
-def test_run_end_to_end_and_a_method_needing_hidden_states_is_refused(tmp_path, capsys, monkeypatch):
+def test_run_end_to_end_and_a_method_needing_what_it_lacks_is_refused(tmp_path, capsys):
     require_build()
     from helpers.cli import cli
 
-    code, _, err = cli(["run", "--target", "llama.cpp", "--methods", "ar,eagle", "--limit", "1",
+    code, _, err = cli(["run", "--target", "llama.cpp", "--methods", "ar,mask-probe", "--limit", "1",
                         "--output-dir", str(tmp_path / "refused"), "--no-report"], capsys)
-    assert code == 2 and "eagle needs what target 'llama.cpp' does not provide" in err
+    assert code == 2 and "mask-probe needs what target 'llama.cpp' does not provide" in err
     assert len(err.strip().splitlines()) == 1
     code, out, err = cli(["run", "--target", "llama.cpp", "--methods", "ar,pld", "--tasks", "mini", "--limit", "1",
                           "--categories", "summarization,translation", "--max-new-tokens", "24", "--threads", "1",
@@ -230,7 +300,8 @@ def test_run_end_to_end_and_a_method_needing_hidden_states_is_refused(tmp_path, 
 
     run = next((tmp_path / "run").iterdir())
     rows = [json.loads(line) for line in (run / "samples.jsonl").read_text().splitlines()]
-    assert {r["method"] for r in rows} == {"ar", "pld"} and all(r.get("ar_match", True) for r in rows)
+    assert {r["method"] for r in rows} == {"ar", "pld"}
+    assert all(isinstance(r["ar_match"], bool) for r in rows if r["method"] == "pld")  # measured, shown as =AR
     manifest = json.loads((run / "manifest.json").read_text())
     assert manifest["model"]["target"]["target"] == "llama.cpp"
 

@@ -32,10 +32,15 @@ inner layers, and it cannot take input embeddings mixed with token ids in one ba
 declares no capability: methods that need hidden states, layer features or embeddings (heads,
 EAGLE, mask-probe) are refused by `run/plan.py` before anything loads.
 
-Numerics: llama.cpp computes a quantised GGUF with its own kernels, so its tokens are compared
-with AR *on this target* (the =AR column), never with the transformers target's. The KV cache
-holds keys/values in the context's `type_k`/`type_v` (f16 by default; `cache_type=f32` keeps
-them in float32).
+Numerics: llama.cpp computes a GGUF with its own kernels, so its tokens are compared with AR *on
+this target* (the =AR column), never with the transformers target's. `--dtype` sets the KV
+cache's type (float32 by default, as on the transformers target); flash attention is off by
+default. On a float32 GGUF every lossless method's tokens equal AR's (measured, docs/engines.md).
+On a quantised GGUF (the embedded Q4_1) they often do not, and the =AR column says so: each
+quantised matrix product first rounds its input activations to 8 bits, which turns last-bit
+differences of the attention's summation order into whole quantisation steps (logits move by
+~0.3); a tree's cells do not sit where AR's would (rejected branches leave holes that later tokens
+fill), and a block of several tokens is not always multiplied with the kernels one token is.
 """
 
 from __future__ import annotations
@@ -55,7 +60,8 @@ from specbench_cli.errors import UsageError
 MAX_SEQ = 256          # LLAMA_MAX_SEQ of this release: sequence ids 0..255
 N_BATCH = 512          # tokens per llama_decode call (a prefill is cut into such calls)
 CTX_ALIGN = 256        # the context is sized in steps of this many cells
-GGML_TYPES = {"f32": 0, "f16": 1}
+GGML_TYPES = {"f32": 0, "f16": 1, "bf16": 30}
+CACHE_TYPES = {"float32": "f32", "float16": "f16", "bfloat16": "bf16"}  # --dtype -> the KV cache's type
 
 
 class _Book:
@@ -91,8 +97,8 @@ class LlamaCppTarget(Target):
     name = "llama.cpp"
     capabilities = frozenset()
 
-    def __init__(self, lib: Any, model: int, path: Path, *, threads: int, flash_attn: str = "auto",
-                 cache_type: str = "f16", n_ctx: int = 0) -> None:
+    def __init__(self, lib: Any, model: int, path: Path, *, threads: int, flash_attn: str = "off",
+                 cache_type: str = "f32", n_ctx: int = 0) -> None:
         import torch
 
         self.lib = lib
@@ -117,26 +123,27 @@ class LlamaCppTarget(Target):
     @classmethod
     def load(cls, ref: str, *, device: str = "cpu", dtype: str = "float32", **options: Any) -> "LlamaCppTarget":
         """`ref`: a model alias whose weights are a GGUF file (the default model) or a .gguf path.
-        Options: `threads` (default: torch's, i.e. the run's `--threads`), `engine_bin` (the
-        llama.cpp build prefix), `flash_attn` (auto|on|off), `cache_type` (f16|f32), `n_ctx`
-        (at least this many KV cells; by default sized from each batch's needs)."""
+        `dtype` is the KV cache's type (float32: f32, float16: f16, bfloat16: bf16); the weights
+        keep the GGUF file's own types. Options: `threads` (default: torch's, i.e. the run's
+        `--threads`), `engine_bin` (the llama.cpp build prefix), `flash_attn` (off by default;
+        auto|on), `cache_type` (overrides dtype's), `n_ctx` (at least this many KV cells; by
+        default sized from each batch's needs)."""
         from specbench_cli.engines.locate import require_llama_cpp
         from specbench_cli.engine.targets.llama_cpp_api import LayoutError, Library, ModelParams  # noqa: F401
         from specbench_cli.models.load import resolve
 
         if device != "cpu":
             raise UsageError(f"--target llama.cpp runs on the CPU build of llama.cpp (got --device {device})")
-        if dtype != "float32":
-            raise UsageError(f"--target llama.cpp computes in the GGUF file's own types; --dtype {dtype} does not apply "
-                             f"(leave it at float32)")
+        if dtype not in CACHE_TYPES:
+            raise UsageError(f"--target llama.cpp: --dtype {dtype} is not one of {', '.join(CACHE_TYPES)}")
         found = require_llama_cpp(options.get("engine_bin"), library=True)
         kind, location = resolve(ref)
         if kind != "gguf":
             raise UsageError(f"--target llama.cpp needs a GGUF model (a .gguf file or an alias of one), not {ref}")
-        flash = str(options.get("flash_attn", "auto"))
+        flash = str(options.get("flash_attn", "off"))
         if flash not in ("auto", "on", "off"):
             raise UsageError(f"llama.cpp option flash_attn: expected auto, on or off (got {flash})")
-        cache_type = str(options.get("cache_type", "f16"))
+        cache_type = str(options.get("cache_type", CACHE_TYPES[dtype]))
         if cache_type not in GGML_TYPES:
             raise UsageError(f"llama.cpp option cache_type: expected one of {', '.join(GGML_TYPES)} (got {cache_type})")
         threads = options.get("threads")
@@ -246,22 +253,24 @@ class LlamaCppTarget(Target):
                               f"({self.lib.last_error()})")
         return started
 
-    def _logits(self, n: int):
-        """`[n, V]` float32 logits of the last decode's n output tokens, in batch order."""
+    def _logits(self, first: int, n: int):
+        """`[n, V]` float32 logits of batch tokens first..first+n-1 of the last decode (each marked
+        for output)."""
         import torch
 
         v = self._vocab_size
-        first = self.lib.llama_get_logits_ith(self.ctx, 0)
-        last = self.lib.llama_get_logits_ith(self.ctx, n - 1)
-        if not first or not last:
+        ptrs = [self.lib.llama_get_logits_ith(self.ctx, first), self.lib.llama_get_logits_ith(self.ctx, first + n - 1)]
+        if not all(ptrs):
             raise TargetError(f"llama.cpp returned no logits ({self.lib.last_error()})")
-        base = ctypes.addressof(first.contents)
-        if ctypes.addressof(last.contents) == base + 4 * v * (n - 1):  # one contiguous block
+        base = ctypes.addressof(ptrs[0].contents)
+        if ctypes.addressof(ptrs[1].contents) == base + 4 * v * (n - 1):  # one contiguous block
             buf = (ctypes.c_float * (n * v)).from_address(base)
             return torch.frombuffer(buf, dtype=torch.float32).clone().view(n, v)
         out = torch.empty((n, v), dtype=torch.float32)
         for i in range(n):
-            ptr = self.lib.llama_get_logits_ith(self.ctx, i)
+            ptr = self.lib.llama_get_logits_ith(self.ctx, first + i)
+            if not ptr:
+                raise TargetError(f"llama.cpp returned no logits ({self.lib.last_error()})")
             out[i] = torch.frombuffer((ctypes.c_float * v).from_address(ctypes.addressof(ptr.contents)),
                                       dtype=torch.float32)
         return out
@@ -284,13 +293,13 @@ class LlamaCppTarget(Target):
             batch.book.ids.add(seq)
             batch.seqs.append(seq)
             batch.lengths.append(len(prompt))
-            started = None
+            started, chunk = None, []
             for lo in range(0, len(prompt), N_BATCH):
                 chunk = prompt[lo:lo + N_BATCH]
                 last = lo + len(chunk) == len(prompt)
                 t = self._decode([(tok, lo + i, (seq,), last and i == len(chunk) - 1) for i, tok in enumerate(chunk)])
                 started = started if started is not None else t
-            forwards.append(Forward(self._logits(1), None, started))
+            forwards.append(Forward(self._logits(len(chunk) - 1, 1), None, started))
         return batch, forwards
 
     def _cells_in_use(self) -> int:
@@ -328,7 +337,7 @@ class LlamaCppTarget(Target):
                 self._give(extra)
             raise
         b.last = layout
-        return Forward(self._logits(len(tokens)), None, started)
+        return Forward(self._logits(0, len(tokens)), None, started)
 
     def _paths(self, seq: int, draft: Draft, spares: list[int]) -> tuple[list[int], list[list[int]]]:
         """The sequence id of each root-to-leaf path (the first is the row's own) and, per node,
@@ -420,10 +429,10 @@ class LlamaCppTarget(Target):
 
     @property
     def generation_config(self) -> Any:
-        """The vocabulary's end-of-generation ids (llama.cpp's own list: eos, eot, ...)."""
-        if not hasattr(self, "_eog"):
-            self._eog = [t for t in range(self._vocab_size) if self.lib.llama_vocab_is_eog(self.vocab, t)]
-        return SimpleNamespace(eos_token_id=list(self._eog))
+        """The GGUF's end-of-sequence id (`tokenizer.ggml.eos_token_id`), as the transformers target
+        reads it from the same file: the same stop tokens on both targets."""
+        eos = int(self.lib.llama_vocab_eos(self.vocab))
+        return SimpleNamespace(eos_token_id=[eos] if eos >= 0 else [])
 
     def describe(self) -> dict:
         desc = ctypes.create_string_buffer(256)

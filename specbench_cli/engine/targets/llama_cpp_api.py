@@ -129,7 +129,7 @@ _SIGNATURES = {
     "llama_n_seq_max": (c_uint32, [c_void_p]),
     "llama_model_get_vocab": (c_void_p, [c_void_p]),
     "llama_vocab_n_tokens": (c_int32, [c_void_p]),
-    "llama_vocab_is_eog": (c_bool, [c_void_p, llama_token]),
+    "llama_vocab_eos": (llama_token, [c_void_p]),
     "llama_model_n_params": (ctypes.c_uint64, [c_void_p]),
     "llama_model_desc": (c_int32, [c_void_p, c_char_p, c_size_t]),
     "llama_batch_init": (Batch, [c_int32, c_int32, c_int32]),
