@@ -163,7 +163,7 @@ def test_a_tree_gives_each_node_its_chains_logits(target, prompts):
     assert torch.allclose(got[6:], want, atol=1e-3, rtol=1e-3)
 
 
-@pytest.mark.parametrize("keep", [[0], [0, 1], [0, 2, 4], [0, 2, 3]])
+@pytest.mark.parametrize("keep", [[0], [0, 1], [0, 1, 2], [0, 3], [0, 3, 4], [0, 3, 5]])
 def test_commit_keeps_root_and_the_accepted_path_of_any_path(target, prompts, keep):
     """After commit the next forward sees exactly prompt + root + accepted tokens: the logits of a
     fresh prefill of that longer prompt."""

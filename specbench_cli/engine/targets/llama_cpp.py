@@ -60,6 +60,7 @@ from specbench_cli.errors import UsageError
 MAX_SEQ = 256          # LLAMA_MAX_SEQ of this release: sequence ids 0..255
 N_BATCH = 512          # tokens per llama_decode call (a prefill is cut into such calls)
 CTX_ALIGN = 256        # the context is sized in steps of this many cells
+CTX_MIN = 4096         # cells of a first context at least (batches may overlap: an epilogue, a test)
 GGML_TYPES = {"f32": 0, "f16": 1, "bf16": 30}
 CACHE_TYPES = {"float32": "f32", "float16": "f16", "bfloat16": "bf16"}  # --dtype -> the KV cache's type
 
@@ -68,7 +69,8 @@ class _Book:
     """The sequence ids a batch owns (freed when the batch is collected)."""
 
     def __init__(self) -> None:
-        self.ids: set[int] = set()
+        self.ids: set[int] = set()      # main ids of its rows
+        self.spares: set[int] = set()   # path ids of a verify not yet committed
 
 
 class _Rows(Batch):
@@ -176,7 +178,7 @@ class LlamaCppTarget(Target):
                                   f"in it (needed {cells})")
             self.lib.llama_free(self.ctx)
             self.ctx = None
-        n_ctx = -(-max(cells, self.min_ctx, CTX_ALIGN) // CTX_ALIGN) * CTX_ALIGN
+        n_ctx = -(-max(2 * cells, self.min_ctx, CTX_MIN) // CTX_ALIGN) * CTX_ALIGN
         p = self.lib.llama_context_default_params()
         p.n_ctx = n_ctx
         p.n_batch = p.n_ubatch = N_BATCH
@@ -220,9 +222,10 @@ class LlamaCppTarget(Target):
     def _release(self, book: _Book) -> None:
         if self.ctx is None:
             return
-        for seq in sorted(book.ids):
+        for seq in sorted(book.ids | book.spares):
             self._give(seq)
         book.ids.clear()
+        book.spares.clear()
 
     # -- one llama_decode ----------------------------------------------------------------------
     def _batch(self, n: int) -> Any:
@@ -315,6 +318,10 @@ class LlamaCppTarget(Target):
             raise self.lacks("hidden_states" if want is True else "layer_features")
         if len(roots) != b.rows or len(drafts) != b.rows:
             raise TargetError(f"verify got {len(roots)} roots and {len(drafts)} drafts for {b.rows} rows")
+        if b.last is not None:  # a verify never committed keeps what it wrote (an epilogue's chain)
+            if any(len(lay["paths"]) > 1 for lay in b.last):
+                raise TargetError("a tree was verified but not committed")
+            self.commit(b, b.length, [list(range(1 + len(lay["depths"]))) for lay in b.last])
         tokens: list[tuple[int, int, Sequence[int], bool]] = []
         layout = []
         spares: list[int] = []
@@ -336,6 +343,7 @@ class LlamaCppTarget(Target):
             for extra in spares:
                 self._give(extra)
             raise
+        b.book.spares.update(spares)
         b.last = layout
         return Forward(self._logits(0, len(tokens)), None, started)
 
@@ -385,11 +393,17 @@ class LlamaCppTarget(Target):
                 mem.llama_memory_seq_rm(self.mem, seq, end, -1)
             for extra in lay["paths"][1:]:
                 self._give(extra)
+                b.book.spares.discard(extra)
             b.lengths[r] = end
         b.last = None
 
     def leave(self, batch: Batch, row: int) -> None:
         b = self._rows(batch)
+        if b.last is not None:  # rows change: an uncommitted verify's path ids go now
+            for extra in sorted(b.book.spares):
+                self._give(extra)
+            b.book.spares.clear()
+            b.last = None
         seq = b.seqs[row]
         if seq in b.book.ids:
             b.book.ids.discard(seq)
