@@ -94,6 +94,9 @@ def check_target(cfg: RunConfig, planned: dict) -> None:
         line = check_capabilities(spec, method_needs(method), cfg.target, target.capabilities)
         if line:
             raise UsageError(line)
+    available = getattr(target, "check_available", None)
+    if available is not None:  # a runtime the target needs (a library, a build) is there
+        available()
 
 
 def method_needs(method) -> tuple[str, ...]:

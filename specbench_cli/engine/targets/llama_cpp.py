@@ -123,6 +123,14 @@ class LlamaCppTarget(Target):
 
     # -- loading ------------------------------------------------------------------------------
     @classmethod
+    def check_available(cls) -> None:
+        """UsageError naming the build step when llama.cpp's library is not found (run/plan.py
+        asks before any model loads)."""
+        from specbench_cli.engines.locate import require_llama_cpp
+
+        require_llama_cpp(library=True)
+
+    @classmethod
     def load(cls, ref: str, *, device: str = "cpu", dtype: str = "float32", **options: Any) -> "LlamaCppTarget":
         """`ref`: a model alias whose weights are a GGUF file (the default model) or a .gguf path.
         `dtype` is the KV cache's type (float32: f32, float16: f16, bfloat16: bf16); the weights
