@@ -21,9 +21,11 @@ acceptance is predicted from the drafter's own signal, but nothing is trained:
   frequency-estimated probability in tenths (suffix), its rank among the recycled candidates
   (recycling). Nodes without a label are class 0.
 - `AcceptanceTable` counts, per (class, depth), how often a node was accepted when its parent was:
-  the node's conditional acceptance rate, smoothed towards the depth's rate over every class and
-  that towards the overall rate (a few pseudo-counts each), so a class seen rarely borrows from
-  its depth. P(i accepted) is the product of the rates along i's path.
+  the node's conditional acceptance rate, smoothed (a few pseudo-counts) towards the class's rate
+  over every depth, and that towards the overall rate, so a depth seen rarely in a class borrows
+  from the class (a 9-token suffix-automaton match is as good at depth 7 as at depth 3, and far
+  better than a fallback's sibling candidates at any depth); a class never seen takes its depth's
+  rate over every class. P(i accepted) is the product of the rates along i's path.
 - nodes are taken in order of P (a child never before its parent: its P is at most its parent's,
   ties go to the lower index), and k is the best prefix of that order.
 
@@ -65,24 +67,28 @@ class AcceptanceTable:
                 c[0] += 1
                 c[1] += i in taken
 
-    def _pooled(self, depth: Optional[int] = None) -> tuple[int, int]:
+    def _pooled(self, signal: Optional[int] = None, depth: Optional[int] = None) -> tuple[int, int]:
         off = acc = 0
-        for (_, d), (o, a) in self.counts.items():
-            if depth is None or d == depth:
+        for (s, d), (o, a) in self.counts.items():
+            if (signal is None or s == signal) and (depth is None or d == depth):
                 off, acc = off + o, acc + a
         return off, acc
 
     def rates(self) -> dict[tuple[int, int], float]:
-        """The smoothed rate of every (class, depth) seen, plus (-1, depth) for each depth and
-        (-1, 0) overall: what `rate` answers for classes or depths never seen."""
+        """The smoothed rate of every (class, depth) seen, plus (class, -1) for each class over
+        every depth, (-1, depth) for each depth over every class and (-1, 0) overall: what `rate`
+        answers for a depth or class never seen."""
         off, acc = self._pooled()
         overall = (acc + 0.5) / (off + 1.0)  # no counts at all: one half
         out = {(-1, 0): overall}
         for d in sorted({d for _, d in self.counts}):
-            o, a = self._pooled(d)
+            o, a = self._pooled(depth=d)
             out[(-1, d)] = (a + self.prior * overall) / (o + self.prior)
-        for (s, d), (o, a) in self.counts.items():
-            out[(s, d)] = (a + self.prior * out[(-1, d)]) / (o + self.prior)
+        for c in sorted({c for c, _ in self.counts}):
+            o, a = self._pooled(signal=c)
+            out[(c, -1)] = (a + self.prior * overall) / (o + self.prior)
+        for (c, d), (o, a) in self.counts.items():
+            out[(c, d)] = (a + self.prior * out[(c, -1)]) / (o + self.prior)
         return out
 
     def to_dict(self) -> dict:
@@ -127,7 +133,12 @@ class AdaptiveBudget:
     def rate(self, signal: int, depth: int) -> float:
         d = min(depth, MAX_DEPTH)
         r = self._rates
-        return r.get((signal, d), r.get((-1, d), r[(-1, 0)]))
+        found = r.get((signal, d))
+        if found is None:
+            found = r.get((signal, -1))  # a depth this class never reached: the class's own rate
+        if found is None:
+            found = r.get((-1, d), r[(-1, 0)])  # a class never seen: the depth's rate over every class
+        return found
 
     def accept_probs(self, draft: Draft) -> list[float]:
         """P(node i accepted) for every node: the product of the rates along its path."""

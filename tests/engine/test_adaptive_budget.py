@@ -43,6 +43,8 @@ def test_rates_lean_on_the_depth_when_a_class_is_rare():
     assert r(3, 1) > 0.95 and r(1, 1) < 0.05
     # class 7 never seen: its depth's rate over every class
     assert r(7, 1) == pytest.approx(t.rates()[(-1, 1)])
+    # a depth class 3 never reached: class 3's own rate over its depths, not the depth's over all classes
+    assert r(3, 9) == pytest.approx(t.rates()[(3, -1)]) and r(3, 9) > r(7, 9)
     # an empty table: one half everywhere
     assert AdaptiveBudget(AcceptanceTable(), FLAT).rate(0, 1) == 0.5
 

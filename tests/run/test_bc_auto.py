@@ -169,6 +169,15 @@ def test_fixed_bc_run_measures_a_curve_only_when_none_is_cached(tiny_model_dir, 
     assert len(list((isolated_cache / "cost").glob("*.json"))) == 1
 
 
+def test_a_curve_measured_on_a_busy_machine_is_used_but_not_cached(tiny_model_dir, isolated_cache, tmp_path,
+                                                                   capsys, monkeypatch):
+    monkeypatch.setattr("specbench_cli.run.auto.calibrate.load_average", lambda: [9.0, 9.0, 9.0])
+    code, _, err = cli(run_args(tiny_model_dir, tmp_path / "a", "ar,pld", "--no-report"), capsys)
+    assert code == 0, err
+    assert only_run(tmp_path / "a")[1]["cost_curve"]["source"] == "measured (busy, not cached)"
+    assert "busy" in err and not list((isolated_cache / "cost").glob("*.json"))
+
+
 def test_fixed_bc_run_records_the_cached_curve_and_never_measures(tiny_model_dir, isolated_cache, tmp_path, capsys,
                                                                  monkeypatch):
     code, _, err = cli(["cost", "--model", str(tiny_model_dir), "--max-q", "3", "--repeats", "1", "--warmup", "0",

@@ -10,6 +10,7 @@ from specbench_cli.console import err
 from specbench_cli.errors import UsageError
 from specbench_cli.run.auto import bcauto
 from specbench_cli.run.auto import cost as costmod
+from specbench_cli.store.conditions import BUSY_MARGIN, load_average
 from specbench_cli.tasks.base import select as select_questions
 
 
@@ -42,8 +43,16 @@ def run_curve(cfg, lm, threads: int, need_q: int = 0,
         err.print(f"[dim]measuring the cost curve {at}, q = 1..{need_q} (cached for later runs)[/dim]")
         curve = costmod.measure_curve(lm.target, need_q, bcauto.CURVE_CONTEXT, bcauto.CURVE_ROUNDS, key=key,
                                       batch_size=n)
-        costmod.save_cached(curve)
-        source = "measured"
+        load = load_average()
+        if load is not None and load[0] > threads + BUSY_MARGIN:
+            # a curve timed while other work shared the cores would decide later runs on quiet ones
+            # (one measured at load 5 gave t(1) = 748 ms where a quiet forward takes 34 ms)
+            err.print(f"[yellow]the cost curve was measured on a busy machine (1-minute load {load[0]} with "
+                      f"{threads} threads): used for this run only, not cached[/yellow]")
+            source = "measured (busy, not cached)"
+        else:
+            costmod.save_cached(curve)
+            source = "measured"
     if curve is None:
         return None, None
     return curve, {"source": source, "cache_file": costmod.cache_path(key).name, **curve.to_dict()}
