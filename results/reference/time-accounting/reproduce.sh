@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# Where the time goes, per method: the step split (propose, forward, accept, commit, observe,
+# other), the speedup the cost model predicts next to the measured one and the oracle bound, the
+# `--bc auto` prediction against the measured tokens/s, and the adaptive budget against fixed ones.
+# Three quiet 2-thread float32 runs, each in one process (steps skipped when their report exists,
+# and an interrupted run resumes):
+#   spec-bench: the first 3 Spec-Bench questions of each category (18 questions), 128 new tokens,
+#               greedy: every training-free method that needs no datastore at BC 10 (ar, pld,
+#               lookahead, jacobi, tr-jacobi, recycling, samd, suffix; pld@10 again for the
+#               run-to-run noise), at `adaptive` (pld, samd, suffix, recycling) and at `auto`
+#               (pld, samd, suffix);
+#   refine:     the 18 two-turn `refine` questions, 128 new tokens: ar, pld/samd/suffix at auto and
+#               adaptive (report: turns.md per turn);
+#   temperature: the built-in `mini` suite, one question per category, 64 new tokens,
+#               --temperature 0,0.7,1.0 (and --top-p 0.9 with TOP_PS="1.0 0.9"): ar, pld, recycling, samd,
+#               suffix at BC 10 (#MAT per temperature).
+# Run alone on the machine: the manifests record the load average and reports flag a busy run.
+set -euo pipefail
+cd "$(dirname "$0")/../../.."   # the repository root
+OUT=${1:-results/time-accounting}
+COMMON=(--threads 2 --dtype float32)
+mkdir -p "$OUT"
+stamp() { echo "== $1 ($(date +%H:%M:%S), load $(cut -d' ' -f1-3 /proc/loadavg))"; }
+last_run() { ls -d "$1"/2*/ 2>/dev/null | tail -1; }
+resume_of() { local r; r=$(last_run "$1"); [ -n "$r" ] && echo "--resume $r" || true; }
+done_in() { local r; r=$(last_run "$1"); [ -n "$r" ] && [ -f "$r/report/table.md" ]; }
+
+if ! done_in "$OUT/spec-bench"; then
+  stamp "spec-bench"
+  # shellcheck disable=SC2046
+  specbench run $(resume_of "$OUT/spec-bench") --tasks spec_bench --limit 3 --max-new-tokens 128 --bc 10 \
+    "${COMMON[@]}" --output-dir "$OUT/spec-bench" \
+    --methods ar,pld,pld@10,lookahead,jacobi,tr-jacobi,recycling,samd,suffix,pld@adaptive,samd@adaptive,suffix@adaptive,recycling@adaptive,pld@auto,samd@auto,suffix@auto
+fi
+if ! done_in "$OUT/refine"; then
+  stamp "refine"
+  # shellcheck disable=SC2046
+  specbench run $(resume_of "$OUT/refine") --tasks refine --max-new-tokens 128 "${COMMON[@]}" \
+    --output-dir "$OUT/refine" --methods ar,pld@auto,samd@auto,suffix@auto,pld@adaptive,samd@adaptive,suffix@adaptive
+fi
+for TOP_P in ${TOP_PS:-1.0}; do   # TOP_PS="1.0 0.9" adds the nucleus sweep
+  if ! done_in "$OUT/temperature-top-p-$TOP_P"; then
+    stamp "temperature sweep, top-p $TOP_P"
+    # shellcheck disable=SC2046
+    specbench run $(resume_of "$OUT/temperature-top-p-$TOP_P") --tasks mini --limit 1 --max-new-tokens 64 --bc 10 \
+      "${COMMON[@]}" --temperature 0,0.7,1.0 --top-p "$TOP_P" --output-dir "$OUT/temperature-top-p-$TOP_P" \
+      --methods ar,pld,recycling,samd,suffix
+  fi
+done
+stamp "done"
