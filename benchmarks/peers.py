@@ -18,12 +18,12 @@ import time
 
 import torch
 
-from specbench_cli.tasks.base import select as select_questions
 from specbench_cli import methods, tasks
 from specbench_cli.engine.loop import Decoder
 from specbench_cli.methods.core.method import MethodContext
 from specbench_cli.models.load import load_model
 from specbench_cli.models.prompting import ChatPrompter, stop_token_ids
+from specbench_cli.tasks.base import select as select_questions
 
 
 def hf_generate(model, ids, max_new, eos, **kw):

@@ -423,9 +423,9 @@ def load_target(name: str, ref: str, device: str = "cpu", dtype: str = "float32"
 
     check_device(device)
     torch_dtype(dtype)
-    target = targets.get(name).load(ref, device=device, dtype=dtype)
-    tokenizer = load_tokenizer(ref, trust_remote_code=trust_remote_code)
     kind, location = resolve(ref)
+    target = targets.get(name).load(ref, device=device, dtype=dtype, resolved=location)
+    tokenizer = load_tokenizer(ref, trust_remote_code=trust_remote_code)
     lm = LoadedModel(model=None, tokenizer=tokenizer, ref=ref, resolved=location,
                      name=Path(location).stem if kind == "gguf" else ref, params=0,
                      trust_remote_code=trust_remote_code, forward=name)

@@ -26,6 +26,7 @@ from specbench_cli.engine.draft import Draft
 from specbench_cli.engine.loop import Decoder
 from specbench_cli.engine.target import MissingCapability
 from specbench_cli.methods.core.method import MethodContext
+from specbench_cli.models.load import resolve
 
 pytestmark = pytest.mark.slow
 
@@ -79,7 +80,7 @@ def q41():
     require_build()
     from specbench_cli.engine.targets.llama_cpp import LlamaCppTarget
 
-    t = LlamaCppTarget.load(MODEL, threads=1)
+    t = LlamaCppTarget.load(MODEL, threads=1, resolved=resolve(MODEL)[1])
     yield t
     t.close()
 

@@ -133,22 +133,24 @@ class LlamaCppTarget(Target):
     @classmethod
     def load(cls, ref: str, *, device: str = "cpu", dtype: str = "float32", **options: Any) -> "LlamaCppTarget":
         """`ref`: a model alias whose weights are a GGUF file (the default model) or a .gguf path.
+        `resolved`: the file `ref` names, when the model loader resolved it (models/load.py).
         `dtype` is the KV cache's type (float32: f32, float16: f16, bfloat16: bf16); the weights
         keep the GGUF file's own types. Options: `threads` (default: torch's, i.e. the run's
         `--threads`), `engine_bin` (the llama.cpp build prefix), `flash_attn` (off by default;
         auto|on), `cache_type` (overrides dtype's), `n_ctx` (at least this many KV cells; by
         default sized from each batch's needs)."""
-        from specbench_cli.engines.locate import require_llama_cpp
         from specbench_cli.engine.targets.llama_cpp_api import LayoutError, Library, ModelParams  # noqa: F401
-        from specbench_cli.models.load import resolve
+        from specbench_cli.engines.locate import require_llama_cpp
 
         if device != "cpu":
             raise UsageError(f"--target llama.cpp runs on the CPU build of llama.cpp (got --device {device})")
         if dtype not in CACHE_TYPES:
             raise UsageError(f"--target llama.cpp: --dtype {dtype} is not one of {', '.join(CACHE_TYPES)}")
         found = require_llama_cpp(options.get("engine_bin"), library=True)
-        kind, location = resolve(ref)
-        if kind != "gguf":
+        # the model loader resolves `--model` (an alias, a cached download) and passes the file it
+        # found as `resolved`; the engine layer never imports the loader
+        location = str(options.get("resolved") or ref)
+        if not (location.endswith(".gguf") and Path(location).is_file()):
             raise UsageError(f"--target llama.cpp needs a GGUF model (a .gguf file or an alias of one), not {ref}")
         flash = str(options.get("flash_attn", "off"))
         if flash not in ("auto", "on", "off"):

@@ -15,8 +15,7 @@ No other Python package is involved (no llama-cpp-python).
 from __future__ import annotations
 
 import ctypes
-from ctypes import (POINTER, Structure, c_bool, c_char_p, c_float, c_int, c_int8, c_int32, c_size_t,
-                    c_uint32, c_void_p)
+from ctypes import POINTER, Structure, c_bool, c_char_p, c_float, c_int, c_int8, c_int32, c_size_t, c_uint32, c_void_p
 from pathlib import Path
 from typing import Optional
 
@@ -98,7 +97,7 @@ class ContextParams(Structure):
     ]
 
 
-class Batch(Structure):
+class LlamaBatch(Structure):
     """`struct llama_batch` (arrays allocated by `llama_batch_init` for n_tokens and n_seq_max ids)."""
 
     _fields_ = [
@@ -113,7 +112,7 @@ class Batch(Structure):
 
 
 # the sizes this layout has on a 64-bit build (what the C compiler gives for the same header)
-EXPECTED_SIZES = {ModelParams: 80, ContextParams: 160, Batch: 56}
+EXPECTED_SIZES = {ModelParams: 80, ContextParams: 160, LlamaBatch: 56}
 
 # name -> (result type, argument types)
 _SIGNATURES = {
@@ -132,9 +131,9 @@ _SIGNATURES = {
     "llama_vocab_eos": (llama_token, [c_void_p]),
     "llama_model_n_params": (ctypes.c_uint64, [c_void_p]),
     "llama_model_desc": (c_int32, [c_void_p, c_char_p, c_size_t]),
-    "llama_batch_init": (Batch, [c_int32, c_int32, c_int32]),
-    "llama_batch_free": (None, [Batch]),
-    "llama_decode": (c_int32, [c_void_p, Batch]),
+    "llama_batch_init": (LlamaBatch, [c_int32, c_int32, c_int32]),
+    "llama_batch_free": (None, [LlamaBatch]),
+    "llama_decode": (c_int32, [c_void_p, LlamaBatch]),
     "llama_get_logits_ith": (POINTER(c_float), [c_void_p, c_int32]),
     "llama_get_memory": (c_void_p, [c_void_p]),
     "llama_memory_clear": (None, [c_void_p, c_bool]),
