@@ -257,3 +257,27 @@ def test_auto_at_a_batch_size_uses_the_batch_curve(tiny_model_dir, isolated_cach
     assert record["batch_size"] == 2 and record["chosen"] in (1, 3)
     assert {r["block_complexity"] for r in rows if r["method"] == "pld@auto"} == {record["chosen"]}
     assert {r["batch_size"] for r in rows} == {2}
+
+
+def test_adaptive_run_end_to_end_on_the_tiny_model(tiny_model_dir, isolated_cache, tmp_path, capsys):
+    """`NAME@adaptive` through the command line: calibrated at the ceiling (the largest candidate),
+    its frozen table and step costs in the manifest, rows at the ceiling with the blocks actually
+    verified, AR's tokens; a resume rebuilds the policy from the manifest, never recalibrates."""
+    out_dir = tmp_path / "out"
+    args = run_args(tiny_model_dir, out_dir, "ar,pld@adaptive,samd@adaptive", "--auto-candidates", "2,4",
+                    "--auto-questions", "1", "--auto-tokens", "5", "--no-report")
+    code, _, err = cli(args, capsys)
+    assert code == 0, err
+    run, manifest, rows = only_run(out_dir)
+    for spec in ("pld@adaptive", "samd@adaptive"):
+        record = manifest["bc_adaptive"][spec]
+        assert record["ceiling"] == 4 and len(record["step_ms"]) == 4 and record["forward_scale"] > 0
+        assert {"whole", "adaptive", "table", "questions", "max_new_tokens"} <= set(record)
+        mine = [r for r in rows if r["method"] == spec]
+        assert mine and all(r["block_complexity"] == 4 and r["method_label"] == spec for r in mine)
+        assert all(1 <= q <= 4 for r in mine for q in r["budget_used"])
+        assert all(r["ar_match"] for r in mine)
+    # resume: the finished run has nothing left, and the policy comes from the manifest
+    code, _, err = cli(["run", "--resume", str(run), "--no-report"], capsys)
+    assert code == 0, err
+    assert "calibrating" not in err

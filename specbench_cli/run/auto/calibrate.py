@@ -232,20 +232,15 @@ def calibrate(cfg, lm, specs: list[str], adaptive: list[str], questions: list,
     ids = [f"{q.task}/{q.id}" for q in cal]
     err.print(f"[dim]--block-complexity auto/adaptive: calibrating {len(specs) + len(adaptive)} method(s) on "
               f"{', '.join(ids)} ({max_new} new tokens each)[/dim]")
+    shared = {"questions": ids, "max_new_tokens": max_new}
     choices = {}
     for spec in specs:
-        record = calibrate_one(spec, cfg, lm, decoder, prompts, curve, max_new)
-        record["questions"] = ids
-        record["max_new_tokens"] = max_new
-        choices[spec] = record
+        record = choices[spec] = {**calibrate_one(spec, cfg, lm, decoder, prompts, curve, max_new), **shared}
         err.print(f"[dim]  {spec}: BC {record['chosen']} (predicted "
                   f"{record['candidates'][str(record['chosen'])]['predicted_tokens_per_s']:.1f} tok/s)[/dim]")
     policies = {}
     for spec in adaptive:
-        record = calibrate_adaptive(spec, cfg, lm, decoder, prompts, curve, max_new)
-        record["questions"] = ids
-        record["max_new_tokens"] = max_new
-        policies[spec] = record
+        record = policies[spec] = {**calibrate_adaptive(spec, cfg, lm, decoder, prompts, curve, max_new), **shared}
         a, w = record["adaptive"], record["whole"]
         err.print(f"[dim]  {spec}: adaptive, mean block {a['mean_q']} of at most {record['ceiling']} (predicted "
                   f"{a['predicted_tokens_per_s']:.1f} tok/s; whole drafts {w['predicted_tokens_per_s']:.1f})[/dim]")
