@@ -23,7 +23,7 @@ from specbench_cli.sweep.questions import selector
 
 @pytest.mark.parametrize("text,message", [
     ('methods = ["pld"]\nbc = [10]\n', "unknown key 'bc'. Did you mean 'bcs'?"),
-    ('methods = ["pld"]\nbcs = 10\n', "'bcs' must be a non-empty list of integers >= 1 or \"auto\""),
+    ('methods = ["pld"]\nbcs = 10\n', "'bcs' must be a non-empty list of integers >= 1, \"auto\" or \"adaptive\""),
     ('methods = ["pld"]\nbcs = [0]\n', "'bcs' must be a non-empty list of integers >= 1"),
     ('methods = ["pld"]\ndtypes = ["float8"]\n', "'dtypes' must be a list drawn from float32"),
     ('methods = ["pld"]\nrepeats = true\n', "'repeats' must be an integer between 1 and 10000, got true"),
