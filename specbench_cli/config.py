@@ -364,6 +364,13 @@ def _engine_urls(values: Any) -> list[str]:
     return values
 
 
+def _engine_bin(value: Optional[str]) -> Optional[str]:
+    from specbench_cli.engines.locate import split_engine_bin
+
+    split_engine_bin(value)  # ENGINE=PATH with an unknown engine: one line, exit 2
+    return value
+
+
 def _engine_timeout(value: Any) -> float:
     if not isinstance(value, (int, float)) or isinstance(value, bool) or not 0 < value <= 86400:
         raise UsageError(f"--engine-timeout must be a number of seconds in (0, 86400] (got {value})")
@@ -492,7 +499,9 @@ class RunConfig:
     engine_bin: Optional[str] = option(
         None, cli=Cli(("--engine-bin",), "llama.cpp's build (a prefix of tools/build-llama-cpp.sh, or its "
                       "llama-server binary) for the engine methods llama.cpp:* (default: $SPECBENCH_LLAMA_CPP, "
-                      "the build script's prefix, then PATH); docs/engines.md."))
+                      "the build script's prefix, then PATH); or ENGINE=PATH entries, comma-separated, e.g. "
+                      "vllm=VENV/bin/python for the vllm:* servers specbench starts; docs/engines.md."),
+        check=lambda v: _engine_bin(v))
     engine_url: list[str] = option(
         factory=list,
         cli=Cli(("--engine-url",), "A server someone else runs for engine methods: URL (every engine method) or "
@@ -552,7 +561,10 @@ class RunConfig:
             if any(bc in (AUTO, ADAPTIVE) for bc in bcs):
                 raise UsageError("--temperature with several values takes fixed budgets: 'auto' and 'adaptive' "
                                  "are calibrated at one temperature (run each temperature on its own)")
-        named = set(self.methods) | {parse_spec(m)[0] for m in self.methods}
+        from specbench_cli.engines.naming import with_baselines
+
+        listed = with_baselines([parse_spec(m)[0] for m in self.methods])  # ENGINE:ar joins its engine's methods
+        named = set(self.methods) | set(listed)
         for m in self.method_options:
             if m not in named:
                 raise UsageError(f"options given for method '{m}', which is not in --methods")

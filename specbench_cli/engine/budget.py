@@ -30,10 +30,17 @@ acceptance is predicted from the drafter's own signal, but nothing is trained:
   ties go to the lower index), and k is the best prefix of that order.
 
 The table is learned on the calibration questions from *whole* drafts at the largest budget
-(every node verified, so every depth is seen), then frozen for the reported questions: the choice
-is then a pure function of the draft, so a resumed run drafts exactly as an uninterrupted one.
-Trimming a draft never changes which tokens the target accepts among the kept ones, so a lossless
-method stays lossless.
+(every node verified, so every depth is seen), then frozen. Calibration answers are short and
+come from other questions, so on a reported answer the frozen rates are off (measured: too low
+where an answer keeps repeating its context, which is where drafting pays). Each answer therefore
+also learns from its own verified steps (`online` > 0): per signal class, the ratio of the nodes
+it accepted to those the frozen rates expected, (A_c + K) / (E_c + K) with K = `online`, scales
+the class's rates, and a (class, depth) cell the answer has already verified moves towards its
+own counts, (a + K r) / (o + K) with r the scaled frozen rate. The answer's counts start empty at
+each answer, so the choice is a function of the frozen table, the draft and this answer's
+earlier steps only: a resumed run, a batch row and an uninterrupted run choose alike. Trimming a
+draft never changes which tokens the target accepts among the kept ones, so a lossless method
+stays lossless.
 """
 
 from __future__ import annotations
@@ -45,6 +52,8 @@ from specbench_cli.engine.draft import Draft, depths
 
 PRIOR = 4.0        # pseudo-counts with which a (class, depth) rate leans on its depth's rate
 MAX_DEPTH = 32     # deeper nodes share the last depth's counts
+ONLINE = 8.0       # pseudo-counts with which an answer's own counts lean on the frozen rates
+MAX_RATE = 0.99    # a scaled rate never reaches certainty
 
 
 @dataclass
@@ -117,11 +126,26 @@ class AdaptiveBudget:
     frozen and drafts are trimmed."""
 
     def __init__(self, table: AcceptanceTable, step_ms: Sequence[float], draft_ms: float = 0.0,
-                 learning: bool = False) -> None:
+                 learning: bool = False, online: float = 0.0) -> None:
         if not step_ms or any(not v > 0 for v in step_ms):
             raise ValueError("adaptive budget: step costs must be positive")
+        if isinstance(online, bool) or not isinstance(online, (int, float)) or online < 0:
+            raise ValueError("adaptive budget: 'online' must be a number >= 0")
         self.table, self.step_ms, self.draft_ms, self.learning = table, list(step_ms), float(draft_ms), learning
+        self.online = float(online)
         self._rates = table.rates()
+        self.begin()
+
+    def begin(self) -> None:
+        """A new answer: forget the previous answer's own counts (module doc)."""
+        self.live: dict[tuple[int, int], list[int]] = {}   # (class, depth) -> [offered, accepted]
+        self.expected: dict[int, list[float]] = {}         # class -> [frozen-rate expectation, accepted]
+
+    def fork(self) -> "AdaptiveBudget":
+        """The same frozen policy with counts of its own (another row of a batch)."""
+        twin = AdaptiveBudget(self.table, self.step_ms, self.draft_ms, self.learning, self.online)
+        twin._rates = self._rates
+        return twin
 
     def cost(self, q: int) -> float:
         ms = self.step_ms
@@ -130,7 +154,8 @@ class AdaptiveBudget:
         slope = max(ms[-1] - ms[-2], 0.0) if len(ms) > 1 else ms[-1]
         return ms[-1] + slope * (q - len(ms))
 
-    def rate(self, signal: int, depth: int) -> float:
+    def frozen_rate(self, signal: int, depth: int) -> float:
+        """The calibrated rate of a (class, depth) cell, smoothed as the module doc says."""
         d = min(depth, MAX_DEPTH)
         r = self._rates
         found = r.get((signal, d))
@@ -139,6 +164,17 @@ class AdaptiveBudget:
         if found is None:
             found = r.get((-1, d), r[(-1, 0)])  # a class never seen: the depth's rate over every class
         return found
+
+    def rate(self, signal: int, depth: int) -> float:
+        """The rate a node of this cell is predicted to be accepted at, this answer's counts included."""
+        base = self.frozen_rate(signal, depth)
+        if not self.online or self.learning:
+            return base
+        k = self.online
+        e = self.expected.get(signal)
+        scaled = min(MAX_RATE, base * (e[1] + k) / (e[0] + k)) if e else base
+        own = self.live.get((signal, min(depth, MAX_DEPTH)))
+        return (own[1] + k * scaled) / (own[0] + k) if own else scaled
 
     def accept_probs(self, draft: Draft) -> list[float]:
         """P(node i accepted) for every node: the product of the rates along its path."""
@@ -170,6 +206,20 @@ class AdaptiveBudget:
     def observe(self, draft: Draft, accepted: Sequence[int]) -> None:
         if self.learning:
             self.table.learn(draft, accepted)
+            return
+        if not self.online or not len(draft):
+            return
+        taken = set(accepted)
+        signal = draft.signal or [0] * len(draft)
+        for i, (p, d) in enumerate(zip(draft.parents, depths(tuple(draft.parents)))):
+            if p < 0 or p in taken:  # offered: as AcceptanceTable.learn counts
+                c, hit = int(signal[i]), i in taken
+                cell = self.live.setdefault((c, min(d, MAX_DEPTH)), [0, 0])
+                cell[0] += 1
+                cell[1] += hit
+                e = self.expected.setdefault(c, [0.0, 0.0])
+                e[0] += self.frozen_rate(c, d)
+                e[1] += hit
 
     def freeze(self) -> None:
         """Stop learning: the table as it is decides every later step."""

@@ -176,6 +176,8 @@ class Decoder:
         # 1. prefill, each prompt on its own
         for drafter, prompt in zip(drafters, prompts):
             drafter.reset(list(prompt))
+            if getattr(drafter, "budget_policy", None) is not None:  # an adaptive budget's answer counts
+                drafter.budget_policy.begin()
         batch, prefills = target.start([list(p) for p in prompts], max(max_new_tokens) + budget, want)
         seqs, produced, fresh = [], [], []
         for b, (prompt, fwd) in enumerate(zip(prompts, prefills)):

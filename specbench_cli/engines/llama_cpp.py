@@ -24,7 +24,7 @@ from typing import ClassVar, Optional
 
 from specbench_cli.engine.drafter import Structure
 from specbench_cli.engines.method import EngineMethod, EngineSettings, Reply
-from specbench_cli.engines.server import EngineError, Server, request_json
+from specbench_cli.engines.server import EngineError, request_json
 from specbench_cli.errors import UsageError
 from specbench_cli.options import opt
 
@@ -62,7 +62,6 @@ class LlamaCppMethod(EngineMethod):
     spec_type: ClassVar[str] = ""
     Options = ServerOptions
 
-    server: Optional[Server] = None
     gguf: Optional[str] = None
     binary: Optional[str] = None
 
@@ -95,37 +94,13 @@ class LlamaCppMethod(EngineMethod):
             argv += ["-ngl", str(o.ngl)]
         return argv + self.spec_args() + shlex.split(o.args)
 
-    @property
-    def url(self) -> str:
-        if self.settings.url:
-            return self.settings.url
-        if self.server is None:
-            raise EngineError(f"{self.name}: its server is not running")
-        return self.server.url
-
-    def ensure_ready(self, run_dir: Optional[Path]) -> None:
-        if self.settings.url or (self.server is not None and self.server.alive()):
-            return
-        if self.server is not None:  # it died (its question's row has its last lines): a new one
-            self.server.stop()
-            self.server = None
-        folder = Path(run_dir) / "engines" if run_dir else Path.cwd()
-        self.server = Server(self.server_argv(), folder / f"{self.name.replace(':', '-')}.log",
-                             timeout=self.settings.timeout).start()
-
-    def close(self) -> None:
-        if self.server is not None:
-            self.server.stop()
-            self.server = None
-
     def request(self, prompt_ids: list[int], max_new_tokens: int) -> Reply:
         body = {"prompt": prompt_ids, "n_predict": max_new_tokens, "temperature": 0, "top_k": 1,
                 "cache_prompt": False, "return_tokens": True, "stream": False}
         try:
             reply = request_json(self.url + "/completion", body, self.settings.timeout)
         except EngineError as e:  # a server that died meanwhile: its last log lines say why
-            died = self.server is not None and self.server.exited(within=2.0)
-            raise EngineError(f"{e}{self.server.tail_note() if died else ''}") from None
+            raise EngineError(f"{e}{self.died_note()}") from None
         if not isinstance(reply, dict) or "tokens" not in reply:
             raise EngineError(f"{self.name}: the reply has no 'tokens' (got {str(reply)[:120]})")
         timings = reply.get("timings") if isinstance(reply.get("timings"), dict) else {}

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any, ClassVar, Optional
 
 from specbench_cli.engine.drafter import Structure
-from specbench_cli.engines.server import EngineError, parse_metrics, request_text
+from specbench_cli.engines.server import EngineError, Server, parse_metrics, request_text
 from specbench_cli.errors import UsageError
 from specbench_cli.methods.core.method import Method
 
@@ -41,6 +41,8 @@ class EngineSettings:
     url: Optional[str] = None          # --engine-url for this method (None: specbench starts a server)
     timeout: float = 300.0             # --engine-timeout: one request, or a server's start
     threads: int = 1                   # --threads: the server's -t
+    dtype: str = "float32"             # --dtype: the weights' type where the engine converts (vLLM)
+    seed: int = 0                      # --seed
     vocab_size: Optional[int] = None   # ids at or above it are garbage
 
 
@@ -119,7 +121,7 @@ def steps_from_counters(generated: int, c: Counters) -> tuple[list[int], list[in
 class EngineMethod(Method):
     """Base of the engine methods: subclasses set `engine`, `metrics_prefix`, `summary` and
     implement `request(prompt_ids, max_new_tokens) -> Reply` and, for engines specbench starts,
-    `server_args()` / `start_server(run_dir)`."""
+    `server_argv()` (and `server_env()`): `ensure_ready` starts that server, `close` stops it."""
 
     engine: ClassVar[str] = ""
     metrics_prefix: ClassVar[str] = ""
@@ -140,18 +142,51 @@ class EngineMethod(Method):
         if getattr(self, "settings", None) is not None and vocab:
             self.settings.vocab_size = int(vocab)
 
+    # -- the server: someone else's (--engine-url) or one specbench starts ---------------------
+    server: Optional[Server] = None
+
+    def server_argv(self) -> list[str]:
+        """The command that starts this method's server (`--host/--port` are added)."""
+        raise NotImplementedError(f"{self.name} runs on a server someone else starts (--engine-url)")
+
+    def server_env(self) -> dict[str, str]:
+        """Environment variables the server gets on top of specbench's."""
+        return {}
+
+    health: ClassVar[str] = "/health"
+
     @property
     def url(self) -> str:
-        raise NotImplementedError
+        if self.settings.url:
+            return self.settings.url
+        if self.server is None:
+            raise EngineError(f"{self.name}: its server is not running")
+        return self.server.url
+
+    def ensure_ready(self, run_dir: Optional[Path]) -> None:
+        """Start this method's server once (none with --engine-url); a server that died is
+        replaced (the row of the question it died on has its last log lines)."""
+        if self.settings.url or (self.server is not None and self.server.alive()):
+            return
+        if self.server is not None:
+            self.server.stop()
+            self.server = None
+        folder = Path(run_dir) / "engines" if run_dir else Path.cwd()
+        self.server = Server(self.server_argv(), folder / f"{self.name.replace(':', '-')}.log", health=self.health,
+                             timeout=self.settings.timeout, env=self.server_env()).start()
+
+    def close(self) -> None:
+        """Stop the server `ensure_ready` started (idempotent)."""
+        if self.server is not None:
+            self.server.stop()
+            self.server = None
+
+    def died_note(self) -> str:
+        """The server's last log lines when it has exited (a request failed because it died), else ''."""
+        return self.server.tail_note() if self.server is not None and self.server.exited(within=2.0) else ""
 
     def request(self, prompt_ids: list[int], max_new_tokens: int) -> Reply:
         raise NotImplementedError
-
-    def ensure_ready(self, run_dir: Optional[Path]) -> None:
-        """Start what must run before a request (a server), once."""
-
-    def close(self) -> None:
-        """Stop what `ensure_ready` started (idempotent)."""
 
     def draft_length(self) -> int:
         """Tokens of a full draft (estimates drafts where only totals are reported)."""

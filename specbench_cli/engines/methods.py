@@ -64,5 +64,5 @@ def plan(cfg, spec: str, budget: int, options: dict, context):
 
         threads = default_threads()
     method.configure(EngineSettings(model=cfg.model, engine_bin=cfg.engine_bin, url=urls.get(spec, urls.get(base, urls.get(""))),
-                                    timeout=cfg.engine_timeout, threads=threads))
+                                    timeout=cfg.engine_timeout, threads=threads, dtype=cfg.dtype, seed=cfg.seed))
     return method

@@ -1,4 +1,4 @@
-"""Servers specbench starts (llama.cpp's `llama-server`) and stops on every way out, and the small
+"""Servers specbench starts (llama.cpp's `llama-server`, vLLM's OpenAI server) and stops on every way out, and the small
 HTTP client that talks to any server (started here, or someone else's `--engine-url`).
 
 A started server runs on a free loopback port with its log in a file (the run folder's
@@ -141,8 +141,10 @@ class Server:
     """One server process: `argv` plus `--host 127.0.0.1 --port P`, its output in `log`, ready when
     GET `health` answers 200 (within `timeout` seconds)."""
 
-    def __init__(self, argv: Sequence[str], log: Path, health: str = "/health", timeout: float = 120.0) -> None:
+    def __init__(self, argv: Sequence[str], log: Path, health: str = "/health", timeout: float = 120.0,
+                 env: Optional[dict[str, str]] = None) -> None:
         self.argv, self.log, self.health, self.timeout = list(argv), Path(log), health, timeout
+        self.env = dict(env or {})  # added to this process's environment
         self.proc: Optional[subprocess.Popen] = None
         self.port = 0
 
@@ -160,7 +162,8 @@ class Server:
                 log.flush()
                 self.proc = subprocess.Popen(self.argv + ["--host", "127.0.0.1", "--port", str(self.port)],
                                              stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                             preexec_fn=_child_setup)
+                                             preexec_fn=_child_setup,
+                                             env={**os.environ, **self.env} if self.env else None)
             with _LOCK:
                 _LIVE.add(self)
             try:

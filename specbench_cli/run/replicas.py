@@ -84,7 +84,7 @@ def replicas(method: Any, n: int, fresh: Callable[[], Any]) -> list[Any]:
         twin = copy_drafter(method)
         if twin is None:
             twin = fresh()
-            if getattr(method, "budget_policy", None) is not None:  # a frozen adaptive budget is shared
-                twin.budget_policy = method.budget_policy
+            if getattr(method, "budget_policy", None) is not None:  # the frozen policy, own answer counts
+                twin.budget_policy = method.budget_policy.fork()
         out.append(twin)
     return out

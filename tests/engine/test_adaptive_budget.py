@@ -135,3 +135,39 @@ def test_the_forward_scale_is_the_median_ratio_of_loop_to_curve():
     p.draft_ms, p.overhead_ms = [1.0] * 3, 3.0
     expected = 1000 * 6 / (1.5 * (40 + 44 + 50) + 3 + 3)
     assert bcauto.predicted_tokens_per_s(p, t, 1, 1.5) == pytest.approx(expected)
+
+
+def test_an_answer_that_accepts_more_than_calibration_said_earns_longer_drafts():
+    """Online learning: calibration said a class-2 node is accepted half the time at every depth
+    (when its parent was); this answer accepts every class-2 node it verifies. The class's rates
+    rise, the kept part grows, and `begin()` (the next answer) forgets it all."""
+    t = AcceptanceTable()
+    for depth in range(7):   # accepted exactly `depth` deep: 2^-(depth+1) of the drafts
+        for _ in range(2 ** (6 - depth)):
+            t.learn(Draft.chain([1, 2, 3, 4, 5, 6], signal=[2] * 6), list(range(depth)))
+    draft = Draft.chain(list(range(1, 13)), signal=[2] * 12)
+    frozen = AdaptiveBudget(t, STEEP, online=0.0)
+    online = AdaptiveBudget(t, STEEP, online=8.0)
+    first = len(online.choose(draft))
+    assert first == len(frozen.choose(draft))           # nothing seen yet: the frozen choice
+    for _ in range(12):
+        kept = online.choose(draft)
+        online.observe(kept, list(range(len(kept))))     # everything verified was accepted
+        frozen.observe(kept, list(range(len(kept))))
+    assert online.rate(2, 1) > frozen.rate(2, 1) + 0.3
+    assert online.rate(2, 9) > frozen.rate(2, 9)         # a depth never verified rises with its class
+    assert len(online.choose(draft)) > first and len(frozen.choose(draft)) == first
+    online.begin()
+    assert len(online.choose(draft)) == first and online.rate(2, 1) == pytest.approx(frozen.rate(2, 1))
+    twin = online.fork()
+    twin.observe(draft, list(range(12)))
+    assert online.live == {} and twin.live                # a batch row's counts are its own
+
+
+def test_online_learning_never_raises_a_rate_to_certainty_and_bad_weights_are_refused():
+    b = AdaptiveBudget(trained(), STEEP, online=1.0)
+    for _ in range(50):
+        b.observe(Draft.chain([1, 2, 3], signal=[1] * 3), [0, 1, 2])   # class 1 never accepted before
+    assert b.rate(1, 5) <= 0.99
+    with pytest.raises(ValueError, match="online"):
+        AdaptiveBudget(trained(), STEEP, online=-1)

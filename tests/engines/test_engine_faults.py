@@ -5,6 +5,7 @@ normal end, exception, Ctrl-C, SIGTERM and the parent killed outright."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -301,13 +302,78 @@ def test_vllm_replies_that_cannot_be_answers(reply, message):
         server.close()
 
 
-def test_vllm_methods_need_a_url_and_urls_split_per_method():
+def fake_vllm_python(tmp_path: Path) -> Path:
+    """A venv folder whose bin/python 'has vLLM': `-c` (the package check) succeeds and `-m
+    vllm.entrypoints.openai.api_server ARGS` runs the fake vLLM server with ARGS."""
+    python = tmp_path / "vllm-venv" / "bin" / "python"
+    python.parent.mkdir(parents=True, exist_ok=True)
+    python.write_text(f'#!/bin/sh\nif [ "$1" = "-c" ]; then exit 0; fi\nshift 2\nexec {sys.executable} '
+                      f'{Path(__file__).with_name("fake_vllm_server.py")} "$@"\n')
+    python.chmod(0o755)
+    return python.parent.parent
+
+
+def test_vllm_missing_is_one_line_naming_the_install_step_and_urls_split_per_method(tmp_path, monkeypatch):
+    from specbench_cli.engines.locate import split_engine_bin
     from specbench_cli.engines.method import split_urls
     from specbench_cli.errors import UsageError
 
-    with pytest.raises(UsageError, match="--engine-url vllm:ngram=URL"):
+    monkeypatch.delenv("SPECBENCH_VLLM_PYTHON", raising=False)
+    monkeypatch.setenv("PATH", str(tmp_path))   # no `vllm` command
+    with pytest.raises(UsageError, match="vLLM not found.*--engine-bin vllm=VENV/bin/python"):
         vllm_method(None)
     assert split_urls(["http://a:1/", "vllm:ar=http://b:2"]) == {"": "http://a:1", "vllm:ar": "http://b:2"}
+    assert split_engine_bin("/opt/llama") == {"llama.cpp": "/opt/llama"}
+    assert split_engine_bin("llama.cpp=/a,vllm=/b/bin/python") == {"llama.cpp": "/a", "vllm": "/b/bin/python"}
+    with pytest.raises(UsageError, match="ENGINE=PATH"):
+        split_engine_bin("sglang=/x")
+
+
+def test_a_vllm_server_specbench_starts_gets_the_runs_model_dtype_and_speculative_config(tmp_path, monkeypatch):
+    """vllm:ngram without --engine-url: specbench starts `PYTHON -m vllm.entrypoints.openai.api_server`
+    on the run's model with the run's dtype, seed and the method's speculative config (BC - 1 draft
+    tokens), on a free loopback port, answers through it and stops it on close."""
+    monkeypatch.setenv("FAKE_VLLM_RECORD", str(tmp_path / "record.jsonl"))
+    folder = tmp_path / "model"
+    folder.mkdir()
+    (folder / "config.json").write_text("{}")
+    m = engine_methods.get("vllm:ngram")(MethodContext(budget=5), lookup_max=4)
+    m.configure(EngineSettings(model=str(folder), engine_bin=f"vllm={fake_vllm_python(tmp_path)}", timeout=30,
+                               threads=1, vocab_size=1000, dtype="bfloat16", seed=7))
+    try:
+        g = m.generate([5, 6, 9], 6, {EOS}, run_dir=tmp_path / "run")
+        assert g.output_ids == [9] * 6 and g.stats["spec_decode_num_drafts"] == 1
+        assert g.stats["spec_decode_num_draft_tokens"] == 4 and g.stats["counters_from"] == "metrics"
+        pid = m.server.proc.pid
+        (record,) = [json.loads(line) for line in (tmp_path / "record.jsonl").read_text().splitlines()]
+        argv = record["argv"]
+        assert argv[argv.index("--model") + 1] == str(folder.resolve())
+        assert argv[argv.index("--dtype") + 1] == "bfloat16" and argv[argv.index("--seed") + 1] == "7"
+        assert "--enforce-eager" in argv and argv[argv.index("--host") + 1] == "127.0.0.1"
+        assert json.loads(argv[argv.index("--speculative-config") + 1]) == {
+            "method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 4, "prompt_lookup_min": 1}
+        assert record["kv"] == "2"
+        assert (tmp_path / "run" / "engines" / "vllm-ngram.log").is_file()
+        assert m.params()["speculative_config"]["num_speculative_tokens"] == 4
+    finally:
+        m.close()
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)
+
+
+def test_vllm_methods_with_a_model_need_one(tmp_path):
+    from specbench_cli.errors import UsageError
+
+    folder = tmp_path / "model"
+    folder.mkdir()
+    (folder / "config.json").write_text("{}")
+    settings = EngineSettings(model=str(folder), engine_bin=f"vllm={fake_vllm_python(tmp_path)}", timeout=30)
+    with pytest.raises(UsageError, match="vllm:eagle3 needs EAGLE-3 heads"):
+        engine_methods.get("vllm:eagle3")(MethodContext(budget=4)).configure(settings)
+    m = engine_methods.get("vllm:draft_model")(MethodContext(budget=4, draft_model=str(folder)))
+    m.configure(settings)
+    assert m.speculative_config() == {"method": "draft_model", "model": str(folder.resolve()),
+                                      "num_speculative_tokens": 3}
 
 
 # ----------------------------------------------------------------------------- bad input
@@ -316,15 +382,16 @@ def test_vllm_methods_need_a_url_and_urls_split_per_method():
 @pytest.mark.parametrize("args, line", [
     (["--methods", "ar,llama.cpp:ngram-mod", "--engine-bin", "NOWHERE"], "tools/build-llama-cpp.sh"),
     (["--methods", "llama.cpp:nope"], "unknown engine method 'llama.cpp:nope'"),
-    (["--methods", "vllm:ngram"], "--engine-url vllm:ar=URL"),
+    (["--methods", "vllm:ngram", "--engine-bin", "vllm=NOWHERE"], "vLLM not found at"),
+    (["--methods", "ar", "--engine-bin", "sglang=/x"], "is not ENGINE=PATH"),
     (["--methods", "llama.cpp:ar", "--engine-bin", "FAKE", "--temperature", "0.7"], "greedy only"),
     (["--methods", "llama.cpp:ar", "--engine-bin", "FAKE", "--batch-size", "2"], "one question at a time"),
     (["--methods", "llama.cpp:draft@auto", "--engine-bin", "FAKE"], "not auto"),
     (["--methods", "llama.cpp:ar", "--engine-url", "ftp://x"], "http:// or https://"),
 ])
 def test_bad_engine_input_is_one_line_and_exit_2_before_any_model_loads(tmp_path, args, line):
-    args = [str(tmp_path / "none") if a == "NOWHERE" else str(fake_binary(tmp_path)) if a == "FAKE" else a
-            for a in args]
+    args = [str(tmp_path / "none") if a == "NOWHERE" else str(fake_binary(tmp_path)) if a == "FAKE" else
+            a.replace("NOWHERE", str(tmp_path / "none")) for a in args]
     r = subprocess.run([sys.executable, "-m", "specbench_cli", "run", *args, "--output-dir", str(tmp_path / "runs")],
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 2 and line in r.stderr, r.stderr

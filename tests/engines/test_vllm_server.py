@@ -54,3 +54,25 @@ def test_vllm_ngram_by_url_equals_vllm_ar(tmp_path, monkeypatch):
     assert all(x["method_stats"]["counters_from"] == "metrics" for x in spec)
     assert sum(x["method_stats"]["spec_decode_num_drafts"] for x in spec) > 0   # the lookup drafted
     assert all(x["method_params"]["engine_url"] == ngram.url for x in spec)
+
+
+def test_vllm_servers_specbench_starts_and_stops(tmp_path):
+    """No --engine-url: specbench starts vLLM itself (`--engine-bin vllm=PYTHON`) for vllm:ar and
+    vllm:ngram, on the embedded model's converted folder, and no server outlives the run."""
+    out = tmp_path / "runs"
+    r = subprocess.run([sys.executable, "-m", "specbench_cli", "run", "--methods", "vllm:ngram@5", "--tasks", "mini",
+                        "--categories", "qa,summarization", "--limit", "1", "--max-new-tokens", "32", "--threads", "1",
+                        "--engine-bin", f"vllm={VLLM_PYTHON}", "--engine-timeout", "900", "-o", "vllm:ar.kv_cache_gib=1",
+                        "-o", "vllm:ngram.kv_cache_gib=1", "--output-dir", str(out), "--no-report"],
+                       capture_output=True, text=True, timeout=2400)
+    (run,) = [p for p in out.iterdir() if p.is_dir()]
+    logs = {p.name: p.read_text()[-3000:] for p in (run / "engines").glob("*.log")}
+    assert r.returncode == 0, r.stderr[-3000:] + str(logs)
+    assert set(logs) == {"vllm-ar.log", "vllm-ngram.log"}
+    rows = [json.loads(line) for line in (run / "samples.jsonl").read_text().splitlines() if line.strip()]
+    spec = [x for x in rows if x["method"] == "vllm:ngram"]
+    assert spec and all(x["status"] == "ok" and x["ar_match"] for x in spec), spec
+    assert all(x["method_params"]["speculative_config"]["num_speculative_tokens"] == 4 for x in spec)
+    assert sum(x["method_stats"]["spec_decode_num_drafts"] for x in spec) > 0
+    left = subprocess.run(["pgrep", "-f", "vllm.entrypoints.openai.api_server"], capture_output=True, text=True)
+    assert not [pid for pid in left.stdout.split() if pid.strip()], left.stdout

@@ -133,7 +133,7 @@ def calibrate_adaptive(spec: str, cfg, lm, decoder, prompts: list[list[int]], cu
     whole step's cost T(q) = s t(q) + o from the same steps (s: `bcauto.fit_scale`; o: the loop's
     other work per step); then decode them again with the frozen policy for its prediction.
     Returns the manifest record `policy` rebuilds the policy from."""
-    from specbench_cli.engine.budget import AcceptanceTable, AdaptiveBudget
+    from specbench_cli.engine.budget import ONLINE, AcceptanceTable, AdaptiveBudget
     from specbench_cli.run.plan import adaptive_ceiling, plan_instance
 
     ceiling = adaptive_ceiling(cfg)
@@ -150,7 +150,7 @@ def calibrate_adaptive(spec: str, cfg, lm, decoder, prompts: list[list[int]], cu
     record = {"ceiling": ceiling, "batch_size": cfg.batch_size, "forward_scale": round(scale, 4),
               "other_ms_per_step": round(other, 4), "draft_ms_per_step": round(draft_ms, 4),
               "step_ms": [round(scale * t(q) + other, 4) for q in range(1, ceiling + 1)],
-              "table": method.budget_policy.table.to_dict(),
+              "table": method.budget_policy.table.to_dict(), "online": ONLINE,
               "whole": bcauto.summary(whole, bcauto.predicted_tokens_per_s(whole, t, cfg.batch_size, scale))}
     method.budget_policy = policy(record)
     trimmed = _decode_pass(method, decoder, prompts, ceiling, max_new, cfg)
@@ -164,7 +164,7 @@ def policy(record: dict):
 
     try:
         return AdaptiveBudget(AcceptanceTable.from_dict(record["table"]), record["step_ms"],
-                              record["draft_ms_per_step"])
+                              record["draft_ms_per_step"], online=record.get("online", 0.0))
     except (KeyError, TypeError, ValueError) as e:
         raise UsageError(f"the manifest's adaptive budget record is unusable ({e})") from None
 
