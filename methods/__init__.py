@@ -23,6 +23,8 @@ _REGISTRY = Registry("method", "specbench.methods", "specbench_cli.methods.core.
     "suffix": "specbench_cli.methods.suffix:SuffixDecoding",
     "rest": "specbench_cli.methods.rest:REST",
     "sps": "specbench_cli.methods.sps:SpeculativeSampling",
+    "space": "specbench_cli.methods.space:Space",
+    "pard": "specbench_cli.methods.pard:Pard",
     **{kind: registration.method for kind, registration in HEAD_KINDS.items()},
     "fastcot": "specbench_cli.methods.fastcot:FastCoT",
     "cot": "specbench_cli.methods.fastcot:CoT",

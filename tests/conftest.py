@@ -63,9 +63,11 @@ def tiny_heads(tmp_path_factory, tiny_model, tiny_tok):
 @pytest.fixture(scope="session")
 def tiny_head_folders(tiny_heads, tmp_path_factory, tiny_model):
     """A heads folder of every head kind, trained on the tiny model: `tiny_heads` plus EAGLE-3."""
+    from helpers.tiny_dflash import train_tiny_dflash
     from helpers.tiny_eagle3 import train_tiny_eagle3
 
-    return {**tiny_heads, "eagle3": train_tiny_eagle3(tiny_model, tmp_path_factory.mktemp("eagle3") / "heads")}
+    return {**tiny_heads, "eagle3": train_tiny_eagle3(tiny_model, tmp_path_factory.mktemp("eagle3") / "heads"),
+            "dflash": train_tiny_dflash(tiny_model, tmp_path_factory.mktemp("dflash") / "heads")}
 
 
 @pytest.fixture(scope="session")

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import shlex
 from dataclasses import dataclass
-from pathlib import Path
 from typing import ClassVar, Optional
 
 from specbench_cli.engine.drafter import Structure

@@ -45,7 +45,7 @@ class VllmOptions:
 
 
 @dataclass
-class NgramOptions(VllmOptions):
+class LookupOptions(VllmOptions):
     lookup_max: int = opt(3, lo=1, hi=1024)              # prompt_lookup_max
     lookup_min: int = opt(1, lo=1, hi=1024)              # prompt_lookup_min
 
@@ -166,7 +166,7 @@ class VllmNgram(VllmMethod):
     name = "vllm:ngram"
     summary = "vLLM's n-gram prompt lookup (speculative_config method ngram)"
     spec_method = "ngram"
-    Options = NgramOptions
+    Options = LookupOptions
 
     def speculative_config(self) -> Optional[dict]:
         return {"method": "ngram", "num_speculative_tokens": self.ctx.budget - 1,

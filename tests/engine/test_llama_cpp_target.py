@@ -19,6 +19,7 @@ import os
 
 import pytest
 import torch
+from helpers.artifacts import TINY_MASK_ID
 from helpers.embedded import have_embedded_model
 
 from specbench_cli import methods
@@ -232,6 +233,7 @@ def test_lossless_method_equals_ar_on_llama_cpp(name, target, tok, prompts, eos,
     if "draft_model" in spec.requires:
         pytest.skip(f"{name} needs a draft model")
     options = {"datastore": request.getfixturevalue("datastore")} if "datastore" in spec.requires else {}
+    options.update({"mask_id": TINY_MASK_ID} if "mask_token" in spec.requires else {})  # space: a stand-in mask id
     dec = Decoder(target, eos)
     accepted = 0
     for budget in BUDGETS:

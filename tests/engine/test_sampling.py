@@ -147,7 +147,10 @@ def tiny_head_folders(target, tmp_path_factory):
     from helpers.tiny_heads import train_tiny_heads
 
     out = tmp_path_factory.mktemp("sampling-heads")
-    return {**train_tiny_heads(target, make_tokenizer(), out), "eagle3": train_tiny_eagle3(target, out / "eagle3")}
+    from helpers.tiny_dflash import train_tiny_dflash
+
+    return {**train_tiny_heads(target, make_tokenizer(), out), "eagle3": train_tiny_eagle3(target, out / "eagle3"),
+            "dflash": train_tiny_dflash(target, out / "dflash")}
 
 
 @pytest.fixture(scope="module")

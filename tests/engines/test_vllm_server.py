@@ -60,7 +60,7 @@ def test_vllm_servers_specbench_starts_and_stops(tmp_path):
     """No --engine-url: specbench starts vLLM itself (`--engine-bin vllm=PYTHON`) for vllm:ar and
     vllm:ngram, on the embedded model's converted folder, and no server outlives the run."""
     out = tmp_path / "runs"
-    r = subprocess.run([sys.executable, "-m", "specbench_cli", "run", "--methods", "vllm:ngram@5", "--tasks", "mini",
+    r = subprocess.run([sys.executable, "-m", "specbench_cli", "run", "--methods", "vllm:ngram", "--bc", "5", "--tasks", "mini",
                         "--categories", "qa,summarization", "--limit", "1", "--max-new-tokens", "32", "--threads", "1",
                         "--engine-bin", f"vllm={VLLM_PYTHON}", "--engine-timeout", "900", "-o", "vllm:ar.kv_cache_gib=1",
                         "-o", "vllm:ngram.kv_cache_gib=1", "--output-dir", str(out), "--no-report"],

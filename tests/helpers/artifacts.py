@@ -10,6 +10,10 @@ DATASTORE_PROMPTS = [
     [2, 77],
 ]
 
+# the id the tiny targets' mask-token methods use as their mask: a filler word of the tiny vocabulary whose
+# mask guesses get some drafts accepted on the lossless and the sampling tests' targets
+TINY_MASK_ID = 102
+
 
 def expects_acceptance(method_cls) -> bool:
     """Should the method get draft tokens accepted on the tiny model? Not when it drafts nothing
@@ -22,11 +26,18 @@ def expects_acceptance(method_cls) -> bool:
 
 def artifact_options(method_cls, request) -> dict:
     """Options giving `method_cls` what it requires: "heads" -> tiny heads of its kind
-    (`tiny_head_folders`), "datastore" -> the tiny REST datastore (`tiny_datastore`). A draft
-    model ("draft_model") comes through the context (`MethodContext(draft_model=...)`)."""
+    (`tiny_head_folders`), "datastore" -> the tiny REST datastore (`tiny_datastore`), "mask_token"
+    -> option `mask_id` = `TINY_MASK_ID`. A draft model ("draft_model") comes through the context
+    (`MethodContext(draft_model=...)`)."""
     options = {}
     if "heads" in method_cls.requires:
         options["heads"] = request.getfixturevalue("tiny_head_folders")[method_cls.kind]
     if "datastore" in method_cls.requires:
         options["datastore"] = request.getfixturevalue("tiny_datastore")
+    if "mask_token" in method_cls.requires:  # a target fine-tuned with a mask token (space)
+        options["mask_id"] = TINY_MASK_ID
+    if getattr(method_cls, "draft_format", None) == "pard":  # a draft model that declares a mask token
+        from helpers.tiny_pard import pard_copy
+
+        options["draft_model"] = pard_copy(request.getfixturevalue("draft_dir"))
     return options

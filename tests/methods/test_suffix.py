@@ -33,7 +33,7 @@ def _state(ids, prompt_len=2, budget=8, remaining=50):
     ({"max_spec_factor": -1}, "suffix.max_spec_factor must be between 0.0 and 64.0"),
     ({"min_token_prob": 1.5}, "suffix.min_token_prob must be between 0.0 and 1.0"),
     ({"max_cached_requests": -1}, "suffix.max_cached_requests must be between 0 and 1000000"),
-    ({"fallback": "eagle2"}, "suffix.fallback must be one of none, eagle, eagle3, hydra, medusa, pld"),
+    ({"fallback": "eagle2"}, "suffix.fallback must be one of none, dflash, eagle, eagle3, hydra, medusa, pld"),
     ({"fallback": "eagle"}, "suffix.fallback=eagle drafts from trained heads: pass -o suffix.heads=DIR"),
     ({"fallback": "pld", "heads": "x"}, "suffix.heads is for a head fallback"),
     ({"heads": "x"}, "suffix.heads is for a head fallback"),

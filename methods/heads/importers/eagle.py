@@ -24,7 +24,8 @@ def detect(src: Path) -> bool:
         cfg = read_config(src)
     except UsageError:
         return False
-    return "num_hidden_layers" in cfg and "draft_vocab_size" not in cfg and "medusa_num_heads" not in cfg
+    return "num_hidden_layers" in cfg and "draft_vocab_size" not in cfg and "medusa_num_heads" not in cfg \
+        and "dflash_config" not in cfg
 
 
 def convert(src: Path, out: Path) -> dict:

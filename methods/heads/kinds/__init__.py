@@ -54,6 +54,7 @@ REGISTRY: dict[str, Registration] = {
     "eagle": Registration("specbench_cli.methods.heads.kinds.eagle:KIND", "specbench_cli.methods.eagle:Eagle"),
     "eagle3": Registration("specbench_cli.methods.heads.kinds.eagle3:KIND", "specbench_cli.methods.eagle3:Eagle3"),
     "hydra": Registration("specbench_cli.methods.heads.kinds.hydra:KIND", "specbench_cli.methods.hydra:Hydra"),
+    "dflash": Registration("specbench_cli.methods.heads.kinds.dflash:KIND", "specbench_cli.methods.dflash:DFlash"),
 }
 
 HEAD_METHODS: tuple[str, ...] = tuple(REGISTRY)  # the methods that draft from trained heads, one per built-in kind

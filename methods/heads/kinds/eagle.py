@@ -52,7 +52,8 @@ def layers_shape(head: Any, cfg: dict) -> str:
 
 KIND = HeadKind(
     name="eagle", weights=FILE,
-    claims=lambda folder, cfg: (folder / FILE).is_file() and "num_hidden_layers" in cfg and "draft_vocab_size" not in cfg,
+    claims=lambda folder, cfg: (folder / FILE).is_file() and "num_hidden_layers" in cfg and "draft_vocab_size" not in cfg
+    and "dflash_config" not in cfg,
     check_config=lambda cfg, path: check_fields(cfg, path, FIELDS),
     build=_build, fit=_fit,
     header_sizes=lambda cfg: [("hidden_size", "hidden"), ("vocab_size", "vocab")],

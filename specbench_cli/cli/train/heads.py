@@ -41,6 +41,15 @@ def heads_cmd(
                                               "distinct response tokens))."),
     feature_layers: Optional[str] = typer.Option(None, "--feature-layers", help="EAGLE-3: the three target layers "
                                                  "A,B,C whose inputs the head reads (default 2,L//2,L-3)."),
+    block_size: int = typer.Option(16, "--block-size", help="DFlash: the drafter's block (last verified token + "
+                                   "block_size - 1 masks; the paper's 16)."),
+    anchors: int = typer.Option(8, "--anchors", help="DFlash: blocks drawn per sequence per step."),
+    loss_gamma: Optional[float] = typer.Option(None, "--loss-gamma", help="DFlash: position weight exp(-(k-1)/gamma) "
+                                               "(default the paper's: 7 at block 16, 5 at 10, 4 at 8)."),
+    mask_token: Optional[int] = typer.Option(None, "--mask-token", help="DFlash: the mask token id (default the "
+                                             "target embedding's last row)."),
+    target_layers: Optional[str] = typer.Option(None, "--target-layers", help="DFlash: target layers A,B,... whose "
+                                                "outputs the drafter reads (default z-lab's rule for --layers)."),
     adversarial: bool = typer.Option(False, help="KOALA adversarial training (discriminator on target vs head logits)."),
     lam: float = typer.Option(0.1, "--lambda", help="Weight of the adversarial term in L_G (KOALA: 0.05-0.5)."),
     disc_layers: int = typer.Option(1, "--disc-layers", help="FC layers of the discriminator."),
@@ -58,9 +67,10 @@ def heads_cmd(
     prompt_template: Optional[str] = DATA_TEMPLATE,
     dtype: str = DTYPE, device: str = DEVICE, threads: Optional[int] = THREADS, quiet: bool = QUIET,
 ):
-    """Train Medusa / EAGLE / KOALA / Hydra / EAGLE-3 draft heads on the frozen target's cached features."""
+    """Train Medusa / EAGLE / KOALA / Hydra / EAGLE-3 / DFlash draft heads on the frozen target's cached features."""
     from specbench_cli.models.load import check_device, torch_dtype
     from specbench_cli.models.prompting import set_threads
+    from specbench_cli.training.heads.dflash import parse_target_layers
     from specbench_cli.training.heads.eagle3 import parse_feature_layers
     from specbench_cli.training.heads.train import HeadsRecipe, trainer_hooks
 
@@ -70,7 +80,8 @@ def heads_cmd(
                          disc_layers=disc_layers, steps=steps, batch_size=batch_size, lr=lr, disc_lr=disc_lr,
                          max_len=max_len, save_every=save_every, seed=seed, sub_vocab=not full_vocab,
                          autocast=autocast, ttt_steps=ttt_steps, draft_vocab=draft_vocab,
-                         feature_layers=parse_feature_layers(feature_layers))
+                         feature_layers=parse_feature_layers(feature_layers), block_size=block_size, anchors=anchors,
+                         loss_gamma=loss_gamma, mask_token=mask_token, target_layers=parse_target_layers(target_layers))
     recipe.validate()
     torch_dtype(dtype)
     check_device(device)

@@ -69,6 +69,11 @@ class HeadsRecipe:
     ttt_steps: int = 7  # EAGLE-3: steps of the training-time test (EAGLE-3's length 7)
     draft_vocab: int | None = None  # EAGLE-3: draft vocabulary size (None: min(32000, V, distinct response tokens))
     feature_layers: tuple[int, ...] | None = None  # EAGLE-3: the target layers read (None: 2, L//2, L-3)
+    block_size: int = 16  # DFlash: the drafter's block (the last verified token + block_size - 1 masks)
+    anchors: int = 8  # DFlash: blocks (anchor positions) drawn per sequence per step
+    loss_gamma: float | None = None  # DFlash: decay of the position weight exp(-(k-1)/gamma) (None: the paper's)
+    mask_token: int | None = None  # DFlash: the mask token id (None: the target embedding's last row)
+    target_layers: tuple[int, ...] | None = None  # DFlash: target layers read (None: z-lab's rule for --layers)
 
     def validate(self) -> None:
         """UsageError (exit 2) on a bad option; called before any model loads."""
