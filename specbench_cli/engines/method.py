@@ -105,6 +105,16 @@ def steps_from_counters(generated: int, c: Counters) -> tuple[list[int], list[in
             q, r = divmod(max(0, c.accepted), drafts)
             accepted_each = [q + (1 if i < r else 0) for i in range(drafts)]
         accepted_each.sort(reverse=True)
+        # an engine that verifies past the cap (vLLM drafts whole blocks at the last step) counts
+        # acceptances of tokens it then drops: the answer's tokens bound what its steps added
+        excess = drafts + sum(accepted_each) - max(0, generated - 1)
+        for i in range(len(accepted_each)):
+            if excess <= 0:
+                break
+            cut = min(excess, accepted_each[i])
+            accepted_each[i] -= cut
+            excess -= cut
+        accepted_each.sort(reverse=True)
     sizes = list(accepted_each)
     rejected = max(0, c.draft_tokens - sum(accepted_each))
     i = 0

@@ -80,6 +80,10 @@ def test_counters_become_steps_whose_totals_are_the_engines():
         "spec_decode_num_drafts": 3, "spec_decode_num_draft_tokens": 12, "spec_decode_num_accepted_tokens": 5,
         "spec_decode_num_accepted_tokens_per_pos": [3, 1, 1] + [0] * (max(sizes) - 3)}
     assert steps_from_counters(5, Counters()) == ([1] * 4, [0] * 4, [0] * 4)  # AR: one token a step
+    # vLLM verified a whole 9-token draft at the last step though the cap left room for 6: its
+    # counters say 9 accepted, the answer (8 tokens: the prompt's + 7) bounds the step to 1 + 6
+    accept, sizes, _ = steps_from_counters(8, Counters(drafts=1, draft_tokens=9, accepted=9, per_pos=[1] * 9))
+    assert accept == [7] and sum(accept) == 7 and sizes == [9]
 
 
 def test_metrics_text_and_deltas():
