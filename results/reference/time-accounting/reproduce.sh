@@ -9,8 +9,8 @@
 #               lookahead, jacobi, tr-jacobi, recycling, samd, suffix; pld@10 again for the
 #               run-to-run noise), at `adaptive` (pld, samd, suffix, recycling) and at `auto`
 #               (pld, samd, suffix);
-#   refine:     the 18 two-turn `refine` questions, 128 new tokens: ar, pld/samd/suffix at auto and
-#               adaptive (report: turns.md per turn);
+#   refine:     the 18 two-turn `refine` questions, 128 new tokens: ar, pld/samd/suffix at BC 10, auto
+#               and adaptive (report: turns.md per turn);
 #   temperature: the built-in `mini` suite, one question per category, 64 new tokens,
 #               --temperature 0,0.7,1.0 (and --top-p 0.9 with TOP_PS="1.0 0.9"): ar, pld, recycling, samd,
 #               suffix at BC 10 (#MAT per temperature).
@@ -35,8 +35,9 @@ fi
 if ! done_in "$OUT/refine"; then
   stamp "refine"
   # shellcheck disable=SC2046
-  specbench run $(resume_of "$OUT/refine") --tasks refine --max-new-tokens 128 "${COMMON[@]}" \
-    --output-dir "$OUT/refine" --methods ar,pld@auto,samd@auto,suffix@auto,pld@adaptive,samd@adaptive,suffix@adaptive
+  specbench run $(resume_of "$OUT/refine") --tasks refine --max-new-tokens 128 --bc 10 "${COMMON[@]}" \
+    --output-dir "$OUT/refine" \
+    --methods ar,pld,samd,suffix,pld@auto,samd@auto,suffix@auto,pld@adaptive,samd@adaptive,suffix@adaptive
 fi
 for TOP_P in ${TOP_PS:-1.0}; do   # TOP_PS="1.0 0.9" adds the nucleus sweep
   if ! done_in "$OUT/temperature-top-p-$TOP_P"; then
