@@ -194,9 +194,10 @@ class _WithModel(VllmMethod):
         given = self.opts.draft or str(self.ctx.draft_model or "")
         if not given:
             raise UsageError(f"{self.name} needs {self.what}: -o {self.name}.draft=FOLDER (or --draft-model FOLDER)")
-        if Path(given).expanduser().exists() and not (Path(given).expanduser() / "config.json").is_file():
+        local = Path(given).expanduser()
+        if local.exists() and not (local / "config.json").is_file():
             raise UsageError(f"{self.name}: {given} is not a model folder (no config.json)")
-        self.draft = str(Path(given).expanduser().resolve()) if Path(given).expanduser().exists() else given
+        self.draft = str(local.resolve()) if local.exists() else given   # else a hub id, as vLLM reads it
 
     def speculative_config(self) -> Optional[dict]:
         return {"method": self.spec_method, "model": self.draft, "num_speculative_tokens": self.ctx.budget - 1}

