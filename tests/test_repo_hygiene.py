@@ -63,6 +63,24 @@ def test_no_absolute_machine_paths():
     assert not found, "absolute machine paths:\n" + "\n".join(found)
 
 
+def text_files(files: list[str]) -> list[str]:
+    """Every tracked text file: result files (manifests, samples, tables) name no machine path either."""
+    keep = []
+    for f in files:
+        path = ROOT / f
+        if f == "tests/test_repo_hygiene.py" or path.is_symlink() or not path.is_file():
+            continue
+        head = path.read_bytes()[:8192]
+        if b"\0" not in head:
+            keep.append(f)
+    return keep
+
+
+def test_no_absolute_machine_paths_in_any_tracked_text_file():
+    found = hits(ABSOLUTE, text_files(tracked()))
+    assert not found, f"absolute machine paths in {len(found)} lines:\n" + "\n".join(found[:40])
+
+
 def test_no_words_about_how_the_work_was_organised():
     found = hits(PROCESS, prose_and_code(tracked()))
     assert not found, "work-process words:\n" + "\n".join(found)
