@@ -102,7 +102,10 @@ def prefix_config(cfg: dict, target_config: Any = None, header: dict | None = No
         if kv <= 0 or q % kv:
             raise UsageError(f"prefix.layer.self_attn.q_proj.weight rows ({q}) are not a multiple of k_proj's ({kv})")
         fields.update(num_attention_heads=q // kv, num_key_value_heads=1, head_dim=kv)
-    return LlamaConfig(hidden_size=h, num_hidden_layers=1, vocab_size=int(cfg.get("vocab_size") or 1), **fields)
+    # The prefix layer never embeds tokens: no special-token ids (transformers warns when they
+    # fall outside a placeholder vocabulary).
+    return LlamaConfig(hidden_size=h, num_hidden_layers=1, vocab_size=int(cfg.get("vocab_size") or 1),
+                       bos_token_id=None, eos_token_id=None, pad_token_id=None, **fields)
 
 
 class HydraHeads(DraftVocabMixin, nn.Module):
