@@ -46,20 +46,12 @@ PY
   fi
 fi
 
-keep_training() {  # name dir: copy the small training records into the study, paths made relative
+keep_training() {  # name dir: copy the small training records into the study (table.py --scrub
+                   # makes their paths relative)
   mkdir -p "$HERE/training/$1"
   for f in training.json history.json history.jsonl curves.png loss_curve.png; do
     [ -f "$2/$f" ] && cp "$2/$f" "$HERE/training/$1/"
   done
-  python - "$HERE/training/$1" "$CK" <<'PY'
-import sys
-from pathlib import Path
-out, ck = Path(sys.argv[1]), sys.argv[2]
-for p in out.glob("*.json"):
-    t = p.read_text()
-    t = t.replace(str(Path(ck).resolve()), "CHECKPOINTS").replace(ck, "CHECKPOINTS")
-    p.write_text(t)
-PY
 }
 
 timed() {  # name marker command...: run once, record the wall time beside the model

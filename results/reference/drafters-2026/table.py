@@ -4,7 +4,8 @@
 
     python results/reference/drafters-2026/table.py results/reference/drafters-2026 [--checkpoints CK] [--scrub]
 
---scrub first rewrites the run folders' text files so they name no path of this machine: the
+--scrub first rewrites the run folders' and training records' text files so they name no path of
+this machine: the
 checkpoint folder becomes CHECKPOINTS, the repository root is dropped and the home folder is ~.
 """
 
@@ -36,7 +37,7 @@ def scrub(study: Path, checkpoints: str | None) -> int:
         subs += [(str(Path(checkpoints).resolve()), "CHECKPOINTS"), (checkpoints.rstrip("/"), "CHECKPOINTS")]
     subs += [(str(repo) + "/", ""), (str(repo), "."), (os.path.expanduser("~"), "~")]
     n = 0
-    for p in sorted((study / "runs").rglob("*")):
+    for p in sorted([*(study / "runs").rglob("*"), *(study / "training").rglob("*")]):
         if p.is_symlink() or not p.is_file() or p.suffix not in (".json", ".jsonl", ".md", ".csv", ".txt", ".log"):
             continue
         t = p.read_text(encoding="utf-8", errors="replace")
@@ -53,22 +54,14 @@ def scrub(study: Path, checkpoints: str | None) -> int:
 def record_params(study: Path, checkpoints: str) -> None:
     """Trained parameter counts of the folders that record none (pard: the whole drafter, space: the
     whole target), read from their safetensors headers into training/<name>/params.json."""
-    import struct
+    from math import prod
+
+    from specbench_cli.models.weights import safetensors_header
     for name in ("pard", "space"):
         f = Path(checkpoints) / name / "model.safetensors"
-        if not f.is_file() or not (study / "training" / name).is_dir():
-            continue
-        with f.open("rb") as fh:
-            (n,) = struct.unpack("<Q", fh.read(8))
-            header = json.loads(fh.read(n))
-        total = 0
-        for key, v in header.items():
-            if key != "__metadata__":
-                size = 1
-                for d in v["shape"]:
-                    size *= d
-                total += size
-        (study / "training" / name / "params.json").write_text(json.dumps({"params": total}) + "\n")
+        if f.is_file() and (study / "training" / name).is_dir():
+            total = sum(prod(shape) for _, shape in safetensors_header(f).values())
+            (study / "training" / name / "params.json").write_text(json.dumps({"params": total}) + "\n")
 
 
 def last_run(folder: Path) -> Path | None:
