@@ -26,6 +26,7 @@ _REGISTRY = Registry("engine method", "specbench.engine_methods", "specbench_cli
     "vllm:ngram": f"{_VLLM}:VllmNgram",
     "vllm:suffix": f"{_VLLM}:VllmSuffix",
     "vllm:eagle3": f"{_VLLM}:VllmEagle3",
+    "vllm:dflash": f"{_VLLM}:VllmDFlash",
     "vllm:draft_model": f"{_VLLM}:VllmDraftModel",
 })
 REGISTRY = _REGISTRY.entries

@@ -21,6 +21,7 @@ import contextlib
 import ctypes
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -137,6 +138,10 @@ def _hook_exits() -> None:
         signal.signal(signal.SIGTERM, _on_sigterm)
 
 
+_CAUSE = re.compile(r"\b[A-Z]\w*(?:Error|Exception): \S.*")
+_WRAPPER = re.compile(r"root cause|see (?:the )?(?:stack trace|above)|initialization failed|EngineDeadError", re.I)
+
+
 class Server:
     """One server process: `argv` plus `--host 127.0.0.1 --port P`, its output in `log`, ready when
     GET `health` answers 200 (within `timeout` seconds)."""
@@ -232,10 +237,24 @@ class Server:
             return ""
         return "\n".join(lines)
 
+    def cause(self) -> str:
+        """The log's last line that names an exception with a message of its own ('ValueError:
+        Available memory ... is less than requested'), skipping wrappers that only point back up
+        ('... See root cause above'): servers that fail in a child process (vLLM's engine core)
+        log the cause well above their last lines."""
+        for line in reversed(self.tail(400).splitlines()):
+            found = _CAUSE.search(line)
+            if found and not _WRAPPER.search(line):
+                return found.group(0).strip()
+        return ""
+
     def tail_note(self, n: int = 8) -> str:
-        """'; last lines of LOG: a | b | c' (one line: an error row keeps an error's first line)."""
+        """'; cause: E: msg; last lines of LOG: a | b | c' (one line: an error row keeps an error's
+        first line)."""
         tail = " | ".join(line.strip() for line in self.tail(n).splitlines() if line.strip())
-        return f"; last lines of {self.log.parent.name}/{self.log.name}: {tail}" if tail else ""
+        cause = self.cause()
+        why = f"; cause: {cause}" if cause and cause not in tail else ""
+        return f"{why}; last lines of {self.log.parent.name}/{self.log.name}: {tail}" if tail else why
 
     def __enter__(self) -> "Server":
         return self.start()

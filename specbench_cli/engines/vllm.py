@@ -1,5 +1,5 @@
 """vLLM's own speculation as methods: `vllm:ar`, `vllm:ngram`, `vllm:suffix`, `vllm:eagle3`,
-`vllm:draft_model`.
+`vllm:dflash`, `vllm:draft_model`.
 
 vLLM fixes its `speculative_config` when the server starts, so each method (each configuration)
 is a server of its own. Without `--engine-url` specbench starts it: `PYTHON -m
@@ -208,6 +208,13 @@ class VllmEagle3(_WithModel):
     summary = "vLLM's EAGLE-3 heads (speculative_config method eagle3; -o vllm:eagle3.draft=FOLDER)"
     spec_method = "eagle3"
     what = "EAGLE-3 heads in vLLM's format"
+
+
+class VllmDFlash(_WithModel):
+    name = "vllm:dflash"
+    summary = "vLLM's DFlash block drafter (speculative_config method dflash; -o vllm:dflash.draft=FOLDER)"
+    spec_method = "dflash"
+    what = "a DFlash drafter in z-lab's format (DFlashDraftModel)"
 
 
 class VllmDraftModel(_WithModel):

@@ -164,6 +164,27 @@ def test_a_server_that_cannot_start_says_why(tmp_path, fake_mode):
         m.generate([5, 6, 7], 8, {EOS}, tmp_path)
 
 
+def test_a_cause_logged_above_the_last_lines_is_named(tmp_path):
+    """vLLM's engine core fails in a child process: the cause (here its memory check) is logged
+    well above the last lines, which only say 'See root cause above'. The error names it."""
+    script = tmp_path / "dies.py"
+    script.write_text(textwrap.dedent("""
+        import sys
+        err = sys.stderr.write
+        err("ValueError: Available memory on node 0 (1.9/23.54 GiB) on kv cache allocation is less than "
+            "requested memory for kv (2.0 GiB).\\n")
+        for i in range(30):
+            err(f"  File 'x.py', line {i}, in frame\\n")
+        err("RuntimeError: Engine core initialization failed. See root cause above. Failed core proc(s): {}\\n")
+        sys.exit(1)
+    """))
+    with pytest.raises(EngineError) as info:
+        Server([sys.executable, str(script)], tmp_path / "dies.log", timeout=20).start()
+    text = str(info.value)
+    assert "exited with code 1 while starting; cause: ValueError: Available memory on node 0" in text
+    assert text.index("cause:") < text.index("last lines of")
+
+
 # ----------------------------------------------------------------------------- every exit path
 
 PARENT = textwrap.dedent("""
@@ -383,6 +404,11 @@ def test_vllm_methods_with_a_model_need_one(tmp_path):
     m.configure(settings)
     assert m.speculative_config() == {"method": "draft_model", "model": str(folder.resolve()),
                                       "num_speculative_tokens": 3}
+    with pytest.raises(UsageError, match="vllm:dflash needs a DFlash drafter"):
+        engine_methods.get("vllm:dflash")(MethodContext(budget=4)).configure(settings)
+    d = engine_methods.get("vllm:dflash")(MethodContext(budget=6), draft=str(folder))
+    d.configure(settings)
+    assert d.speculative_config() == {"method": "dflash", "model": str(folder.resolve()), "num_speculative_tokens": 5}
 
 
 # ----------------------------------------------------------------------------- bad input

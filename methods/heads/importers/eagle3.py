@@ -87,7 +87,10 @@ def convert(src: Path, out: Path) -> dict:
     if fc_in % 3:
         raise UsageError(f"{weights}: tensor 'fc.weight' reads {fc_in} features, not three target states")
     config = {k: cfg[k] for k in LLAMA_FIELDS if k in cfg}
-    config.update({"num_hidden_layers": 1, "draft_vocab_size": draft_vocab, "architectures": ["LlamaForCausalLM"]})
+    # EAGLE-3's own architecture name and a model_type, as `train heads --kind eagle3` writes them: vLLM's
+    # `speculative_config` method eagle3 loads the folder as it is (it needs both)
+    config.update({"num_hidden_layers": 1, "draft_vocab_size": draft_vocab, "architectures": ["LlamaForCausalLMEagle3"],
+                   "model_type": cfg.get("model_type") or "llama"})
     if fc_in // 3 != cfg.get("hidden_size"):
         config["target_hidden_size"] = fc_in // 3
     layers = cfg.get("eagle_aux_hidden_state_layer_ids") or cfg.get("feature_layers")

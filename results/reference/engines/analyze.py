@@ -23,7 +23,9 @@ from pathlib import Path
 SUITES = {"spec_bench": "18 Spec-Bench questions", "refine": "6 refine questions (both turns)"}
 RUNS = {"hf": "hf target, float32", "lc-f32": "llama.cpp target, float32 GGUF",
         "lc-q41": "llama.cpp target, Q4_1 GGUF", "native-q41": "llama.cpp's own, Q4_1 GGUF",
-        "native-f32": "llama.cpp's own, float32 GGUF", "vllm": "vLLM (CPU build), float32"}
+        "native-f32": "llama.cpp's own, float32 GGUF", "vllm": "vLLM (CPU build), float32",
+        "vllm-heads": "vLLM (CPU build), float32, trained drafters",
+        "heads-chain": "hf target, float32, EAGLE-3 drafting a chain"}
 
 
 def run_dir(out: Path, name: str) -> Path | None:
@@ -62,9 +64,10 @@ def speed_tables(out: Path) -> str:
                 continue
             s = metrics.summarize(rows, by=["method"], overall=False)
             for rec in s.to_dict("records"):
+                where = what if ":" in rec["method"] or not name.startswith("vllm") else f"hf target, float32 (the {name} run)"
                 slower = " (slower than its AR)" if rec["speedup"] < 1 and not metrics.is_baseline_label(rec["method"]) else ""
                 agree = f"{rec['ar_agreement']:.2f}" if rec["ar_compared"] else "–"
-                body.append([what, rec["method"], fmt(rec["mat"]), fmt(rec["tokens_per_s"], 1),
+                body.append([where, rec["method"], fmt(rec["mat"]), fmt(rec["tokens_per_s"], 1),
                              fmt(rec["speedup"]) + slower, agree, str(rec["n_errors"])])
         parts.append(f"### {title}\n\n" + table(["target / engine", "method", "#MAT", "tok/s", "speedup", "=AR",
                                                   "errors"], body))
@@ -169,13 +172,6 @@ def main(out: Path) -> None:
     text = ["# Engines study: the tables", "", "## Speed, #MAT and =AR", "", speed_tables(out), "",
             "## AR against the bandwidth floor", "", floor_table(out), "",
             "## specbench's own overhead per step", "", overhead_table(out), ""]
-    refused = out / "vllm-refused" / "suffix.txt"
-    if refused.is_file():
-        import re
-
-        found = re.findall(r"(\w+Error: [^|\n]*)", refused.read_text())
-        text += ["## vLLM methods refused on this CPU build", "",
-                 "vllm:suffix: `" + (found[-1].strip() if found else "no error recorded") + "`", ""]
     (out / "engines.md").write_text("\n".join(text))
     print("\n".join(text))
 

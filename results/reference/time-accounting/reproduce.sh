@@ -2,7 +2,7 @@
 # Where the time goes, per method: the step split (propose, forward, accept, commit, observe,
 # other), the speedup the cost model predicts next to the measured one and the oracle bound, the
 # `--bc auto` prediction against the measured tokens/s, and the adaptive budget against fixed ones.
-# Three quiet 2-thread float32 runs, each in one process (steps skipped when their report exists,
+# Four quiet 2-thread float32 runs, each in one process (steps skipped when their report exists,
 # and an interrupted run resumes):
 #   spec-bench: the first 3 Spec-Bench questions of each category (18 questions), 128 new tokens,
 #               greedy: every training-free method that needs no datastore at BC 10 (ar, pld,
@@ -11,6 +11,9 @@
 #               (pld, samd, suffix);
 #   refine:     the 18 two-turn `refine` questions, 128 new tokens: ar, pld/samd/suffix at BC 10, auto
 #               and adaptive (report: turns.md per turn);
+#   spec-bench-cal128: the spec-bench questions again, ar, pld/samd/suffix at BC 10, auto and
+#               adaptive, with `--auto-tokens 128`: calibration answers as long as the reported
+#               ones (the default calibrates on their first 32 tokens);
 #   temperature: the built-in `mini` suite, one question per category, 64 new tokens,
 #               --temperature 0,0.7,1.0 (and --top-p 0.9 with TOP_PS="1.0 0.9"): ar, pld, recycling, samd,
 #               suffix at BC 10 (#MAT per temperature).
@@ -37,6 +40,13 @@ if ! done_in "$OUT/refine"; then
   # shellcheck disable=SC2046
   specbench run $(resume_of "$OUT/refine") --tasks refine --max-new-tokens 128 --bc 10 "${COMMON[@]}" \
     --output-dir "$OUT/refine" \
+    --methods ar,pld,samd,suffix,pld@auto,samd@auto,suffix@auto,pld@adaptive,samd@adaptive,suffix@adaptive
+fi
+if ! done_in "$OUT/spec-bench-cal128"; then
+  stamp "spec-bench-cal128"
+  # shellcheck disable=SC2046
+  specbench run $(resume_of "$OUT/spec-bench-cal128") --tasks spec_bench --limit 3 --max-new-tokens 128 --bc 10 \
+    --auto-tokens 128 "${COMMON[@]}" --output-dir "$OUT/spec-bench-cal128" \
     --methods ar,pld,samd,suffix,pld@auto,samd@auto,suffix@auto,pld@adaptive,samd@adaptive,suffix@adaptive
 fi
 for TOP_P in ${TOP_PS:-1.0}; do   # TOP_PS="1.0 0.9" adds the nucleus sweep
