@@ -7,8 +7,8 @@
 # vLLM asks for arctic-inference 0.1.1 but does not depend on it, and PyPI has no wheel for it
 # here. Its source release pins `torch == 2.7.0` as a build requirement, which would pull a
 # multi-GB CUDA build into an isolated build environment, so it is built without isolation
-# (the venv's own torch; only the suffix-tree extension, C++ and nanobind, no CUDA). About one
-# minute on 2 cores. Idempotent: an importable arctic_inference is kept.
+# (the venv's own torch; only the suffix-tree extension, C++ and nanobind, no CUDA). About 20 s
+# on 2 cores. Idempotent: an importable arctic_inference is kept.
 set -euo pipefail
 VERSION=0.1.1
 PY="${1:?usage: tools/install-arctic-inference.sh VENV_PYTHON}"

@@ -227,11 +227,11 @@ class Server:
                     os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
 
-    def tail(self, n: int = 8) -> str:
-        """The last `n` lines of its log."""
+    def tail(self, n: int = 8, window: int = 16384) -> str:
+        """The last `n` lines of its log, read from its last `window` bytes."""
         try:
             with open(self.log, "rb") as f:
-                f.seek(max(0, os.path.getsize(self.log) - 16384))
+                f.seek(max(0, os.path.getsize(self.log) - window))
                 lines = deque(f.read().decode("utf-8", "replace").splitlines(), maxlen=n)
         except OSError:
             return ""
@@ -242,7 +242,7 @@ class Server:
         Available memory ... is less than requested'), skipping wrappers that only point back up
         ('... See root cause above'): servers that fail in a child process (vLLM's engine core)
         log the cause well above their last lines."""
-        for line in reversed(self.tail(400).splitlines()):
+        for line in reversed(self.tail(400, window=1 << 18).splitlines()):
             found = _CAUSE.search(line)
             if found and not _WRAPPER.search(line):
                 return found.group(0).strip()

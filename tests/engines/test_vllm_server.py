@@ -95,10 +95,8 @@ def test_vllm_suffix_and_eagle3_on_specbench_heads_equal_vllm_ar(tmp_path):
     from specbench_cli.models.load import load_model
 
     smol = load_model("smollm2-135m", forward="lean")
-    write_safeailab(tmp_path / "published", smol.model, draft_vocab=4096)
-    cfg = json.loads((tmp_path / "published" / "config.json").read_text())
-    del cfg["feature_layers"]  # EAGLE-3's own rule: the inputs of layers 2, 15, 27, as vLLM reads them
-    (tmp_path / "published" / "config.json").write_text(json.dumps(cfg))
+    # EAGLE-3's own rule: the inputs of layers 2, 15, 27, as vLLM reads them
+    write_safeailab(tmp_path / "published", smol.model, draft_vocab=4096, feature_layers=None)
     heads = tmp_path / "heads"
     import_heads(tmp_path / "published", heads)
     out = tmp_path / "runs"

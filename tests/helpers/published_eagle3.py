@@ -45,11 +45,14 @@ def published_config(target, draft_vocab: int) -> dict:
             "max_position_embeddings": 1024, "rope_theta": 10000.0, "torch_dtype": "float16"}
 
 
-def write_safeailab(folder, target, draft_vocab=64, dtype=torch.float32):
+def write_safeailab(folder, target, draft_vocab=64, dtype=torch.float32, feature_layers=(0, 1, 1)):
+    """SafeAILab's layout; `feature_layers` None leaves the layers to EAGLE-3's rule (2, L//2, L-3)."""
     folder.mkdir(parents=True)
     state = {k: (v.to(dtype) if v.is_floating_point() else v) for k, v in published_state(target, draft_vocab).items()}
     torch.save(state, folder / "pytorch_model.bin")
-    cfg = dict(published_config(target, draft_vocab), feature_layers=[0, 1, 1])
+    cfg = published_config(target, draft_vocab)
+    if feature_layers is not None:
+        cfg["feature_layers"] = list(feature_layers)
     (folder / "config.json").write_text(json.dumps(cfg))
     return state
 

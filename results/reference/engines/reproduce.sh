@@ -67,12 +67,14 @@ if [ -n "$VLLM_PYTHON" ]; then
   # each vLLM method is a server of its own, up for the whole run, and each takes about 4 GB here
   # (its KV cache: -o NAME.kv_cache_gib=1), so the heads get a run of their own
   kv() { local m; for m in "$@"; do printf -- '-o\nvllm:%s.kv_cache_gib=1\n' "$m"; done; }
+  # shellcheck disable=SC2046
   run vllm --methods ar,suffix,vllm:ngram,vllm:suffix,vllm:draft_model --draft-model "$FOLDER" \
     --engine-bin "vllm=$VLLM_PYTHON" \
     $(kv ar ngram suffix draft_model)
   E3=${EAGLE3_HEADS:-results/checkpoints/drafters-2026/eagle3}
   DF=${DFLASH_DRAFTER:-results/checkpoints/drafters-2026/dflash}
   if [ -f "$E3/config.json" ] && [ -f "$DF/config.json" ]; then
+    # shellcheck disable=SC2046
     run vllm-heads --methods ar,eagle3,dflash,vllm:eagle3,vllm:dflash -o "eagle3.heads=$E3" -o "dflash.heads=$DF" \
       -o "vllm:eagle3.draft=$E3" -o "vllm:dflash.draft=$DF" --engine-bin "vllm=$VLLM_PYTHON" $(kv ar eagle3 dflash)
     # specbench's eagle3 drafting a chain, as vLLM's does (its default is an EAGLE-2 tree)
