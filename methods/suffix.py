@@ -38,7 +38,7 @@ from specbench_cli.methods.core.method import Method
 from specbench_cli.methods.retrieval.suffix_tree import SuffixDraft, SuffixTree
 from specbench_cli.options import opt
 
-FALLBACKS = ("none", *HEAD_FALLBACKS, "pld")
+FALLBACKS = ("none", *HEAD_FALLBACKS, "pld", "recycling")
 
 
 @dataclass

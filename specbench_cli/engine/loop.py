@@ -69,7 +69,7 @@ class Generation:
     draft_time: float = 0.0
     verify_time: float = 0.0
     overhead_time: float = 0.0
-    accept_lengths: list[int] = field(default_factory=list)
+    accept_lengths: list[int] = field(default_factory=list)  # tokens each step added to the output (cut at EOS and the cap)
     draft_sizes: list[int] = field(default_factory=list)
     draft_path_lengths: list[int] = field(default_factory=list)  # draft positions on the path the target took
     budget_used: list[int] = field(default_factory=list)
@@ -191,8 +191,10 @@ class Decoder:
         # the optional hooks of lossy drafters; duck-typed drafters (no Drafter base) lack them
         finished = [getattr(d, "finished", None) or (lambda: False) for d in drafters]
 
+        ended_eos = [produced[b][-1] in self.eos_ids for b in range(n)]  # an EOS anywhere in a step's tokens ends it
+
         def done(b: int) -> bool:
-            return len(produced[b]) >= max_new_tokens[b] or produced[b][-1] in self.eos_ids or finished[b]()
+            return len(produced[b]) >= max_new_tokens[b] or ended_eos[b] or finished[b]()
 
         split, part_sync, device = self.split, self._part_sync, self.device
         if split:
@@ -280,7 +282,8 @@ class Decoder:
             forward, accept, commit = t1 - fwd.started, t2 - t1, t3 - t2
             for r, b in enumerate(live):
                 g, d, v = out[b], drafts[r], verdicts[r]
-                g.accept_lengths.append(len(v.new_tokens))
+                g.accept_lengths.append(self._kept(v.new_tokens, len(produced[b]) - len(v.new_tokens), max_new_tokens[b]))
+                ended_eos[b] = any(t in self.eos_ids for t in v.new_tokens)
                 g.draft_sizes.append(d.n_acceptable())
                 g.draft_path_lengths.append(v.path_length)
                 g.draft_depths.append(deepest(d))
@@ -338,6 +341,16 @@ class Decoder:
             answer.append(self._choose(Draft(), logits, generator).new_tokens[0])
         g.epilogue_tokens = len(answer)
         return body + list(epi.tokens) + answer
+
+    def _kept(self, new_tokens: list[int], before: int, max_new_tokens: int) -> int:
+        """How many of a step's new tokens the output keeps (`_cut`'s rule): none past the cap, none
+        after an EOS. A step that accepted past either counts only what the answer holds, so
+        #MAT is tokens of the answer per step."""
+        kept = min(len(new_tokens), max(max_new_tokens - before, 0))
+        for i, tok in enumerate(new_tokens[:kept]):
+            if tok in self.eos_ids:
+                return i + 1
+        return kept
 
     def _cut(self, drafter: Drafter, produced: list[int], max_new_tokens: int) -> tuple[list[int], Any]:
         """The output cut at EOS and at the cap, exactly as for every other method, and the

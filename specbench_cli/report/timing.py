@@ -232,6 +232,46 @@ def _predict(members: list[dict], groups: dict[tuple, list[dict]], manifests: di
     return value if value is not None else math.nan
 
 
+def auto_predictions(rows: Sequence[dict], manifests: Optional[dict[str, dict]] = None) -> list[dict]:
+    """For every `@auto` instance of a run whose manifest holds its `bc_auto` choice: the budget
+    chosen, the decode tokens/s `--bc auto` predicted on its calibration questions and the decode
+    tokens/s this run measured for it (sum of accept lengths over decode seconds: the prediction's
+    basis, prefill excluded)."""
+    out = []
+    for run, manifest in (manifests or {}).items():
+        choices = manifest.get("bc_auto") if isinstance(manifest, dict) else None
+        if not isinstance(choices, dict):
+            continue
+        for spec, record in choices.items():
+            if not isinstance(record, dict):
+                continue
+            try:
+                chosen = int(record["chosen"])
+                predicted = float(record["candidates"][str(chosen)]["predicted_tokens_per_s"])
+            except (KeyError, TypeError, ValueError):
+                continue
+            members = [r for r in rows if r.get("run_id", "") == run and r.get("status") == "ok"
+                       and r.get("method") == spec and int(r.get("block_complexity") or 0) == chosen]
+            decode = sum(decode_seconds(r) for r in members)
+            tokens = sum(sum(r.get("accept_lengths") or []) for r in members)
+            if not members or decode <= 0 or predicted <= 0:
+                continue
+            out.append({"label": members[0]["method_label"], "bc": chosen, "predicted": predicted,
+                        "measured": tokens / decode})
+    return out
+
+
+def auto_note(rows: Sequence[dict], manifests: Optional[dict[str, dict]] = None) -> Optional[str]:
+    """One note line: `--bc auto`'s predicted against measured decode tokens/s per instance."""
+    found = auto_predictions(rows, manifests)
+    if not found:
+        return None
+    parts = [f"{f['label']} BC {f['bc']}: predicted {f['predicted']:.1f}, measured {f['measured']:.1f} "
+             f"(x{f['predicted'] / f['measured']:.2f})" for f in found]
+    return ("--bc auto, decode tok/s (prefill excluded) predicted on its calibration questions against this run's: "
+            + "; ".join(parts) + ".")
+
+
 def time_table(rows: Sequence[dict], summary: Optional[pd.DataFrame] = None,
                manifests: Optional[dict[str, dict]] = None) -> Optional[TableData]:
     """The table per method instance (module doc); None without ok rows."""
@@ -255,6 +295,9 @@ def time_table(rows: Sequence[dict], summary: Optional[pd.DataFrame] = None,
     if frame["predicted"].isna().any():
         notes.append(f"{MISSING} in Pred.: no cost curve at this batch size in the run's manifest (a run records "
                      f"the cached one: `specbench cost` or a `--bc auto` run measures it), or rows without the split.")
+    auto = auto_note(rows, manifests)
+    if auto:
+        notes.append(auto)
     return TableData(TITLE, cols, frame, notes)
 
 

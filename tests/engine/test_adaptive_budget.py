@@ -9,7 +9,7 @@ import torch
 from helpers.cli import cli
 
 from specbench_cli.config import ADAPTIVE, parse_bc, parse_spec
-from specbench_cli.engine.budget import AcceptanceTable, AdaptiveBudget, subdraft
+from specbench_cli.engine.budget import OUTCOMES, AcceptanceTable, AdaptiveBudget, outcome, subdraft
 from specbench_cli.engine.draft import Draft
 from specbench_cli.errors import UsageError
 from specbench_cli.run.auto import bcauto
@@ -126,15 +126,16 @@ def test_a_method_that_cannot_be_trimmed_is_refused_before_the_model_loads(tmp_p
     assert "lookahead" in err and "adaptive" in err and len(err.strip().splitlines()) == 1
 
 
-def test_the_forward_scale_is_the_median_ratio_of_loop_to_curve():
+def test_the_forward_scale_is_the_loop_forward_time_over_the_curve_s_on_the_same_steps():
     p = bcauto.Profile(budget=4, accept_lengths=[1, 2, 3], budget_used=[1, 2, 4], verify_ms=[50.0, 66.0, 80.0])
     t = {1: 40.0, 2: 44.0, 4: 50.0}.get
-    assert bcauto.fit_scale([p], t) == pytest.approx(1.5)   # ratios 1.25, 1.5, 1.6
+    s = (50 + 66 + 80) / (40 + 44 + 50)   # a ratio of sums (per-step ratios 1.25, 1.5, 1.6: median 1.5)
+    assert bcauto.fit_scale([p], t) == pytest.approx(s)
     assert bcauto.fit_scale([bcauto.Profile(budget=1)], t) == 1.0
-    # the prediction with the scale: tokens over (s t(q) + drafting + other work)
+    # the prediction with the scale: tokens over (s t(q) + drafting + other work) = the loop's own time
     p.draft_ms, p.overhead_ms = [1.0] * 3, 3.0
-    expected = 1000 * 6 / (1.5 * (40 + 44 + 50) + 3 + 3)
-    assert bcauto.predicted_tokens_per_s(p, t, 1, 1.5) == pytest.approx(expected)
+    expected = 1000 * 6 / (50 + 66 + 80 + 3 + 3)
+    assert bcauto.predicted_tokens_per_s(p, t, 1, s) == pytest.approx(expected)
 
 
 def test_an_answer_that_accepts_more_than_calibration_said_earns_longer_drafts():
@@ -171,3 +172,55 @@ def test_online_learning_never_raises_a_rate_to_certainty_and_bad_weights_are_re
     assert b.rate(1, 5) <= 0.99
     with pytest.raises(ValueError, match="online"):
         AdaptiveBudget(trained(), STEEP, online=-1)
+
+
+def test_a_step_s_outcome_is_how_far_its_accepted_path_went():
+    chain = Draft.chain([1, 2, 3])
+    assert outcome(chain, [0, 1, 2]) == 2 and outcome(chain, [0]) == 1
+    assert outcome(chain, []) == 0 and outcome(Draft(), []) == 0
+    # a tree: 0 and 1 below the root, 2 below 0; the path 0 -> 2 ends at a leaf, 0 alone does not
+    tree = Draft(tokens=[5, 6, 7], parents=[-1, -1, 0])
+    assert outcome(tree, [0, 2]) == 2 and outcome(tree, [0]) == 1 and outcome(tree, [1]) == 2
+
+
+def test_with_history_a_chain_after_a_whole_accepted_chain_is_kept_and_one_after_a_miss_trimmed():
+    """The same class-5 chain is accepted whole after a step that took its whole chain and never
+    after a step that took nothing: with `history` the budget learns the two apart; without it
+    the class is one average."""
+    def calibrate(history: bool) -> AdaptiveBudget:
+        b = AdaptiveBudget(AcceptanceTable(), STEEP, learning=True, history=history)
+        chain = Draft.chain([1, 2, 3, 4, 5, 6], signal=[5] * 6)
+        for _ in range(100):
+            b.begin()                                   # an answer's first step follows outcome 0
+            for _ in range(9):
+                b.observe(chain, [])                    # after a miss: missed again
+            b.observe(chain, [0])                       # after a miss: one token (outcome 1)
+            b.observe(chain, list(range(6)))            # after a part: taken whole (outcome 2)
+            for _ in range(5):
+                b.observe(chain, list(range(6)))        # after a whole chain: whole again
+        b.freeze()
+        return b
+    draft = Draft.chain(list(range(1, 10)), signal=[5] * 9)
+    split = calibrate(True)
+    split.begin()
+    after_miss = len(split.choose(draft))
+    split.observe(Draft.chain([1, 2], signal=[5, 5]), [0, 1])   # a whole chain accepted
+    after_whole = len(split.choose(draft))
+    assert after_miss == 0 and after_whole == 9
+    assert split.rate(5 * OUTCOMES + 2, 1) > 0.6 > 0.4 > split.rate(5 * OUTCOMES, 1)
+    pooled = calibrate(False)
+    pooled.begin()
+    kept = len(pooled.choose(draft))
+    pooled.observe(Draft.chain([1, 2], signal=[5, 5]), [0, 1])
+    assert len(pooled.choose(draft)) == kept               # one rate whatever came before
+    assert split.fork().history and not pooled.fork().history
+
+
+def test_an_adaptive_record_says_whether_its_classes_are_split():
+    from specbench_cli.run.auto.calibrate import policy
+
+    record = {"table": AcceptanceTable().to_dict(), "step_ms": STEEP, "draft_ms_per_step": 0.1}
+    assert policy(record).history is False                 # a record from before the split runs as it ran
+    assert policy({**record, "history": True}).history is True
+    with pytest.raises(UsageError, match="history"):
+        policy({**record, "history": "yes"})

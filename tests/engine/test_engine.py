@@ -207,3 +207,18 @@ def test_generation_stops_at_eos_and_at_the_cap(tiny_model, tiny_tok):
     g2 = Decoder(tiny_model, {stop}).generate(AutoRegressive(ctx), PROMPT, 25, 1)
     assert g2.output_ids == g.output_ids[: g.output_ids.index(stop) + 1]
     assert g.steps == len(g.output_ids) - 1 and g.accept_lengths == [1] * g.steps
+
+
+def test_a_step_that_accepts_past_eos_or_the_cap_ends_the_answer_and_counts_only_what_it_keeps(tiny_model, tiny_tok):
+    """A draft accepted across the stop token ends the answer at that step (the loop used to go on
+    drafting past it), and each step's accept length counts only the tokens the output keeps, so
+    #MAT is the answer's tokens per step."""
+    ctx = MethodContext(tiny_model, tiny_tok, budget=7)
+    ref = Decoder(tiny_model, {EOS}).generate(AutoRegressive(ctx), PROMPT, 40, 7).output_ids
+    at = next(i for i in range(2, len(ref)) if ref[i] not in ref[:i])   # a token first produced mid-step
+    g = Decoder(tiny_model, {ref[at]}).generate(Oracle(ctx, ref), PROMPT, 40, 7)
+    assert g.output_ids == ref[:at + 1]
+    assert g.steps == 1 + (at - 1) // 7 and sum(g.accept_lengths) + 1 == len(g.output_ids)
+    # the cap: 10 tokens, the oracle's second step accepts 7 where 2 fit
+    g = Decoder(tiny_model, {EOS}).generate(Oracle(ctx, ref), PROMPT, 10, 7)
+    assert g.output_ids == ref[:10] and g.accept_lengths == [7, 2]

@@ -147,3 +147,27 @@ def test_mat_by_temperature():
     md = to_markdown(table)
     assert "| pld | 3.00 | 2.00 | 2.00 |" in md and "| ar | 1.00 | 1.00 | 1.00 |" in md
     assert timing.temperature_table(rows[:2]) is None
+
+
+def test_the_time_table_puts_bc_auto_s_prediction_next_to_the_measured_decode_speed():
+    """`--bc auto` predicts decode tokens/s on its calibration questions (manifest `bc_auto`);
+    the report sets it next to the decode tokens/s the run measured for that instance: accepted
+    tokens over wall - prefill, the prediction's own basis."""
+    rows = rows_by_hand()
+    auto = make_row("pld@auto", 1, [3, 1, 2], 0, draft_sizes=[3, 3, 3], block_complexity=6, label="pld@auto")
+    auto["structure"] = "chain"
+    auto = with_split(auto, 0.003, 0.090, 0.003, 0.002, 0.002, prefill=0.5)   # the prefill is left out
+    for r in rows + [auto]:
+        r["run_id"] = "r1"
+    decode = 0.003 + 0.090 + 0.003 + 0.002 + 0.002 + 0.010
+    manifest = {"bc_auto": {"pld@auto": {"chosen": 6, "candidates": {
+        "4": {"predicted_tokens_per_s": 50.0}, "6": {"predicted_tokens_per_s": 66.0}}}}}
+    found = timing.auto_predictions(rows + [auto], {"r1": manifest})
+    assert found == [{"label": "pld@auto", "bc": 6, "predicted": 66.0, "measured": pytest.approx(6 / decode)}]
+    note = timing.auto_note(rows + [auto], {"r1": manifest})
+    assert "pld@auto BC 6: predicted 66.0, measured 54.5 (x1.21)" in note
+    table = timing.time_table(rows + [auto], metrics.summarize(rows + [auto]), {"r1": manifest})
+    assert note in table.notes
+    # another run's manifest, or a run without auto, adds nothing
+    assert timing.auto_predictions(rows + [auto], {"r2": manifest}) == []
+    assert timing.auto_note(rows, {"r1": {}}) is None

@@ -111,18 +111,22 @@ def predicted_tokens_per_s(profile: Profile, t: Callable[[int], float], batch_si
 
 
 def fit_scale(profiles: list[Profile], t: Callable[[int], float]) -> float:
-    """The loop's forward scale s: the median over every calibration step of (the forward and
-    verdict as measured in the loop) / t(q) (the curve's forward alone, at the curve's context).
+    """The loop's forward scale s: (the forward and verdict as measured in the loop, summed over
+    the profiles' steps) / (the curve's forward alone, t(q), at the curve's context, summed over
+    the same steps).
 
     The curve times bare forwards at one context length; in the loop a step's forward sees the
     question's own context (Spec-Bench prompts run to 1,000+ tokens), cold caches after drafting,
     and the verdict. Without s the whole-step prediction was 35-40 % optimistic (pld predicted
-    36.3 tok/s, measured 26.4). 1.0 when no step was timed."""
-    ratios = sorted(v / t(q) for p in profiles for q, v in zip(p.budget_used, p.verify_ms) if v > 0)
-    if not ratios:
-        return 1.0
-    mid = len(ratios) // 2
-    return ratios[mid] if len(ratios) % 2 else (ratios[mid - 1] + ratios[mid]) / 2
+    36.3 tok/s, measured 26.4). A ratio of sums, not the median of per-step ratios: tokens per
+    second is a ratio of sums, so slow steps count as much as they cost (the median ratio, 0.82,
+    sat below the 0.86 the same instance's forwards then ran at). One scale for every candidate,
+    not one each: a candidate's own ratio is its one noisy calibration pass (+-10 % here), and
+    the highest of nine noisy predictions would be chosen and would overstate itself.
+    1.0 when no step was timed."""
+    pairs = [(v, t(q)) for p in profiles for q, v in zip(p.budget_used, p.verify_ms) if v > 0]
+    den = sum(c for _, c in pairs)
+    return sum(v for v, _ in pairs) / den if pairs and den > 0 else 1.0
 
 
 def choose_budget(profiles: list[Profile], t: Callable[[int], float],

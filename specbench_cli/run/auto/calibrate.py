@@ -139,7 +139,8 @@ def calibrate_adaptive(spec: str, cfg, lm, decoder, prompts: list[list[int]], cu
     ceiling = adaptive_ceiling(cfg)
     method = plan_instance(cfg, spec, ceiling).bind(lm.target, lm.tokenizer)
     t = bcauto.monotone(curve.ms)
-    method.budget_policy = AdaptiveBudget(AcceptanceTable(), [t(q) for q in range(1, ceiling + 1)], learning=True)
+    method.budget_policy = AdaptiveBudget(AcceptanceTable(), [t(q) for q in range(1, ceiling + 1)], learning=True,
+                                          history=True)
     decoder.generate(method, prompts[0], min(16, max_new), ceiling, _generator(cfg))  # untimed warm-up
     method.budget_policy.table = AcceptanceTable()
     whole = _decode_pass(method, decoder, prompts, ceiling, max_new, cfg)
@@ -150,7 +151,7 @@ def calibrate_adaptive(spec: str, cfg, lm, decoder, prompts: list[list[int]], cu
     record = {"ceiling": ceiling, "batch_size": cfg.batch_size, "forward_scale": round(scale, 4),
               "other_ms_per_step": round(other, 4), "draft_ms_per_step": round(draft_ms, 4),
               "step_ms": [round(scale * t(q) + other, 4) for q in range(1, ceiling + 1)],
-              "table": method.budget_policy.table.to_dict(), "online": ONLINE,
+              "table": method.budget_policy.table.to_dict(), "online": ONLINE, "history": True,
               "whole": bcauto.summary(whole, bcauto.predicted_tokens_per_s(whole, t, cfg.batch_size, scale))}
     method.budget_policy = policy(record)
     trimmed = _decode_pass(method, decoder, prompts, ceiling, max_new, cfg)
@@ -163,8 +164,11 @@ def policy(record: dict):
     from specbench_cli.engine.budget import AcceptanceTable, AdaptiveBudget
 
     try:
+        history = record.get("history", False)  # absent: a record from before the split, used as it ran
+        if not isinstance(history, bool):
+            raise ValueError("'history' must be true or false")
         return AdaptiveBudget(AcceptanceTable.from_dict(record["table"]), record["step_ms"],
-                              record["draft_ms_per_step"], online=record.get("online", 0.0))
+                              record["draft_ms_per_step"], online=record.get("online", 0.0), history=history)
     except (KeyError, TypeError, ValueError) as e:
         raise UsageError(f"the manifest's adaptive budget record is unusable ({e})") from None
 
