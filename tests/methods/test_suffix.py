@@ -33,7 +33,7 @@ def _state(ids, prompt_len=2, budget=8, remaining=50):
     ({"max_spec_factor": -1}, "suffix.max_spec_factor must be between 0.0 and 64.0"),
     ({"min_token_prob": 1.5}, "suffix.min_token_prob must be between 0.0 and 1.0"),
     ({"max_cached_requests": -1}, "suffix.max_cached_requests must be between 0 and 1000000"),
-    ({"fallback": "eagle2"}, "suffix.fallback must be one of none, dflash, eagle, eagle3, hydra, medusa, pld"),
+    ({"fallback": "eagle2"}, "suffix.fallback must be one of none, dflash, eagle, eagle3, hydra, medusa, pld, recycling"),
     ({"fallback": "eagle"}, "suffix.fallback=eagle drafts from trained heads: pass -o suffix.heads=DIR"),
     ({"fallback": "pld", "heads": "x"}, "suffix.heads is for a head fallback"),
     ({"heads": "x"}, "suffix.heads is for a head fallback"),
@@ -96,7 +96,7 @@ def test_a_draft_never_exceeds_the_budget_or_the_answer_cap():
     assert len(m.propose(_state(ids, prompt_len=30, budget=4, remaining=2))) == 2
 
 
-@pytest.mark.parametrize("fallback", ["pld", "eagle", "eagle3", "hydra", "medusa"])
+@pytest.mark.parametrize("fallback", ["pld", "recycling", "eagle", "eagle3", "hydra", "medusa"])
 @pytest.mark.parametrize("budget", [4, 10, 30])
 def test_the_hybrid_equals_ar_and_uses_both_drafters(fallback, budget, tiny_model, tiny_tok, tiny_heads,
                                                      tmp_path_factory):
@@ -108,7 +108,7 @@ def test_the_hybrid_equals_ar_and_uses_both_drafters(fallback, budget, tiny_mode
     options = {"fallback": fallback}
     if fallback == "eagle3":
         options["heads"] = train_tiny_eagle3(tiny_model, tmp_path_factory.mktemp("e3") / "h")
-    elif fallback != "pld":
+    elif fallback not in ("pld", "recycling"):
         options["heads"] = tiny_heads[fallback]
     ctx = MethodContext(tiny_model, tiny_tok, budget=budget)
     dec = Decoder(tiny_model, {EOS})
