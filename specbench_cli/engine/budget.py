@@ -4,11 +4,17 @@ A fixed block complexity verifies whatever the drafter proposes up to BC - 1 nod
 the drafter is sure (a 20-token match in the prompt) or guessing (a 1-token match). But a
 forward over q tokens costs more the larger q is (on a CPU, t(10) is about 1.3-2 x t(1)), so
 a node worth verifying is one whose chance of being accepted pays for the extra forward time.
-This module chooses, each step, the part of the draft that maximises the expected tokens per
-second:
+This module chooses, each step, the part of the draft that maximises the decode's expected
+tokens per second:
 
     E[tokens](S) = 1 + sum over nodes i in S of P(i accepted)
-    choose S (ancestor-closed, |S| = k) maximising E[tokens](S) / (d + T(1 + k))
+    choose S (ancestor-closed, |S| = k) maximising E[tokens](S) - lambda (d + T(1 + k))
+
+with lambda the decode's own tokens per ms (measured in calibration with the older per-step rule,
+maximising E[tokens](S) / (d + T(1 + k)), which is used when lambda is 0). Maximising a sum of
+tokens over a sum of milliseconds is maximising tokens - lambda x ms at each step, lambda the
+best achievable ratio (Dinkelbach); the per-step ratio instead keeps too little of a step that
+is going well and too much of one that is not.
 
 with `T(q)` the step's measured cost at q tokens (target forward, verdict, cache commit and the
 loop's bookkeeping: everything but drafting) and `d` the drafter's measured cost per step. As in
@@ -144,7 +150,8 @@ class AdaptiveBudget:
     (a table learned with it must be used with it: the manifest records which)."""
 
     def __init__(self, table: AcceptanceTable, step_ms: Sequence[float], draft_ms: float = 0.0,
-                 learning: bool = False, online: float = 0.0, history: bool = False) -> None:
+                 learning: bool = False, online: float = 0.0, history: bool = False,
+                 rate_per_ms: float = 0.0) -> None:
         if not step_ms or any(not v > 0 for v in step_ms):
             raise ValueError("adaptive budget: step costs must be positive")
         if isinstance(online, bool) or not isinstance(online, (int, float)) or online < 0:
@@ -152,6 +159,9 @@ class AdaptiveBudget:
         self.table, self.step_ms, self.draft_ms, self.learning = table, list(step_ms), float(draft_ms), learning
         self.online = float(online)
         self.history = bool(history)
+        if isinstance(rate_per_ms, bool) or not isinstance(rate_per_ms, (int, float)) or not rate_per_ms >= 0:
+            raise ValueError("adaptive budget: 'rate_per_ms' must be a number >= 0")
+        self.rate_per_ms = float(rate_per_ms)  # 0: the per-step ratio rule (`plan`)
         self._rates = table.rates()
         self.begin()
 
@@ -171,7 +181,8 @@ class AdaptiveBudget:
 
     def fork(self) -> "AdaptiveBudget":
         """The same frozen policy with counts of its own (another row of a batch)."""
-        twin = AdaptiveBudget(self.table, self.step_ms, self.draft_ms, self.learning, self.online, self.history)
+        twin = AdaptiveBudget(self.table, self.step_ms, self.draft_ms, self.learning, self.online, self.history,
+                              self.rate_per_ms)
         twin._rates = self._rates
         return twin
 
@@ -213,16 +224,31 @@ class AdaptiveBudget:
         return out
 
     def plan(self, draft: Draft) -> tuple[list[int], float]:
-        """(the kept node indices in draft order, the expected tokens per ms of that choice)."""
+        """(the kept node indices in draft order, the expected tokens per ms of that choice).
+
+        Without `rate_per_ms`: the prefix with the best expected tokens per ms of this step alone.
+        With it (lambda, the decode's tokens per ms): the prefix with the largest
+        E[tokens] - lambda x cost, the step that adds most to the whole decode's tokens per ms
+        (Dinkelbach): a node is worth verifying when what it adds, P(accepted), beats what its
+        forward time would earn at the decode's own rate. The per-step ratio compares a node
+        with its own step instead: it keeps too little of a step that is going well (a chain
+        whose first tokens are near-certain) and too much of one that is not."""
         probs = self.accept_probs(draft)
         order = sorted(range(len(draft)), key=lambda i: (-probs[i], i))
-        best_k, best, expected = 0, 1.0 / (self.draft_ms + self.cost(1)), 1.0
+        lam = self.rate_per_ms
+
+        def score(expected: float, q: int) -> float:
+            ms = self.draft_ms + self.cost(q)
+            return expected - lam * ms if lam else expected / ms
+
+        best_k, best, expected = 0, score(1.0, 1), 1.0
         for k, i in enumerate(order, start=1):
             expected += probs[i]
-            value = expected / (self.draft_ms + self.cost(1 + k))
+            value = score(expected, 1 + k)
             if value > best:
                 best_k, best = k, value
-        return sorted(order[:best_k]), best
+        kept = 1.0 + sum(probs[i] for i in order[:best_k])
+        return sorted(order[:best_k]), kept / (self.draft_ms + self.cost(1 + best_k))
 
     def choose(self, draft: Draft) -> Draft:
         """The part of `draft` to verify this step (the whole draft while learning)."""

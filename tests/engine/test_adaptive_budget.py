@@ -224,3 +224,27 @@ def test_an_adaptive_record_says_whether_its_classes_are_split():
     assert policy({**record, "history": True}).history is True
     with pytest.raises(UsageError, match="history"):
         policy({**record, "history": "yes"})
+    assert policy(record).rate_per_ms == 0.0                # without lambda: the per-step ratio rule
+    assert policy({**record, "rate_per_ms": 0.05}).rate_per_ms == 0.05
+    with pytest.raises(UsageError, match="rate_per_ms"):
+        policy({**record, "rate_per_ms": "fast"})
+
+
+def test_with_the_decode_s_rate_a_sure_chain_is_kept_longer_than_its_own_step_s_ratio_allows():
+    """Dinkelbach: keep a node when P(accepted) beats lambda x its forward time. A sure chain
+    (rate 0.9) earns more of the budget than its own step's ratio allows, an unsure one no more."""
+    steep = [40.0 + 2.0 * (q - 1) for q in range(1, 25)]
+    t = AcceptanceTable({**{(3, d): [1000, 900] for d in range(1, 21)},     # class 3: 0.9 at every depth
+                         **{(1, d): [1000, 333] for d in range(1, 21)}})    # class 1: one in three
+    sure, unsure = Draft.chain(list(range(20)), signal=[3] * 20), Draft.chain(list(range(20)), signal=[1] * 20)
+    ratio = AdaptiveBudget(t, steep)
+    lam = AdaptiveBudget(t, steep, rate_per_ms=2.0 / 50.0)   # a decode making 2 tokens per 50 ms
+    assert len(lam.choose(sure)) > len(ratio.choose(sure))
+    assert len(lam.choose(unsure)) <= len(ratio.choose(unsure))
+    # the rule by hand: the kept k maximises E(k) - lambda cost(1 + k)
+    p = lam.accept_probs(sure)
+    values = [1 + sum(p[:k]) - lam.rate_per_ms * lam.cost(1 + k) for k in range(21)]
+    assert len(lam.choose(sure)) == max(range(21), key=lambda k: (values[k], -k))
+    assert lam.fork().rate_per_ms == lam.rate_per_ms
+    with pytest.raises(ValueError, match="rate_per_ms"):
+        AdaptiveBudget(t, steep, rate_per_ms=-1.0)

@@ -272,7 +272,8 @@ def test_adaptive_run_end_to_end_on_the_tiny_model(tiny_model_dir, isolated_cach
     for spec in ("pld@adaptive", "samd@adaptive"):
         record = manifest["bc_adaptive"][spec]
         assert record["ceiling"] == 4 and len(record["step_ms"]) == 4 and record["forward_scale"] > 0
-        assert {"whole", "adaptive", "table", "questions", "max_new_tokens"} <= set(record)
+        assert {"whole", "ratio_rule", "adaptive", "table", "questions", "max_new_tokens"} <= set(record)
+        assert record["history"] is True and record["rate_per_ms"] > 0
         mine = [r for r in rows if r["method"] == spec]
         assert mine and all(r["block_complexity"] == 4 and r["method_label"] == spec for r in mine)
         assert all(1 <= q <= 4 for r in mine for q in r["budget_used"])

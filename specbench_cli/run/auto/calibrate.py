@@ -131,7 +131,8 @@ def calibrate_adaptive(spec: str, cfg, lm, decoder, prompts: list[list[int]], cu
     """An adaptive instance (engine/budget.py): decode the calibration prompts at the ceiling with
     every draft verified whole, counting each node's acceptance by the drafter's signal; fit the
     whole step's cost T(q) = s t(q) + o from the same steps (s: `bcauto.fit_scale`; o: the loop's
-    other work per step); then decode them again with the frozen policy for its prediction.
+    other work per step); decode them again with the per-step ratio rule for the decode's rate
+    lambda (`rate_per_ms`), and a third time with the frozen policy (lambda's rule) for its prediction.
     Returns the manifest record `policy` rebuilds the policy from."""
     from specbench_cli.engine.budget import ONLINE, AcceptanceTable, AdaptiveBudget
     from specbench_cli.run.plan import adaptive_ceiling, plan_instance
@@ -153,6 +154,14 @@ def calibrate_adaptive(spec: str, cfg, lm, decoder, prompts: list[list[int]], cu
               "step_ms": [round(scale * t(q) + other, 4) for q in range(1, ceiling + 1)],
               "table": method.budget_policy.table.to_dict(), "online": ONLINE, "history": True,
               "whole": bcauto.summary(whole, bcauto.predicted_tokens_per_s(whole, t, cfg.batch_size, scale))}
+    # the decode's own rate, lambda (tokens per ms of one sequence, in the policy's cost model),
+    # from a pass with the per-step ratio rule; the run keeps what beats lambda (budget.plan)
+    ratio_rule = policy(record)
+    method.budget_policy = ratio_rule
+    ratio = _decode_pass(method, decoder, prompts, ceiling, max_new, cfg)
+    ms = sum(ratio_rule.draft_ms + ratio_rule.cost(q) for q in ratio.budget_used)
+    record["rate_per_ms"] = round(sum(ratio.accept_lengths) / ms, 6) if ms > 0 else 0.0
+    record["ratio_rule"] = bcauto.summary(ratio, bcauto.predicted_tokens_per_s(ratio, t, cfg.batch_size, scale))
     method.budget_policy = policy(record)
     trimmed = _decode_pass(method, decoder, prompts, ceiling, max_new, cfg)
     record["adaptive"] = bcauto.summary(trimmed, bcauto.predicted_tokens_per_s(trimmed, t, cfg.batch_size, scale))
@@ -168,7 +177,8 @@ def policy(record: dict):
         if not isinstance(history, bool):
             raise ValueError("'history' must be true or false")
         return AdaptiveBudget(AcceptanceTable.from_dict(record["table"]), record["step_ms"],
-                              record["draft_ms_per_step"], online=record.get("online", 0.0), history=history)
+                              record["draft_ms_per_step"], online=record.get("online", 0.0), history=history,
+                              rate_per_ms=record.get("rate_per_ms", 0.0))
     except (KeyError, TypeError, ValueError) as e:
         raise UsageError(f"the manifest's adaptive budget record is unusable ({e})") from None
 
