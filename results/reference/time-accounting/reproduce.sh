@@ -15,6 +15,7 @@
 #               adaptive, with `--auto-tokens 128`: calibration answers as long as the reported
 #               ones (the default calibrates on their first 32 tokens);
 #   spec-bench-cal128-repeat: the same again with pld, samd and suffix twice at BC 10 (the noise);
+#   spec-bench-lambda: the adaptive budget's lambda rule against BC 10 and auto's budgets;
 #   temperature: the built-in `mini` suite, one question per category, 64 new tokens,
 #               --temperature 0,0.7,1.0 (and --top-p 0.9 with TOP_PS="1.0 0.9"): ar, pld, recycling, samd,
 #               suffix at BC 10 (#MAT per temperature).
@@ -57,6 +58,14 @@ if ! done_in "$OUT/spec-bench-cal128-repeat"; then
   specbench run $(resume_of "$OUT/spec-bench-cal128-repeat") --tasks spec_bench --limit 3 --max-new-tokens 128 \
     --bc 10 --auto-tokens 128 "${COMMON[@]}" --output-dir "$OUT/spec-bench-cal128-repeat" \
     --methods ar,pld,pld@10,samd,samd@10,suffix,suffix@10,pld@auto,samd@auto,suffix@auto,pld@adaptive,samd@adaptive,suffix@adaptive
+fi
+if ! done_in "$OUT/spec-bench-lambda"; then
+  stamp "spec-bench-lambda"
+  # the adaptive budget's lambda rule against the fixed budgets auto chose in spec-bench-cal128-repeat
+  # shellcheck disable=SC2046
+  specbench run $(resume_of "$OUT/spec-bench-lambda") --tasks spec_bench --limit 3 --max-new-tokens 128 \
+    --bc 10 --auto-tokens 128 "${COMMON[@]}" --output-dir "$OUT/spec-bench-lambda" \
+    --methods ar,pld,pld@6,samd,samd@12,suffix,suffix@16,pld@adaptive,samd@adaptive,suffix@adaptive
 fi
 for TOP_P in ${TOP_PS:-1.0}; do   # TOP_PS="1.0 0.9" adds the nucleus sweep
   if ! done_in "$OUT/temperature-top-p-$TOP_P"; then
