@@ -74,8 +74,7 @@ def outcome(draft: Draft, accepted: Sequence[int]) -> int:
     accepted path reached a leaf of the draft (every node of a chain)."""
     if not len(draft) or not len(accepted):
         return 0
-    last = accepted[-1]
-    return 2 if last not in set(draft.parents) else 1
+    return 1 if accepted[-1] in draft.parents else 2
 
 
 @dataclass
@@ -258,10 +257,8 @@ class AdaptiveBudget:
         return subdraft(draft, keep) if len(keep) < len(draft) else draft
 
     def observe(self, draft: Draft, accepted: Sequence[int]) -> None:
-        try:
-            self._count(draft, accepted)
-        finally:
-            self.last = outcome(draft, accepted)
+        self._count(draft, accepted)
+        self.last = outcome(draft, accepted)  # after counting: this step's classes used the previous outcome
 
     def _count(self, draft: Draft, accepted: Sequence[int]) -> None:
         if self.learning:

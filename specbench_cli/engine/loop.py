@@ -282,8 +282,9 @@ class Decoder:
             forward, accept, commit = t1 - fwd.started, t2 - t1, t3 - t2
             for r, b in enumerate(live):
                 g, d, v = out[b], drafts[r], verdicts[r]
-                g.accept_lengths.append(self._kept(v.new_tokens, len(produced[b]) - len(v.new_tokens), max_new_tokens[b]))
-                ended_eos[b] = any(t in self.eos_ids for t in v.new_tokens)
+                kept = self._kept(v.new_tokens, len(produced[b]) - len(v.new_tokens), max_new_tokens[b])
+                g.accept_lengths.append(kept)
+                ended_eos[b] = kept > 0 and v.new_tokens[kept - 1] in self.eos_ids  # (an EOS past the cap: done anyway)
                 g.draft_sizes.append(d.n_acceptable())
                 g.draft_path_lengths.append(v.path_length)
                 g.draft_depths.append(deepest(d))
@@ -343,9 +344,10 @@ class Decoder:
         return body + list(epi.tokens) + answer
 
     def _kept(self, new_tokens: list[int], before: int, max_new_tokens: int) -> int:
-        """How many of a step's new tokens the output keeps (`_cut`'s rule): none past the cap, none
-        after an EOS. A step that accepted past either counts only what the answer holds, so
-        #MAT is tokens of the answer per step."""
+        """How many of `new_tokens`, produced after `before` others, the output keeps: none past the
+        cap, none after an EOS. The one rule of `_cut` (the whole answer) and of each step's accept
+        length (a step that accepted past either counts only what the answer holds, so #MAT is
+        tokens of the answer per step)."""
         kept = min(len(new_tokens), max(max_new_tokens - before, 0))
         for i, tok in enumerate(new_tokens[:kept]):
             if tok in self.eos_ids:
@@ -355,11 +357,7 @@ class Decoder:
     def _cut(self, drafter: Drafter, produced: list[int], max_new_tokens: int) -> tuple[list[int], Any]:
         """The output cut at EOS and at the cap, exactly as for every other method, and the
         drafter's epilogue for it (None unless a lossy drafter asks for one)."""
-        out_ids = produced[:max_new_tokens]
-        for i, tok in enumerate(out_ids):
-            if tok in self.eos_ids:
-                out_ids = out_ids[: i + 1]
-                break
+        out_ids = produced[:self._kept(produced, 0, max_new_tokens)]
         epilogue = getattr(drafter, "epilogue", None)
         return out_ids, (epilogue([t for t in out_ids if t not in self.eos_ids]) if epilogue else None)
 
