@@ -14,7 +14,6 @@ Choices where the paper is silent are in docs/methods/rest.md.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Optional
 
 from specbench_cli.engine.draft import Draft
@@ -64,16 +63,7 @@ class REST(Method):
         if o.min_span > o.max_span:
             raise UsageError(f"rest needs min_span <= max_span (got {o.min_span}, {o.max_span})")
         store.require_library()
-        self.folder = Path(o.datastore).expanduser()
-        self.meta = store.read_meta(self.folder)
-        if self.ctx.target_ref:
-            from specbench_cli.models.load import declared_vocab
-
-            try:
-                declared = declared_vocab(str(self.ctx.target_ref))
-            except UsageError:
-                declared = None  # the model reference itself is checked (and named) by the run
-            store.check_vocab_size(self.meta, self.folder, declared)
+        self.folder, self.meta = store.open_for("rest", o.datastore, self.ctx.target_ref, index=True)
         store.check_index(self.folder, self.meta)  # the library aborts the process on a damaged one
         self.nodes = max(0, self.ctx.budget - 1)
 

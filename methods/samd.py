@@ -69,29 +69,52 @@ class SuffixAutomaton:
                 self.link[q] = self.link[cur] = clone
         self.last = cur
 
-    def _advance(self, token: int) -> None:
-        """Move the matcher over `token` against the text before it."""
-        s, n = self.state, self.match
+    def step(self, s: int, n: int, token: int) -> tuple[int, int]:
+        """A matcher at state `s` holding `n` tokens, moved over `token`: the state and length of
+        the longest suffix of (its text + token) that the automaton holds."""
         while s != 0 and token not in self.next[s]:
             s = self.link[s]
             n = self.length[s]
         if token in self.next[s]:
-            s, n = self.next[s][token], n + 1
-        else:
-            s, n = 0, 0
-        self.state, self.match = s, n
+            return self.next[s][token], n + 1
+        return 0, 0
 
     def add(self, token: int) -> None:
-        self._advance(token)
+        """Move the matcher over `token` against the text before it, then extend with it."""
+        self.state, self.match = self.step(self.state, self.match, token)
         self.text.append(token)
         self._extend(token)
 
-    def continuation(self, k: int) -> list[int]:
-        """Up to k tokens that followed the first earlier occurrence of the matched suffix."""
-        if self.match == 0:
+    def extend(self, token: int) -> None:
+        """Extend with `token` without moving the matcher (building a static automaton)."""
+        self.text.append(token)
+        self._extend(token)
+
+    def continuation(self, k: int, state: Optional[int] = None) -> list[int]:
+        """Up to k tokens that followed the first earlier occurrence of the matched suffix (of
+        the matcher's, or of a matcher at `state`), cut before a separator (a negative token)."""
+        state = self.state if state is None else state
+        if state == 0:
             return []
-        start = self.first_end[self.state] + 1
-        return self.text[start:start + k]
+        start = self.first_end[state] + 1
+        out = self.text[start:start + k]
+        for i, t in enumerate(out):
+            if t < 0:
+                return out[:i]
+        return out
+
+
+SEPARATOR = -1  # between a corpus's texts: no text holds it, so no match crosses it
+
+
+def corpus_automaton(sequences) -> SuffixAutomaton:
+    """The static automaton of a corpus: every sequence, each followed by SEPARATOR."""
+    sam = SuffixAutomaton()
+    for seq in sequences:
+        for t in seq:
+            sam.extend(int(t))
+        sam.extend(SEPARATOR)
+    return sam
 
 
 @dataclass
@@ -99,6 +122,21 @@ class SAMDOptions:
     threshold: int = opt(2, lo=1, hi=1024)  # shortest match (tokens) whose continuation is drafted
     fallback: str = opt("recycling", choices=FALLBACKS)  # the drafter for short matches (eagle = SAMD[EAGLE2])
     heads: Optional[str] = None  # heads folder of an eagle / eagle3 / hydra / medusa fallback
+    # a static automaton over a corpus (`specbench datastore build`), matched beside the dynamic one
+    datastore: Optional[str] = None
+    # the static match counts this many tokens shorter when the two automata compete (the paper's
+    # len_bias): the request's own text is the likelier continuation at equal length
+    static_bias: int = opt(4, lo=0, hi=1024)
+
+
+_STATIC: dict = {}  # the last corpus's automaton, by its sequences' identity: built once per process
+
+
+def static_automaton(sequences: list[list[int]]) -> SuffixAutomaton:
+    if id(sequences) not in _STATIC:
+        _STATIC.clear()  # one corpus at a time: an automaton holds about 2 states per token
+        _STATIC[id(sequences)] = (sequences, corpus_automaton(sequences))  # the list kept: its id stays unique
+    return _STATIC[id(sequences)][1]
 
 
 class SAMDecoding(Method):
@@ -118,40 +156,73 @@ class SAMDecoding(Method):
         else:
             self.fallback = Fallback(self, o.fallback, o.heads)
             self.adaptive_budget = self.fallback.method.adaptive_budget
-        self.counts = {"sam": 0, "fallback": 0}
+        self.counts = {"sam": 0, "static": 0, "fallback": 0}
+        self.folder = self.meta = self.static = None
+        if o.datastore:
+            from specbench_cli.methods.retrieval import datastore as store
+
+            self.folder, self.meta = store.open_for("samd", o.datastore, self.ctx.target_ref, index=False)
+            self.corpus = store.load_sequences(self.folder, self.meta, "samd")  # checked before any model loads
 
     def setup(self) -> None:
         if self.fallback is not None:
             self.fallback.bind()
+        if self.folder is not None:
+            from specbench_cli.methods.retrieval import datastore as store
+
+            if self.ctx.tokenizer is not None:
+                store.check_tokenizer(self.meta, self.folder, self.ctx.tokenizer)
+            self.static = static_automaton(self.corpus)
 
     def shown_options(self) -> dict:
-        return shown_options(self, self.fallback)
+        shown = shown_options(self, self.fallback)
+        if "datastore" in shown:
+            shown["datastore"] = self.folder.name
+        return shown
 
     def params(self) -> dict:
         return {"threshold": self.opts.threshold, "fallback": self.opts.fallback,
-                **({"fallback_params": self.fallback.method.params()} if self.fallback else {})}
+                **({"fallback_params": self.fallback.method.params()} if self.fallback else {}),
+                **({"datastore": str(self.folder), "datastore_entries": self.meta.get("entries"),
+                    "datastore_tokens": self.meta.get("tokens"), "static_bias": self.opts.static_bias}
+                   if self.folder is not None else {})}
 
     def reset(self, prompt_ids: list[int]) -> None:
         self.sam = SuffixAutomaton()
-        self.counts = {"sam": 0, "fallback": 0}
+        self.at = (0, 0)  # the static automaton's matcher: its state and matched length
+        self.counts = {"sam": 0, "static": 0, "fallback": 0}
         if self.fallback is not None:
             self.fallback.reset(prompt_ids)
 
     def propose(self, state: DecodeState) -> Draft:
+        static = self.static
         for token in state.ids[len(self.sam.text):]:
             self.sam.add(token)
+            if static is not None:
+                self.at = static.step(*self.at, token)
         n = min(state.budget - 1, state.remaining)
         if n <= 0:
             return Draft()
-        if self.sam.match >= self.opts.threshold:
-            chain = self.sam.continuation(n)
+        # the longer match (the corpus's counted static_bias shorter) drafts; the other one when the
+        # longer one's text ends there
+        found = [(self.sam.match, "sam")]
+        if static is not None:
+            found.append((self.at[1] - self.opts.static_bias, "static"))
+        chain: list[int] = []
+        for match, kind in sorted(found, key=lambda f: -f[0]):  # stable: the request's own on a tie
+            if match >= self.opts.threshold:
+                chain = self.sam.continuation(n) if kind == "sam" else static.continuation(n, self.at[0])
             if chain:
-                self.counts["sam"] += 1
-                if self.fallback is not None:
-                    self.fallback.skip(state)
-                # signal class for an adaptive budget: the match length, in powers of two (100 + its
-                # bit length, apart from the fallback's classes)
-                return Draft.chain(chain, signal=[100 + min(self.sam.match.bit_length(), 8)] * len(chain))
+                break
+        if chain:
+            self.counts[kind] += 1
+            if self.fallback is not None:
+                self.fallback.skip(state)
+            # signal class for an adaptive budget: the match length, in powers of two (100 + its
+            # bit length for the request's own automaton, 120 + for the corpus's; apart from the
+            # fallback's classes)
+            base = 100 if kind == "sam" else 120
+            return Draft.chain(chain, signal=[base + min(match.bit_length(), 8)] * len(chain))
         if self.fallback is None:
             return Draft()
         self.counts["fallback"] += 1
@@ -162,4 +233,7 @@ class SAMDecoding(Method):
             self.fallback.observe(result)
 
     def stats(self) -> dict:
-        return {"steps_sam": self.counts["sam"], "steps_fallback": self.counts["fallback"]}
+        out = {"steps_sam": self.counts["sam"], "steps_fallback": self.counts["fallback"]}
+        if self.static is not None:
+            out["steps_static"] = self.counts["static"]
+        return out

@@ -52,6 +52,8 @@ class SuffixOptions:
     use_tree_spec: bool = True   # a speculation tree (the paper); false: the single likeliest path
     fallback: str = opt("none", choices=FALLBACKS)  # a model drafter for the steps the suffix trees lose
     heads: Optional[str] = None  # heads folder of an eagle / eagle3 / hydra / medusa fallback
+    # a corpus (`specbench datastore build`) the global tree holds from the start, never evicted
+    datastore: Optional[str] = None
 
 
 class SuffixDecoding(Method):
@@ -68,24 +70,47 @@ class SuffixDecoding(Method):
             self.adaptive_budget = self.fallback.method.adaptive_budget
         tree = o.use_tree_spec or (self.fallback is not None and self.fallback.method.structure == Structure.TREE)
         self.structure = Structure.TREE if tree else Structure.CHAIN
-        self.forget()
+        self.corpus: list[list[int]] = []
+        self.ready = False  # bound: the corpus is in the global tree from here on
+        self.folder = self.meta = None
+        if o.datastore:
+            from specbench_cli.methods.retrieval import datastore as store
+
+            self.folder, self.meta = store.open_for("suffix", o.datastore, self.ctx.target_ref, index=False)
+            self.corpus = store.load_sequences(self.folder, self.meta, "suffix")  # checked before any model loads
+        self.forget()  # the corpus goes into the global tree at setup (and at every later forget)
         self.counts: dict[str, int] = {}
 
     def setup(self) -> None:
         if self.fallback is not None:
             self.fallback.bind()
+        if self.folder is not None:
+            from specbench_cli.methods.retrieval import datastore as store
+
+            if self.ctx.tokenizer is not None:
+                store.check_tokenizer(self.meta, self.folder, self.ctx.tokenizer)
+            self.ready = True
+            self.forget()
 
     def shown_options(self) -> dict:
-        return shown_options(self, self.fallback)
+        shown = shown_options(self, self.fallback)
+        if "datastore" in shown:
+            shown["datastore"] = self.folder.name
+        return shown
 
     def params(self) -> dict:
-        return {**{k: v for k, v in super().params().items() if k != "heads"},
-                **({"fallback_params": self.fallback.method.params()} if self.fallback else {})}
+        return {**{k: v for k, v in super().params().items() if k not in ("heads", "datastore")},
+                **({"fallback_params": self.fallback.method.params()} if self.fallback else {}),
+                **({"datastore": str(self.folder), "datastore_entries": self.meta.get("entries"),
+                    "datastore_tokens": self.meta.get("tokens")} if self.folder is not None else {})}
 
     # -- the global tree: this method's earlier answers ------------------------------------------
     def forget(self) -> None:
+        """An empty global tree but for the corpus's texts (sequence ids -1, -2, ...: never evicted)."""
         self.global_tree = SuffixTree(self.opts.max_tree_depth)
-        self.cached: deque[int] = deque()   # sequence ids in the global tree, oldest first
+        for i, seq in enumerate(self.corpus if getattr(self, "ready", False) else ()):
+            self.global_tree.extend(-1 - i, seq)
+        self.cached: deque[int] = deque()   # sequence ids of the run's answers in the global tree, oldest first
         self.next_seq = 0
 
     def remember(self, output_ids: list[int]) -> None:
@@ -117,7 +142,7 @@ class SuffixDecoding(Method):
         context = ids[-o.max_tree_depth:]
         args = (n, o.max_spec_factor, o.max_spec_offset, o.min_token_prob, o.use_tree_spec)
         local = self.local.speculate(context, *args)
-        other = self.global_tree.speculate(context, *args) if self.cached else SuffixDraft()
+        other = self.global_tree.speculate(context, *args) if self.cached or self.ready and self.corpus else SuffixDraft()
         best, where = (local, "local") if local.score >= other.score else (other, "global")
         return best, (where if best.token_ids else "none")
 

@@ -1,10 +1,17 @@
-"""REST's datastore: token sequences of a text corpus, indexed by `draftretriever` (the REST
-authors' suffix-array library), plus a JSON record of what it was built from.
+"""A retrieval datastore: the token sequences of a text corpus, indexed by `draftretriever` (the
+REST authors' suffix-array library) for `rest`, and kept as plain arrays for the drafters that
+build their own structure over them (`samd`'s static automaton, `suffix`'s global tree), plus a
+JSON record of what it was built from.
 
 A datastore is a folder:
-    datastore.idx    draftretriever's index, as the installed library writes it (`index_format`)
     datastore.json   {"format", "version", "tokenizer": {"vocab_size", "sha256", "name"},
-                      "sources", "entries", "tokens", "index_bytes"}
+                      "sources", "entries", "tokens", "index_bytes", "tokens_bytes"}
+    tokens.npy       every sequence's tokens, one after another (int32; version 2)
+    lengths.npy      each sequence's length (int64; version 2)
+    datastore.idx    draftretriever's index, as the installed library writes it (`index_format`);
+                     only when the library was installed at build time (`index_bytes` null otherwise)
+
+Version 1 datastores (an index, no arrays) still serve `rest`.
 
 `tokenizer.sha256` fingerprints the vocabulary (every token string and its id), so a datastore
 built with another tokenizer is refused: before the target loads when the vocabulary sizes
@@ -29,12 +36,14 @@ from specbench_cli.errors import UsageError, check_not_special
 from specbench_cli.jsonl import loads
 
 FORMAT = "specbench-rest-datastore"
-VERSION = 1
-INDEX, META = "datastore.idx", "datastore.json"
+VERSION = 2
+READS = (1, 2)
+INDEX, META, TOKENS, LENGTHS = "datastore.idx", "datastore.json", "tokens.npy", "lengths.npy"
 INSTALL = "pip install 'specbench-cli[rest]'"
 # columns whose text goes into the datastore (a conversation's every message, or these fields)
+# (`output_text`: the answers in a specbench run's samples.jsonl)
 TEXT_FIELDS = ("instruction", "prompt", "question", "input", "turns", "response", "output", "completion",
-               "answer", "text")
+               "answer", "text", "output_text")
 
 
 def require_library():
@@ -75,27 +84,45 @@ def texts_of(row: Any) -> list[str]:
 
 def build(rows: Iterable[Any], tokenizer: Any, out: Path, sources: list[str],
           on_row: Optional[Callable[[], None]] = None) -> dict:
-    """Tokenise every text of `rows` (no special tokens) into a new datastore at `out`, written
-    under a temporary name and renamed when complete. Returns its record."""
+    """Tokenise every distinct text of `rows` (no special tokens) into a new datastore at `out`,
+    written under a temporary name and renamed when complete. Returns its record. A text seen
+    before is skipped (a run's samples.jsonl holds the same answer once per lossless method)."""
 
     def token_lists():
+        seen: set = set()
         for row in rows:
             for text in texts_of(row):
-                yield tokenizer(text, add_special_tokens=False)["input_ids"]
+                key = hashlib.sha256(text.encode("utf-8", "surrogatepass")).digest()
+                if key not in seen:
+                    seen.add(key)
+                    yield tokenizer(text, add_special_tokens=False)["input_ids"]
             if on_row:
                 on_row()
 
     return write(token_lists(), tokenizer, out, sources)
 
 
-def write(token_lists: Iterable[list[int]], tokenizer: Any, out: Path, sources: list[str]) -> dict:
-    """Index token sequences (each of 2 or more tokens; shorter ones are skipped) into a new
-    datastore at `out` for `tokenizer`."""
+def has_library() -> bool:
+    try:
+        import draftretriever  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def write(token_lists: Iterable[list[int]], tokenizer: Any, out: Path, sources: list[str],
+          index: Optional[bool] = None) -> dict:
+    """Store token sequences (each of 2 or more tokens; shorter ones are skipped) as a new
+    datastore at `out` for `tokenizer`; with `index` (default: when draftretriever is installed)
+    also draftretriever's index for `rest`."""
     import os
     import shutil
     import tempfile
 
-    draftretriever = require_library()
+    import numpy as np
+
+    index = has_library() if index is None else index
+    draftretriever = require_library() if index else None
     seqs = (list(map(int, ids)) for ids in token_lists if len(ids) >= 2)
     first = next(seqs, None)
     if first is None:  # before the library's writer exists (it cannot be closed without writing)
@@ -108,26 +135,33 @@ def write(token_lists: Iterable[list[int]], tokenizer: Any, out: Path, sources: 
     os.umask(umask)
     os.chmod(tmp, 0o777 & ~umask)  # mkdtemp makes it private; a datastore is a normal folder
     # positional path: the wheel on PyPI names it `file_path`, the repository `index_file_path`
-    writer = draftretriever.Writer(str(tmp / INDEX), vocab_size=len(tokenizer) + 1)
-    entries = tokens = 0
+    writer = draftretriever.Writer(str(tmp / INDEX), vocab_size=len(tokenizer) + 1) if index else None
+    chunks: list[list[int]] = []
     try:
         for ids in itertools.chain([first], seqs):
-            writer.add_entry(ids)
-            entries += 1
-            tokens += len(ids)
+            if writer is not None:
+                writer.add_entry(ids)
+            chunks.append(ids)
     except BaseException:
         # closed while its folder exists: the library aborts the process if it has to close a
         # writer whose file is gone
-        writer.finalize()
-        del writer
+        if writer is not None:
+            writer.finalize()
+            del writer
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    writer.finalize()
-    del writer
+    if writer is not None:
+        writer.finalize()
+        del writer
     try:
+        lengths = np.array([len(c) for c in chunks], dtype=np.int64)
+        np.save(tmp / TOKENS, np.fromiter(itertools.chain.from_iterable(chunks), dtype=np.int32,
+                                          count=int(lengths.sum())))
+        np.save(tmp / LENGTHS, lengths)
         meta = {"format": FORMAT, "version": VERSION, "tokenizer": tokenizer_fingerprint(tokenizer),
-                "sources": sources, "entries": entries, "tokens": tokens,
-                "index_bytes": (tmp / INDEX).stat().st_size}
+                "sources": sources, "entries": len(chunks), "tokens": int(lengths.sum()),
+                "index_bytes": (tmp / INDEX).stat().st_size if index else None,
+                "tokens_bytes": (tmp / TOKENS).stat().st_size}
         (tmp / META).write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
         if out.exists():
             shutil.rmtree(out)
@@ -138,33 +172,95 @@ def write(token_lists: Iterable[list[int]], tokenizer: Any, out: Path, sources: 
         raise
 
 
-def read_meta(folder: Path) -> dict:
-    """The datastore's record, checked against its index file; UsageError naming what is wrong."""
+def read_meta(folder: Path, index: bool = True, who: str = "rest") -> dict:
+    """The datastore's record, checked against its index file (`index`: `rest` searches it) or
+    against its token arrays (otherwise: a drafter that reads the sequences); UsageError naming
+    what is wrong, for the method `who`."""
     folder = Path(folder).expanduser()
     if not folder.is_dir():
-        raise UsageError(f"rest datastore {folder}: not a folder (build one with `specbench datastore build`)")
-    meta_path, index = folder / META, folder / INDEX
-    for path in (meta_path, index):
-        check_not_special(path, f"rest datastore {folder}:")
+        raise UsageError(f"{who} datastore {folder}: not a folder (build one with `specbench datastore build`)")
+    meta_path = folder / META
+    for path in (meta_path, folder / INDEX, folder / TOKENS, folder / LENGTHS):
+        check_not_special(path, f"{who} datastore {folder}:")
     try:
         meta = loads(meta_path.read_text(encoding="utf-8"), str(meta_path))
     except FileNotFoundError:
-        raise UsageError(f"rest datastore {folder}: no {META} (build one with `specbench datastore build`)") from None
+        raise UsageError(f"{who} datastore {folder}: no {META} (build one with `specbench datastore build`)") from None
     except (OSError, UnicodeDecodeError) as e:
         raise UsageError(f"{meta_path}: not readable JSON ({str(e).splitlines()[0]})") from None
     if not isinstance(meta, dict) or meta.get("format") != FORMAT:
-        raise UsageError(f"{meta_path}: not a specbench REST datastore record")
-    if meta.get("version") != VERSION:
-        raise UsageError(f"{meta_path}: datastore version {meta.get('version')!r}; this specbench reads {VERSION}")
+        raise UsageError(f"{meta_path}: not a specbench datastore record")
+    if meta.get("version") not in READS:
+        raise UsageError(f"{meta_path}: datastore version {meta.get('version')!r}; this specbench reads "
+                         f"{', '.join(map(str, READS))}")
     tok = meta.get("tokenizer")
     if not isinstance(tok, dict) or not isinstance(tok.get("vocab_size"), int) or not isinstance(tok.get("sha256"), str):
         raise UsageError(f"{meta_path}: 'tokenizer' must hold vocab_size (int) and sha256 (str)")
-    if not index.is_file():
-        raise UsageError(f"rest datastore {folder}: {INDEX} is missing")
-    if index.stat().st_size != meta.get("index_bytes"):
-        raise UsageError(f"rest datastore {folder}: {INDEX} has {index.stat().st_size} bytes, the record says "
-                         f"{meta.get('index_bytes')} (a damaged or replaced index)")
+    if index:
+        path = folder / INDEX
+        if meta.get("index_bytes") is None:
+            raise UsageError(f"{who} datastore {folder} was built without draftretriever's index: {INSTALL}, "
+                             f"then build it again")
+        if not path.is_file():
+            raise UsageError(f"{who} datastore {folder}: {INDEX} is missing")
+        if path.stat().st_size != meta.get("index_bytes"):
+            raise UsageError(f"{who} datastore {folder}: {INDEX} has {path.stat().st_size} bytes, the record says "
+                             f"{meta.get('index_bytes')} (a damaged or replaced index)")
+    else:
+        if meta.get("version") < 2:
+            raise UsageError(f"{who} datastore {folder} is a version-1 datastore without its token arrays: "
+                             f"build it again with `specbench datastore build`")
+        for name in (TOKENS, LENGTHS):
+            if not (folder / name).is_file():
+                raise UsageError(f"{who} datastore {folder}: {name} is missing")
+        if (folder / TOKENS).stat().st_size != meta.get("tokens_bytes"):
+            raise UsageError(f"{who} datastore {folder}: {TOKENS} has {(folder / TOKENS).stat().st_size} bytes, "
+                             f"the record says {meta.get('tokens_bytes')} (a damaged or replaced file)")
     return meta
+
+
+_SEQUENCES: dict = {}  # the last datastore's sequences: a run plans each method more than once
+
+
+def load_sequences(folder: Path, meta: dict, who: str) -> list[list[int]]:
+    """`read_sequences`, remembered for the process by the token file's path, size and mtime."""
+    path = Path(folder).expanduser() / TOKENS
+    st = path.stat()
+    key = (str(path.resolve()), st.st_size, st.st_mtime_ns)
+    if key not in _SEQUENCES:
+        _SEQUENCES.clear()
+        _SEQUENCES[key] = read_sequences(folder, meta, who)
+    return _SEQUENCES[key]
+
+
+def read_sequences(folder: Path, meta: dict, who: str) -> list[list[int]]:
+    """The datastore's token sequences, checked (no pickles; int arrays whose lengths add up to
+    the tokens, every id inside the vocabulary); UsageError naming what is wrong."""
+    import numpy as np
+
+    folder = Path(folder).expanduser()
+
+    def bad(why: str) -> UsageError:
+        return UsageError(f"{who} datastore {folder}: {why}; build it again with `specbench datastore build`")
+
+    try:
+        tokens = np.load(folder / TOKENS, allow_pickle=False)
+        lengths = np.load(folder / LENGTHS, allow_pickle=False)
+    except (OSError, ValueError) as e:
+        raise bad(f"its arrays do not read ({str(e).splitlines()[0] if str(e) else type(e).__name__})") from None
+    if tokens.ndim != 1 or lengths.ndim != 1 or tokens.dtype.kind != "i" or lengths.dtype.kind != "i":
+        raise bad("its arrays are not 1-D integer arrays")
+    if len(lengths) != meta.get("entries") or int(lengths.sum()) != len(tokens) or len(tokens) != meta.get("tokens"):
+        raise bad(f"{len(lengths)} lengths adding up to {int(lengths.sum())} for {len(tokens)} tokens, the record "
+                  f"says {meta.get('entries')} texts, {meta.get('tokens')} tokens")
+    if len(lengths) and int(lengths.min()) < 1:
+        raise bad("a sequence length is below 1")
+    vocab = int(meta["tokenizer"]["vocab_size"])
+    if len(tokens) and (int(tokens.min()) < 0 or int(tokens.max()) >= vocab):
+        raise bad(f"a token id is outside the {vocab}-token vocabulary")
+    ends = np.cumsum(lengths)
+    flat = tokens.tolist()
+    return [flat[e - n:e] for e, n in zip(ends.tolist(), lengths.tolist())]
 
 
 def index_format() -> str:
@@ -346,6 +442,23 @@ def _probe_in_child(path: Path, damaged: Callable[[str], UsageError]) -> None:
         raise damaged("the library's reader did not open it in 10 minutes") from None
     if res.returncode != 0 or "ok" not in res.stdout:
         raise damaged(f"the library's reader failed on it, exit status {res.returncode}")
+
+
+def open_for(who: str, datastore: str, target_ref: Any, index: bool) -> tuple[Path, dict]:
+    """A method's datastore option checked before any model loads: the folder, its record (and
+    index, or token arrays: `read_meta`) and the vocabulary size the target's header declares.
+    Returns (folder, record)."""
+    folder = Path(datastore).expanduser()
+    meta = read_meta(folder, index=index, who=who)
+    if target_ref:
+        from specbench_cli.models.load import declared_vocab
+
+        try:
+            declared = declared_vocab(str(target_ref))
+        except UsageError:
+            declared = None  # the model reference itself is checked (and named) by the run
+        check_vocab_size(meta, folder, declared)
+    return folder, meta
 
 
 def check_vocab_size(meta: dict, folder: Path, declared: Optional[int]) -> None:

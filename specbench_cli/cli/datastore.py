@@ -1,4 +1,5 @@
-"""`specbench datastore build`: REST's datastore from a text corpus, with the target's tokenizer."""
+"""`specbench datastore build`: a retrieval datastore (rest, samd, suffix) from a text corpus, with the
+target's tokenizer."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from specbench_cli.console import err
 from specbench_cli.errors import UsageError, check_not_special
 from specbench_cli.models.load import DEFAULT_MODEL
 
-datastore_app = typer.Typer(no_args_is_help=True, help="Datastores for retrieval drafting (rest).")
+datastore_app = typer.Typer(no_args_is_help=True, help="Datastores for retrieval drafting (rest, samd, suffix).")
 
 
 def _rows(source: str):
@@ -49,13 +50,14 @@ def build_cmd(
     force: bool = typer.Option(False, "--force", help="Replace a datastore already in --out."),
     trust_remote_code: bool = typer.Option(False, "--trust-remote-code"),
 ) -> None:
-    """Tokenise a corpus with the target's tokenizer and index it for `--methods rest -o rest.datastore=OUT`."""
+    """Tokenise a corpus with the target's tokenizer into a datastore for `-o rest.datastore=OUT`,
+    `-o samd.datastore=OUT` or `-o suffix.datastore=OUT` (rest also needs draftretriever's index,
+    built when the library is installed)."""
     import time
 
     from specbench_cli.atomic import output_problem
     from specbench_cli.methods.retrieval import datastore as store
 
-    store.require_library()
     out = out.expanduser()
     if (out / store.META).exists() and not force:
         raise UsageError(f"--out {out} already holds a datastore (pass --force to replace it)")
@@ -71,9 +73,13 @@ def build_cmd(
     t0 = time.time()
     tokenizer = load_tokenizer(model, trust_remote_code=trust_remote_code)
     meta = store.build(rows, tokenizer, out, list(sources))
-    err.print(f"datastore {out}: {meta['entries']} texts, {meta['tokens']} tokens, "
-              f"{meta['index_bytes'] / 1e6:.1f} MB, {time.time() - t0:.1f} s", highlight=False)
-    err.print(f"use it with: specbench run --model {model} --methods rest -o rest.datastore={out}", highlight=False)
+    index = (f"rest's index {meta['index_bytes'] / 1e6:.1f} MB" if meta["index_bytes"] is not None
+             else f"no index for rest ({store.INSTALL} and build again)")
+    err.print(f"datastore {out}: {meta['entries']} texts, {meta['tokens']} tokens, {index}, "
+              f"{time.time() - t0:.1f} s", highlight=False)
+    users = ("rest", "samd", "suffix") if meta["index_bytes"] is not None else ("samd", "suffix")
+    err.print(f"use it with: specbench run --model {model} --methods {users[0]} -o {users[0]}.datastore={out} "
+              f"(it serves {', '.join(users)})", highlight=False)
 
 
 def register(app: typer.Typer) -> None:

@@ -223,6 +223,14 @@ def _datastores(d: Path, f: dict) -> None:
     raw = bytearray((f["ds_nan"] / INDEX).read_bytes())
     raw[28:32] = struct.pack("<f", float("nan"))  # the first successor's share (trigram layout)
     (f["ds_nan"] / INDEX).write_bytes(bytes(raw))
+    # token arrays (samd, suffix) of the right size whose ids leave the vocabulary; no index (rest)
+    import numpy as np
+
+    from specbench_cli.methods.retrieval.datastore import TOKENS
+
+    write(seqs, Tok(), d / "ds_tokens", ["random"], index=False)
+    f["ds_tokens"] = d / "ds_tokens"
+    np.save(f["ds_tokens"] / TOKENS, np.full(sum(map(len, seqs)), 60000, dtype=np.int32))
 
 
 def _heads_folders(d: Path, f: dict) -> None:
@@ -513,6 +521,11 @@ CASES = [
     # --- a damaged REST index never reaches draftretriever (which aborts the process on one)
     ("run --methods rest -o rest.datastore={ds_random}", 2, "datastore.idx is damaged"),
     ("run --methods rest -o rest.datastore={ds_nan}", 2, "datastore.idx is damaged (a successor's share is not a number"),
+    # --- the token arrays samd's static automaton and suffix's global tree read
+    ("run --methods samd -o samd.datastore={ds_tokens}", 2, "a token id is outside the 49152-token vocabulary"),
+    ("run --methods suffix -o suffix.datastore={ds_tokens}", 2, "a token id is outside the 49152-token vocabulary"),
+    ("run --methods samd -o samd.datastore={ds_fifo}", 2, "datastore.json is a FIFO (named pipe)"),
+    ("run --methods rest -o rest.datastore={ds_tokens}", 2, "was built without draftretriever's index"),
 ]
 
 

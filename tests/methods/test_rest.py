@@ -60,7 +60,7 @@ def test_damaged_or_foreign_datastores_are_refused(tiny_tok, tmp_path):
     with pytest.raises(UsageError, match="damaged or replaced index"):
         store.read_meta(tmp_path / "ds")
     (tmp_path / "ds" / store.META).write_text("[]")
-    with pytest.raises(UsageError, match="not a specbench REST datastore"):
+    with pytest.raises(UsageError, match="not a specbench datastore record"):
         store.read_meta(tmp_path / "ds")
     with pytest.raises(UsageError, match="not a folder"):
         store.read_meta(tmp_path / "nowhere")

@@ -88,6 +88,43 @@ def test_the_global_tree_keeps_the_newest_answers():
     assert off.global_tree.num_seqs() == 0
 
 
+def test_a_corpus_stays_in_the_global_tree_through_forget_and_eviction(tmp_path):
+    """`-o suffix.datastore=DIR`: the corpus's texts are in the global tree from the start, survive
+    `forget` (a new pass) and are never evicted by the run's own answers."""
+    from helpers.tiny import make_tokenizer
+
+    from specbench_cli.methods.retrieval.datastore import write
+
+    tok = make_tokenizer()
+    write([[20, 21, 22, 23, 24]], tok, tmp_path / "ds", ["corpus"], index=False)
+    m = SuffixDecoding(MethodContext(tokenizer=tok, budget=8), datastore=str(tmp_path / "ds"), max_cached_requests=1)
+    m.setup()
+    assert m.label() == "suffix(max_cached_requests=1,datastore=ds)" and m.params()["datastore_tokens"] == 5
+    for answer in ([1, 2, 3, 4], [5, 6, 7, 8]):
+        m.remember(answer)
+    m.forget()
+    m.reset([0])
+    d = m.propose(_state([0, 20, 21], prompt_len=1))
+    assert d.tokens == [22, 23] and m.counts["global"] == 1  # a 2-token match drafts 2 (max_spec_factor 1)
+    assert m.stats()["global_requests"] == 0  # the run's answers it held; the corpus is in params
+
+
+@pytest.mark.parametrize("budget", [4, 10])
+def test_suffix_with_a_corpus_equals_ar_and_drafts_from_it(budget, tiny_model, tiny_tok, tiny_datastore):
+    from helpers.artifacts import DATASTORE_PROMPTS
+
+    ctx = MethodContext(tiny_model, tiny_tok, budget=budget)
+    dec = Decoder(tiny_model, {EOS})
+    m = SuffixDecoding.create(ctx, datastore=tiny_datastore)
+    ar = methods.get("ar").create(ctx)
+    used = 0
+    for prompt in DATASTORE_PROMPTS:
+        got = dec.generate(m, prompt, 48, budget)
+        assert got.output_ids == dec.generate(ar, prompt, 48, budget).output_ids
+        used += got.stats["steps_global"]
+    assert used > 0
+
+
 def test_a_draft_never_exceeds_the_budget_or_the_answer_cap():
     m = _suffix(budget=4, max_spec_factor=8.0)
     m.reset(list(range(10)) * 3)

@@ -16,6 +16,11 @@
 #               ones (the default calibrates on their first 32 tokens);
 #   spec-bench-cal128-repeat: the same again with pld, samd and suffix twice at BC 10 (the noise);
 #   spec-bench-lambda: the adaptive budget's lambda rule against BC 10 and auto's budgets;
+#   corpus + spec-bench-corpus: the target's own answers (AR, 128 new tokens) to 120 other
+#               Spec-Bench questions (20 per category, none of the first 10 per category, which
+#               hold every reported and calibration question) become a datastore; then samd
+#               with it as its static automaton and suffix with it in its global tree, against
+#               both without it, on the 18 questions;
 #   temperature: the built-in `mini` suite, one question per category, 64 new tokens,
 #               --temperature 0,0.7,1.0 (and --top-p 0.9 with TOP_PS="1.0 0.9"): ar, pld, recycling, samd,
 #               suffix at BC 10 (#MAT per temperature).
@@ -66,6 +71,43 @@ if ! done_in "$OUT/spec-bench-lambda"; then
   specbench run $(resume_of "$OUT/spec-bench-lambda") --tasks spec_bench --limit 3 --max-new-tokens 128 \
     --bc 10 --auto-tokens 128 "${COMMON[@]}" --output-dir "$OUT/spec-bench-lambda" \
     --methods ar,pld,pld@6,samd,samd@12,suffix,suffix@16,pld@adaptive,samd@adaptive,suffix@adaptive
+fi
+if ! done_in "$OUT/corpus"; then
+  stamp "corpus"
+  # 20 questions per category past the first 10 (MT-bench's taken round-robin over its subcategories)
+  IDS=$(python - <<'PY'
+from specbench_cli import tasks
+from specbench_cli.tasks.base import select
+qs = tasks.get("spec_bench").load(None)
+near = {q.id for q in select(qs, limit=10)}   # every question a --limit <= 10 run reports or calibrates on
+by = {}
+for q in qs:
+    if q.id not in near:
+        by.setdefault(q.category, {}).setdefault(q.subcategory, []).append(q.id)
+ids = []
+for subs in by.values():
+    order = [s[i] for i in range(max(map(len, subs.values()))) for s in subs.values() if i < len(s)]
+    ids += order[:20]
+print(",".join(ids))
+PY
+)
+  # shellcheck disable=SC2046
+  specbench run $(resume_of "$OUT/corpus") --tasks spec_bench --question-ids "$IDS" --max-new-tokens 128 \
+    "${COMMON[@]}" --output-dir "$OUT/corpus" --methods ar
+fi
+if [ ! -f "$OUT/corpus-datastore/datastore.json" ]; then
+  stamp "corpus datastore"
+  specbench datastore build --from "$(last_run "$OUT/corpus")samples.jsonl" --out "$OUT/corpus-datastore"
+fi
+if ! done_in "$OUT/spec-bench-corpus"; then
+  stamp "spec-bench-corpus"
+  DS="$OUT/corpus-datastore"
+  # shellcheck disable=SC2046
+  specbench run $(resume_of "$OUT/spec-bench-corpus") --tasks spec_bench --limit 3 --max-new-tokens 128 \
+    --bc 10 --auto-tokens 128 "${COMMON[@]}" --output-dir "$OUT/spec-bench-corpus" \
+    --methods ar,samd,samd@10,suffix,suffix@10,samd@auto,samd@adaptive \
+    -o samd@10.datastore="$DS" -o suffix@10.datastore="$DS" -o samd@auto.datastore="$DS" \
+    -o samd@adaptive.datastore="$DS"
 fi
 for TOP_P in ${TOP_PS:-1.0}; do   # TOP_PS="1.0 0.9" adds the nucleus sweep
   if ! done_in "$OUT/temperature-top-p-$TOP_P"; then
