@@ -148,6 +148,14 @@ class TokenRecycling(Method):
             signal.append(1 + path[-1])  # for an adaptive budget: the candidate's rank among the recycled
         return Draft(tokens=tokens, parents=parents, signal=signal)
 
+    def scores(self, draft: Draft) -> list[float]:
+        """Each node's estimated chance of acceptance (its whole path): the product of the rank
+        prior along it (for merging this tree with another drafter's: methods/core/merge.py)."""
+        from specbench_cli.methods.core.merge import path_scores
+
+        last = len(RANK_PRIOR) - 1
+        return path_scores(draft, lambda i: RANK_PRIOR[min(draft.signal[i] - 1, last)])
+
     def observe(self, result: VerifyResult) -> None:
         # the engine's sequence already holds this step's new tokens: the root sits before them
         root = result.state.ids[-1 - len(result.new_tokens)]

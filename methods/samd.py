@@ -22,6 +22,7 @@ from specbench_cli.engine.draft import Draft
 from specbench_cli.engine.drafter import DecodeState, Structure, VerifyResult
 from specbench_cli.errors import UsageError
 from specbench_cli.methods.core.fallback import HEAD_FALLBACKS, Fallback, shown_options
+from specbench_cli.methods.core.merge import merge, path_scores
 from specbench_cli.methods.core.method import Method
 from specbench_cli.options import opt
 
@@ -127,6 +128,22 @@ class SAMDOptions:
     # the static match counts this many tokens shorter when the two automata compete (the paper's
     # len_bias): the request's own text is the likelier continuation at equal length
     static_bias: int = opt(4, lo=0, hi=1024)
+    # one tree per step: the automaton's chain (a match of any length) and the fallback's tree,
+    # merged and cut to the budget by each node's estimated chance (methods/core/merge.py)
+    merge: bool = False
+
+
+# The chance that a chain token is accepted given its parent was, by the match length (1, 2-3,
+# 4-7, 8-15, 16+) and depth (the last value for deeper ones), rounded: measured on SmolLM2-135M's
+# greedy answers to 120 Spec-Bench questions that no study reports (the `time-accounting` study's
+# corpus; the chain of the request's own automaton at every position). Only the merge's order
+# uses them; the adaptive budget learns its own rates.
+CHAIN_PRIOR = ((0.21, 0.59, 0.70, 0.70, 0.72, 0.76), (0.57, 0.67, 0.72, 0.75, 0.76, 0.79),
+               (0.72, 0.76, 0.79, 0.82), (0.85, 0.86, 0.88), (0.97, 0.95))
+
+
+def chain_prior(match: int) -> tuple[float, ...]:
+    return CHAIN_PRIOR[min(max(match, 1).bit_length() - 1, len(CHAIN_PRIOR) - 1)]
 
 
 _STATIC: dict = {}  # the last corpus's automaton, by its sequences' identity: built once per process
@@ -156,8 +173,10 @@ class SAMDecoding(Method):
         else:
             self.fallback = Fallback(self, o.fallback, o.heads)
             self.adaptive_budget = self.fallback.method.adaptive_budget
-        self.counts = {"sam": 0, "static": 0, "fallback": 0}
+        self.counts = {"sam": 0, "static": 0, "fallback": 0, "merged": 0}
         self.folder = self.meta = self.static = None
+        if o.merge and (self.fallback is None or not hasattr(self.fallback.method, "scores")):
+            raise UsageError("samd.merge=true merges the chain with the fallback's tree: it needs samd.fallback=recycling")
         if o.datastore:
             from specbench_cli.methods.retrieval import datastore as store
 
@@ -190,7 +209,7 @@ class SAMDecoding(Method):
     def reset(self, prompt_ids: list[int]) -> None:
         self.sam = SuffixAutomaton()
         self.at = (0, 0)  # the static automaton's matcher: its state and matched length
-        self.counts = {"sam": 0, "static": 0, "fallback": 0}
+        self.counts = {"sam": 0, "static": 0, "fallback": 0, "merged": 0}
         if self.fallback is not None:
             self.fallback.reset(prompt_ids)
 
@@ -209,11 +228,14 @@ class SAMDecoding(Method):
         if static is not None:
             found.append((self.at[1] - self.opts.static_bias, "static"))
         chain: list[int] = []
+        least = 1 if self.opts.merge else self.opts.threshold
         for match, kind in sorted(found, key=lambda f: -f[0]):  # stable: the request's own on a tie
-            if match >= self.opts.threshold:
+            if match >= least:
                 chain = self.sam.continuation(n) if kind == "sam" else static.continuation(n, self.at[0])
             if chain:
                 break
+        if self.opts.merge:
+            return self._merged(state, n, chain, match, kind)
         if chain:
             self.counts[kind] += 1
             if self.fallback is not None:
@@ -228,6 +250,20 @@ class SAMDecoding(Method):
         self.counts["fallback"] += 1
         return self.fallback.propose(state)
 
+    def _merged(self, state: DecodeState, n: int, chain: list[int], match: int, kind: str) -> Draft:
+        """The chain (any match length) and the fallback's tree in one tree of at most n nodes."""
+        tree = self.fallback.propose(state)
+        parts = []
+        if chain:
+            prior = chain_prior(match)
+            base = 100 if kind == "sam" else 120
+            d = Draft.chain(chain, signal=[base + min(match.bit_length(), 8)] * len(chain))
+            parts.append((d, path_scores(d, lambda i: prior[min(i, len(prior) - 1)])))
+        if len(tree):
+            parts.append((tree, self.fallback.method.scores(tree)))
+        self.counts["merged" if len(parts) == 2 else kind if chain else "fallback"] += 1
+        return merge(parts, n)
+
     def observe(self, result: VerifyResult) -> None:
         if self.fallback is not None:
             self.fallback.observe(result)
@@ -236,4 +272,6 @@ class SAMDecoding(Method):
         out = {"steps_sam": self.counts["sam"], "steps_fallback": self.counts["fallback"]}
         if self.static is not None:
             out["steps_static"] = self.counts["static"]
+        if self.opts.merge:
+            out["steps_merged"] = self.counts["merged"]
         return out

@@ -233,3 +233,45 @@ def test_a_runs_answers_become_a_corpus_once_each(tmp_path):
     seqs = store.read_sequences(tmp_path / "ds", store.read_meta(tmp_path / "ds", index=False), "samd")
     assert seqs == [tok("the cat sat on the mat", add_special_tokens=False)["input_ids"],
                     tok("the dog sat", add_special_tokens=False)["input_ids"]]
+
+
+def test_merge_unites_the_chain_and_the_tree_and_keeps_the_likeliest_nodes_with_their_parents():
+    from specbench_cli.engine.draft import Draft
+    from specbench_cli.methods.core.merge import merge
+
+    chain = Draft.chain([5, 6, 7, 8], signal=[101] * 4)
+    tree = Draft(tokens=[5, 9, 6, 3], parents=[-1, -1, 0, 1], signal=[1, 2, 1, 1])
+    got = merge([(chain, [0.5, 0.3, 0.2, 0.1]), (tree, [0.5, 0.15, 0.25, 0.05])], 5)
+    # [5] and [5, 6] are drafted by both: one node each, the higher score's class
+    assert got.tokens == [5, 9, 6, 7, 8] and got.parents == [-1, -1, 0, 2, 3]
+    assert got.signal == [101, 2, 101, 101, 101]
+    # a child scored above its parent is capped by it: the parent is always kept first
+    odd = merge([(Draft(tokens=[1, 2], parents=[-1, 0]), [0.1, 0.9]), (Draft.chain([3]), [0.5])], 2)
+    assert odd.tokens == [1, 3] and odd.parents == [-1, -1]
+    assert len(merge([], 4)) == 0 and len(merge([(chain, [0.5, 0.3, 0.2, 0.1])], 0)) == 0
+
+
+def test_merge_needs_a_fallback_that_scores_its_nodes():
+    with pytest.raises(UsageError, match="samd.merge=true .*needs samd.fallback=recycling"):
+        _samd(merge=True, fallback="pld")
+
+
+@pytest.mark.parametrize("budget", [4, 10, 30])
+def test_samd_merged_with_recycling_equals_ar_and_merges(budget, tiny_model, tiny_tok):
+    from helpers.artifacts import DATASTORE_PROMPTS
+    from helpers.tiny import EOS
+
+    from specbench_cli import methods
+    from specbench_cli.engine.loop import Decoder
+
+    ctx = MethodContext(tiny_model, tiny_tok, budget=budget)
+    dec = Decoder(tiny_model, {EOS})
+    samd = SAMDecoding.create(ctx, merge=True)
+    ar = methods.get("ar").create(ctx)
+    merged = 0
+    for prompt in DATASTORE_PROMPTS:
+        got = dec.generate(samd, prompt, 48, budget)
+        assert got.output_ids == dec.generate(ar, prompt, 48, budget).output_ids
+        assert max(got.budget_used, default=1) <= budget
+        merged += got.stats["steps_merged"]
+    assert merged > 0

@@ -16,11 +16,11 @@
 #               ones (the default calibrates on their first 32 tokens);
 #   spec-bench-cal128-repeat: the same again with pld, samd and suffix twice at BC 10 (the noise);
 #   spec-bench-lambda: the adaptive budget's lambda rule against BC 10 and auto's budgets;
-#   corpus + spec-bench-corpus: the target's own answers (AR, 128 new tokens) to 120 other
-#               Spec-Bench questions (20 per category, none of the first 10 per category, which
-#               hold every reported and calibration question) become a datastore; then samd
-#               with it as its static automaton and suffix with it in its global tree, against
-#               both without it, on the 18 questions;
+#   corpus: the target's own answers (AR, 128 new tokens) to 120 other Spec-Bench questions (20
+#               per category, none of the first 10 per category, which hold every reported and
+#               calibration question) become a datastore (corpus-datastore);
+#   spec-bench-merge: samd with merged drafts (-o samd.merge=true) at BC 10, auto and adaptive
+#               against samd; suffix with the corpus in its global tree against suffix;
 #   temperature: the built-in `mini` suite, one question per category, 64 new tokens,
 #               --temperature 0,0.7,1.0 (and --top-p 0.9 with TOP_PS="1.0 0.9"): ar, pld, recycling, samd,
 #               suffix at BC 10 (#MAT per temperature).
@@ -99,15 +99,16 @@ if [ ! -f "$OUT/corpus-datastore/datastore.json" ]; then
   stamp "corpus datastore"
   specbench datastore build --from "$(last_run "$OUT/corpus")samples.jsonl" --out "$OUT/corpus-datastore"
 fi
-if ! done_in "$OUT/spec-bench-corpus"; then
-  stamp "spec-bench-corpus"
+if ! done_in "$OUT/spec-bench-merge"; then
+  stamp "spec-bench-merge"
   DS="$OUT/corpus-datastore"
+  # samd with merged drafts (chain + recycling tree) at BC 10, auto and adaptive against samd at
+  # BC 10; suffix with the corpus in its global tree against suffix without it
   # shellcheck disable=SC2046
-  specbench run $(resume_of "$OUT/spec-bench-corpus") --tasks spec_bench --limit 3 --max-new-tokens 128 \
-    --bc 10 --auto-tokens 128 "${COMMON[@]}" --output-dir "$OUT/spec-bench-corpus" \
-    --methods ar,samd,samd@10,suffix,suffix@10,samd@auto,samd@adaptive \
-    -o samd@10.datastore="$DS" -o suffix@10.datastore="$DS" -o samd@auto.datastore="$DS" \
-    -o samd@adaptive.datastore="$DS"
+  specbench run $(resume_of "$OUT/spec-bench-merge") --tasks spec_bench --limit 3 --max-new-tokens 128 \
+    --bc 10 --auto-tokens 128 "${COMMON[@]}" --output-dir "$OUT/spec-bench-merge" \
+    --methods ar,samd,samd@10,samd@auto,samd@adaptive,suffix,suffix@10 \
+    -o samd@10.merge=true -o samd@auto.merge=true -o samd@adaptive.merge=true -o suffix@10.datastore="$DS"
 fi
 for TOP_P in ${TOP_PS:-1.0}; do   # TOP_PS="1.0 0.9" adds the nucleus sweep
   if ! done_in "$OUT/temperature-top-p-$TOP_P"; then
