@@ -15,7 +15,8 @@ nodes; the paper is silent on how, and two orders are offered (docs/methods/recy
 `prior` (default) keeps the nodes with the highest product of a per-rank acceptance prior, so a
 small budget buys a deeper, narrower tree; `bfs` keeps the template's own order (all of the
 root's 8 children first). Both keep every node's parent. The matrix persists across the
-questions of a run (the paper's "hot start"); `-o recycling.hot=false` clears it per prompt.
+questions of a pass (the paper's "hot start"; emptied when a pass starts: `forget`);
+`-o recycling.hot=false` clears it per prompt.
 """
 
 from __future__ import annotations
@@ -122,6 +123,11 @@ class TokenRecycling(Method):
     def reset(self, prompt_ids: list[int]) -> None:
         if self.matrix is None or not self.opts.hot:
             self._new_matrix()
+
+    def forget(self) -> None:
+        """A new pass (after the warm-up, each `--repeats` pass): an empty matrix, so no pass drafts
+        from rows an earlier pass (or the warm-up) learned on the same questions."""
+        self.matrix = None
 
     def propose(self, state: DecodeState) -> Draft:
         if not self.paths or state.remaining <= 1:

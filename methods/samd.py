@@ -206,6 +206,10 @@ class SAMDecoding(Method):
                     "datastore_tokens": self.meta.get("tokens"), "static_bias": self.opts.static_bias}
                    if self.folder is not None else {})}
 
+    def forget(self) -> None:
+        if self.fallback is not None:
+            self.fallback.forget()
+
     def reset(self, prompt_ids: list[int]) -> None:
         self.sam = SuffixAutomaton()
         self.at = (0, 0)  # the static automaton's matcher: its state and matched length

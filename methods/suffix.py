@@ -112,6 +112,8 @@ class SuffixDecoding(Method):
             self.global_tree.extend(-1 - i, seq)
         self.cached: deque[int] = deque()   # sequence ids of the run's answers in the global tree, oldest first
         self.next_seq = 0
+        if getattr(self, "fallback", None) is not None:
+            self.fallback.forget()
 
     def remember(self, output_ids: list[int]) -> None:
         """Add an answer to the global tree, evicting the oldest beyond `max_cached_requests`

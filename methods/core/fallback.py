@@ -48,6 +48,10 @@ class Fallback:
     def reset(self, prompt_ids: list[int]) -> None:
         self.method.reset(prompt_ids)
 
+    def forget(self) -> None:
+        """A new pass: the fallback drops what earlier passes left (Token Recycling's matrix)."""
+        self.method.forget()
+
     def propose(self, state: DecodeState) -> Draft:
         return self.method.propose(state)
 

@@ -57,7 +57,7 @@ def test_short_matches_go_to_the_fallback_and_long_ones_to_the_automaton(monkeyp
     monkeypatch.setattr(m.fallback.method, "propose", lambda state: calls.append(state) or m.fallback.method.__class__.propose(m.fallback.method, state))
     m.fallback.method.reset([1])
     d = m.propose(DecodeState(ids=[1, 2, 3, 4, 5, 1, 2], prompt_len=1, budget=6, remaining=50))
-    assert len(calls) == 1 and m.counts == {"sam": 0, "static": 0, "fallback": 1}  # match [1, 2]: 2 < 3
+    assert len(calls) == 1 and m.counts == {"sam": 0, "static": 0, "fallback": 1, "merged": 0}  # match [1, 2]: 2 < 3
     d = m.propose(DecodeState(ids=[1, 2, 3, 4, 5, 1, 2, 3], prompt_len=1, budget=6, remaining=50))
     assert d.tokens == [4, 5, 1, 2, 3] and m.counts["sam"] == 1  # match [1, 2, 3]: its continuation, BC-1 long
 
@@ -159,7 +159,7 @@ def test_the_corpus_drafts_when_its_match_beats_the_requests_own_by_more_than_th
     m.reset([1])
     # own match [3, 4, 5] (3) against the corpus's [9, 10] (2 - 1 = 1): the request's own text
     d = m.propose(DecodeState(ids=[1, 3, 4, 5, 6, 3, 4, 5, 9, 10, 3, 4, 5], prompt_len=1, budget=6, remaining=50))
-    assert d.tokens[:3] == [6, 3, 4] and m.counts == {"sam": 1, "static": 0, "fallback": 0}
+    assert d.tokens[:3] == [6, 3, 4] and m.counts == {"sam": 1, "static": 0, "fallback": 0, "merged": 0}
     assert m.stats()["steps_static"] == 0 and m.params()["datastore_entries"] == 2
     assert m.label() == "samd(fallback=none,datastore=ds,static_bias=1)"
 

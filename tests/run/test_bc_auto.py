@@ -282,3 +282,13 @@ def test_adaptive_run_end_to_end_on_the_tiny_model(tiny_model_dir, isolated_cach
     code, _, err = cli(["run", "--resume", str(run), "--no-report"], capsys)
     assert code == 0, err
     assert "calibrating" not in err
+
+
+def test_a_prediction_within_the_tie_margin_of_the_best_is_a_tie_the_smaller_budget_wins():
+    # flat curve: BC 8 and BC 16 predict within 0.5 % of each other; BC 16 is 0.5 % higher
+    flat = lambda q: 20.0  # noqa: E731
+    eight, sixteen = profile(8, [2] * 200, [8] * 200), profile(16, [2] * 199 + [3], [16] * 200)
+    best, pred = bcauto.choose_budget([sixteen, eight], flat)
+    assert pred[16] > pred[8] > pred[16] * (1 - bcauto.TIE) and best == 8
+    clear = profile(16, [2] * 190 + [3] * 10, [16] * 200)  # 5 % more tokens per step: not a tie
+    assert bcauto.choose_budget([clear, eight], flat)[0] == 16

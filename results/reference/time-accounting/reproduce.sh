@@ -20,7 +20,10 @@
 #               per category, none of the first 10 per category, which hold every reported and
 #               calibration question) become a datastore (corpus-datastore);
 #   spec-bench-merge: samd with merged drafts (-o samd.merge=true) at BC 10, auto and adaptive
-#               against samd; suffix with the corpus in its global tree against suffix;
+#               against samd; suffix with the corpus in its global tree against suffix; then
+#               samd's static automaton over the corpus replayed offline (replay_static.py);
+#   spec-bench-repeats: samd@12, samd@adaptive, suffix@16, suffix@adaptive, three passes each
+#               (--repeats 3): the run-to-run noise of the adaptive budget's comparison;
 #   temperature: the built-in `mini` suite, one question per category, 64 new tokens,
 #               --temperature 0,0.7,1.0 (and --top-p 0.9 with TOP_PS="1.0 0.9"): ar, pld, recycling, samd,
 #               suffix at BC 10 (#MAT per temperature).
@@ -109,6 +112,17 @@ if ! done_in "$OUT/spec-bench-merge"; then
     --bc 10 --auto-tokens 128 "${COMMON[@]}" --output-dir "$OUT/spec-bench-merge" \
     --methods ar,samd,samd@10,samd@auto,samd@adaptive,suffix,suffix@10 \
     -o samd@10.merge=true -o samd@auto.merge=true -o samd@adaptive.merge=true -o suffix@10.datastore="$DS"
+fi
+stamp "samd's static automaton over the corpus, replayed offline on spec-bench-merge's answers"
+python results/reference/time-accounting/replay_static.py "$(last_run "$OUT/spec-bench-merge")samples.jsonl" \
+  "$OUT/corpus-datastore"
+if ! done_in "$OUT/spec-bench-repeats"; then
+  stamp "spec-bench-repeats"
+  # the run-to-run noise of the adaptive budget's comparison: each instance three times (--repeats 3)
+  # shellcheck disable=SC2046
+  specbench run $(resume_of "$OUT/spec-bench-repeats") --tasks spec_bench --limit 3 --max-new-tokens 128 \
+    --bc 10 --auto-tokens 128 "${COMMON[@]}" --repeats 3 --output-dir "$OUT/spec-bench-repeats" \
+    --methods ar,samd@12,samd@adaptive,suffix@16,suffix@adaptive
 fi
 for TOP_P in ${TOP_PS:-1.0}; do   # TOP_PS="1.0 0.9" adds the nucleus sweep
   if ! done_in "$OUT/temperature-top-p-$TOP_P"; then
