@@ -41,3 +41,23 @@ def artifact_options(method_cls, request) -> dict:
 
         options["draft_model"] = pard_copy(request.getfixturevalue("draft_dir"))
     return options
+
+
+def equals_ar_counting(method, target, tokenizer, budget: int, stat: str, prompts=None, max_new: int = 48) -> int:
+    """Decode each prompt (default: DATASTORE_PROMPTS) with `method` and with AR at `budget`;
+    assert the tokens are AR's and no step verified more than the budget; return the sum of the
+    method's `stat` over the prompts (how often the part under test drafted)."""
+    from helpers.tiny import EOS
+    from specbench_cli import methods
+    from specbench_cli.engine.loop import Decoder
+    from specbench_cli.methods.core.method import MethodContext
+
+    dec = Decoder(target, {EOS})
+    ar = methods.get("ar").create(MethodContext(target, tokenizer, budget=budget))
+    total = 0
+    for prompt in prompts if prompts is not None else DATASTORE_PROMPTS:
+        got = dec.generate(method, prompt, max_new, budget)
+        assert got.output_ids == dec.generate(ar, prompt, max_new, budget).output_ids, f"{method.label()} differs from AR"
+        assert max(got.budget_used, default=1) <= budget
+        total += got.stats[stat]
+    return total

@@ -201,22 +201,11 @@ def test_a_datastore_without_its_arrays_or_damaged_is_refused(tmp_path):
 def test_samd_with_a_corpus_equals_ar_and_drafts_from_the_corpus(budget, tiny_model, tiny_tok, tiny_datastore):
     """The corpus (the tiny model's own answers to the lossless prompts) drafts most steps with
     no bias; every answer is still AR's."""
-    from helpers.artifacts import DATASTORE_PROMPTS
-    from helpers.tiny import EOS
+    from helpers.artifacts import equals_ar_counting
 
-    from specbench_cli import methods
-    from specbench_cli.engine.loop import Decoder
-
-    ctx = MethodContext(tiny_model, tiny_tok, budget=budget)
-    dec = Decoder(tiny_model, {EOS})
-    samd = SAMDecoding.create(ctx, datastore=tiny_datastore, static_bias=0)
-    ar = methods.get("ar").create(ctx)
-    static = 0
-    for prompt in DATASTORE_PROMPTS:
-        got = dec.generate(samd, prompt, 48, budget)
-        assert got.output_ids == dec.generate(ar, prompt, 48, budget).output_ids
-        static += got.stats["steps_static"]
-    assert static > 0
+    samd = SAMDecoding.create(MethodContext(tiny_model, tiny_tok, budget=budget), datastore=tiny_datastore,
+                              static_bias=0)
+    assert equals_ar_counting(samd, tiny_model, tiny_tok, budget, "steps_static") > 0
 
 
 def test_a_runs_answers_become_a_corpus_once_each(tmp_path):
@@ -258,20 +247,7 @@ def test_merge_needs_a_fallback_that_scores_its_nodes():
 
 @pytest.mark.parametrize("budget", [4, 10, 30])
 def test_samd_merged_with_recycling_equals_ar_and_merges(budget, tiny_model, tiny_tok):
-    from helpers.artifacts import DATASTORE_PROMPTS
-    from helpers.tiny import EOS
+    from helpers.artifacts import equals_ar_counting
 
-    from specbench_cli import methods
-    from specbench_cli.engine.loop import Decoder
-
-    ctx = MethodContext(tiny_model, tiny_tok, budget=budget)
-    dec = Decoder(tiny_model, {EOS})
-    samd = SAMDecoding.create(ctx, merge=True)
-    ar = methods.get("ar").create(ctx)
-    merged = 0
-    for prompt in DATASTORE_PROMPTS:
-        got = dec.generate(samd, prompt, 48, budget)
-        assert got.output_ids == dec.generate(ar, prompt, 48, budget).output_ids
-        assert max(got.budget_used, default=1) <= budget
-        merged += got.stats["steps_merged"]
-    assert merged > 0
+    samd = SAMDecoding.create(MethodContext(tiny_model, tiny_tok, budget=budget), merge=True)
+    assert equals_ar_counting(samd, tiny_model, tiny_tok, budget, "steps_merged") > 0
