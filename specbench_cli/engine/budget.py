@@ -53,6 +53,17 @@ each answer, so the choice is a function of the frozen table, the draft and this
 earlier steps only: a resumed run, a batch row and an uninterrupted run choose alike. Trimming a
 draft never changes which tokens the target accepts among the kept ones, so a lossless method
 stays lossless.
+
+Counting only the verified part would censor the answer's own counts: a depth the rule trims
+is never verified, so its rate could only move through its class's ratio, and a rule that has
+learned to stop early keeps stopping early. With `hindsight` on, every node of the *whole*
+proposal (trimmed nodes included) is counted once the answer's tokens reach its depth: it was
+offered when its parent's path equals the tokens the answer went on to produce, and accepted
+when its own token does too. Under greedy decoding that is exactly what verifying the whole
+draft would have counted (the target's tokens do not depend on what was drafted); when sampling,
+a node on the sampled path is counted accepted, which has the same expectation as a
+deterministic draft token's acceptance, p(token). Nodes past the end of the answer are never
+counted.
 """
 
 from __future__ import annotations
@@ -141,16 +152,32 @@ class AcceptanceTable:
         return cls(counts, float(prior))
 
 
+@dataclass
+class _Pending:
+    """A whole proposal waiting for the answer's tokens to reach its nodes (`hindsight`): the
+    number of the answer's tokens before its first node, its nodes and classes, and per node
+    None (not resolved yet), True (on the answer's path) or False (off it, or its parent was)."""
+
+    start: int
+    tokens: list[int]
+    parents: list[int]
+    depths: tuple[int, ...]
+    classes: list[int]
+    state: list[Optional[bool]]
+
+
 class AdaptiveBudget:
     """Chooses each step's part of a draft (module doc). `step_ms[q - 1]` is T(q) for
     q = 1..len(step_ms) (larger q: the last slope); `draft_ms` the drafter's cost per step.
     `learning` (calibration): every draft is verified whole and counted; otherwise the table is
     frozen and drafts are trimmed. `history`: classes are split by the previous step's `outcome`
-    (a table learned with it must be used with it: the manifest records which)."""
+    (a table learned with it must be used with it: the manifest records which). `hindsight`: an
+    answer's own counts cover every proposed node, trimmed ones included, resolved against the
+    tokens the answer goes on to produce (module doc)."""
 
     def __init__(self, table: AcceptanceTable, step_ms: Sequence[float], draft_ms: float = 0.0,
                  learning: bool = False, online: float = 0.0, history: bool = False,
-                 rate_per_ms: float = 0.0) -> None:
+                 rate_per_ms: float = 0.0, hindsight: bool = False) -> None:
         if not step_ms or any(not v > 0 for v in step_ms):
             raise ValueError("adaptive budget: step costs must be positive")
         if isinstance(online, bool) or not isinstance(online, (int, float)) or online < 0:
@@ -161,6 +188,9 @@ class AdaptiveBudget:
         if isinstance(rate_per_ms, bool) or not isinstance(rate_per_ms, (int, float)) or not rate_per_ms >= 0:
             raise ValueError("adaptive budget: 'rate_per_ms' must be a number >= 0")
         self.rate_per_ms = float(rate_per_ms)  # 0: the per-step ratio rule (`plan`)
+        if not isinstance(hindsight, bool):
+            raise ValueError("adaptive budget: 'hindsight' must be true or false")
+        self.hindsight = hindsight
         self._rates = table.rates()
         self.begin()
 
@@ -169,6 +199,8 @@ class AdaptiveBudget:
         self.live: dict[tuple[int, int], list[int]] = {}   # (class, depth) -> [offered, accepted]
         self.expected: dict[int, list[float]] = {}         # class -> [frozen-rate expectation, accepted]
         self.last = 0                                      # the previous step's outcome (a new answer: 0)
+        self.realized: list[int] = []                      # the answer's tokens so far (`hindsight`)
+        self.pending: list[_Pending] = []                  # whole proposals not yet resolved (`hindsight`)
 
     def classes(self, draft: Draft) -> list[int]:
         """Each node's class: the drafter's signal, split by the previous step's outcome under
@@ -181,7 +213,7 @@ class AdaptiveBudget:
     def fork(self) -> "AdaptiveBudget":
         """The same frozen policy with counts of its own (another row of a batch)."""
         twin = AdaptiveBudget(self.table, self.step_ms, self.draft_ms, self.learning, self.online, self.history,
-                              self.rate_per_ms)
+                              self.rate_per_ms, self.hindsight)
         twin._rates = self._rates
         return twin
 
@@ -249,15 +281,28 @@ class AdaptiveBudget:
         kept = 1.0 + sum(probs[i] for i in order[:best_k])
         return sorted(order[:best_k]), kept / (self.draft_ms + self.cost(1 + best_k))
 
+    def _counts_in_hindsight(self) -> bool:
+        return self.hindsight and bool(self.online) and not self.learning
+
     def choose(self, draft: Draft) -> Draft:
         """The part of `draft` to verify this step (the whole draft while learning)."""
         if self.learning or not len(draft):
             return draft
+        if self._counts_in_hindsight():  # the whole proposal, resolved as the answer's tokens arrive
+            self.pending.append(_Pending(len(self.realized), list(draft.tokens), list(draft.parents),
+                                         depths(tuple(draft.parents)), self.classes(draft), [None] * len(draft)))
         keep, _ = self.plan(draft)
         return subdraft(draft, keep) if len(keep) < len(draft) else draft
 
-    def observe(self, draft: Draft, accepted: Sequence[int]) -> None:
-        self._count(draft, accepted)
+    def observe(self, draft: Draft, accepted: Sequence[int], new_tokens: Optional[Sequence[int]] = None) -> None:
+        """One verified step: the kept `draft`, its `accepted` node indices and the step's
+        `new_tokens` (accepted + the target's own). Without `new_tokens` the answer's counts come
+        from the verified nodes alone, as without `hindsight`."""
+        if new_tokens is not None and self._counts_in_hindsight():
+            self.realized.extend(int(t) for t in new_tokens)
+            self._resolve()
+        else:
+            self._count(draft, accepted)
         self.last = outcome(draft, accepted)  # after counting: this step's classes used the previous outcome
 
     def _count(self, draft: Draft, accepted: Sequence[int]) -> None:
@@ -270,13 +315,38 @@ class AdaptiveBudget:
         signal = self.classes(draft)
         for i, (p, d) in enumerate(zip(draft.parents, depths(tuple(draft.parents)))):
             if p < 0 or p in taken:  # offered: as AcceptanceTable.learn counts
-                c, hit = signal[i], i in taken
-                cell = self.live.setdefault((c, min(d, MAX_DEPTH)), [0, 0])
-                cell[0] += 1
-                cell[1] += hit
-                e = self.expected.setdefault(c, [0.0, 0.0])
-                e[0] += self.frozen_rate(c, d)
-                e[1] += hit
+                self._tally(signal[i], d, i in taken)
+
+    def _tally(self, c: int, d: int, hit: bool) -> None:
+        """One offered node of class `c` at depth `d` in this answer's own counts."""
+        cell = self.live.setdefault((c, min(d, MAX_DEPTH)), [0, 0])
+        cell[0] += 1
+        cell[1] += hit
+        e = self.expected.setdefault(c, [0.0, 0.0])
+        e[0] += self.frozen_rate(c, d)
+        e[1] += hit
+
+    def _resolve(self) -> None:
+        """Count every pending node the answer's tokens now reach (parents precede children, so
+        one pass in node order settles each node whose parent is settled)."""
+        still = []
+        for p in self.pending:
+            have = len(self.realized) - p.start   # the answer's tokens after this proposal's root
+            for i, par in enumerate(p.parents):
+                if p.state[i] is not None:
+                    continue
+                if par >= 0 and p.state[par] is not True:
+                    if p.state[par] is False:
+                        p.state[i] = False        # off the path: never offered
+                    continue
+                d = p.depths[i]
+                if d > have:
+                    continue
+                p.state[i] = p.tokens[i] == self.realized[p.start + d - 1]
+                self._tally(p.classes[i], d, p.state[i])
+            if None in p.state:
+                still.append(p)
+        self.pending = still
 
     def freeze(self) -> None:
         """Stop learning: the table as it is decides every later step."""

@@ -273,7 +273,7 @@ class Decoder:
                 ts = clock()
                 drafters[b].observe(results[r])
                 if policies[b] is not None:
-                    policies[b].observe(drafts[r], verdicts[r].accepted)
+                    policies[b].observe(drafts[r], verdicts[r].accepted, verdicts[r].new_tokens)
                 if part_sync:
                     _sync(device)
                 own[r] += clock() - ts

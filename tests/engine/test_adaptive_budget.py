@@ -248,3 +248,74 @@ def test_with_the_decode_s_rate_a_sure_chain_is_kept_longer_than_its_own_step_s_
     assert lam.fork().rate_per_ms == lam.rate_per_ms
     with pytest.raises(ValueError, match="rate_per_ms"):
         AdaptiveBudget(t, steep, rate_per_ms=-1.0)
+
+
+def _miserly() -> AcceptanceTable:
+    """Class 2 accepted one time in five at every depth: on a steep curve the rule keeps little."""
+    return AcceptanceTable({(2, d): [1000, 200] for d in range(1, 13)})
+
+
+def test_in_hindsight_a_trimmed_proposal_counts_what_verifying_it_whole_would_have():
+    """Greedy: the answer's tokens do not depend on the draft, so a node of the whole proposal
+    was offered when its parent's path equals the answer's next tokens, and accepted when it does
+    too. Trimmed to two nodes, the eight-node chain still counts depths 1-6 (6 missed), as
+    verifying all eight would have, once the answer's tokens reach them."""
+    proposal = Draft.chain([1, 2, 3, 4, 5, 6, 7, 8], signal=[2] * 8)
+    answer = [1, 2, 3, 4, 5, 9, 10, 11, 12]        # the target's tokens after the proposal's root
+    whole = AdaptiveBudget(_miserly(), STEEP, online=8.0)
+    whole.observe(proposal, [0, 1, 2, 3, 4])       # verified whole: five accepted, node 5 offered and missed
+    seen = AdaptiveBudget(_miserly(), STEEP, online=8.0, hindsight=True)
+    kept = seen.choose(proposal)
+    assert 0 < len(kept) < 5
+    seen.observe(kept, list(range(len(kept))), answer[:len(kept) + 1])   # all kept accepted + the target's token
+    assert seen.live == {(2, d): [1, 1] for d in range(1, len(kept) + 2)}  # only what the answer reached yet
+    seen.observe(Draft(), [], answer[len(kept) + 1:])                     # later steps bring the rest
+    assert seen.live == whole.live == {**{(2, d): [1, 1] for d in range(1, 6)}, (2, 6): [1, 0]}
+    assert seen.expected[2] == pytest.approx(whole.expected[2]) and seen.pending == []
+    # without hindsight the same trimmed step counts only what it verified: depth 3 and deeper never
+    censored = AdaptiveBudget(_miserly(), STEEP, online=8.0)
+    censored.observe(kept, list(range(len(kept))), answer[:len(kept) + 1])
+    assert (2, len(kept) + 1) not in censored.live
+
+
+def test_in_hindsight_a_tree_counts_siblings_and_forgets_what_the_answer_never_reached():
+    # root children 0 (token 5) and 1 (token 6); 2 (token 7) below 0; 3 (token 8) below 1
+    tree = Draft(tokens=[5, 6, 7, 8], parents=[-1, -1, 0, 1], signal=[2, 2, 2, 2])
+    b = AdaptiveBudget(_miserly(), STEEP, online=8.0, hindsight=True)
+    b.choose(tree)
+    b.observe(Draft(), [], [6])              # the answer went 6: node 1 hit, node 0 missed, 2 never offered
+    assert b.live == {(2, 1): [2, 1]} and len(b.pending) == 1
+    b.observe(Draft(), [], [8])              # then 8: node 3 hit
+    assert b.live == {(2, 1): [2, 1], (2, 2): [1, 1]} and b.pending == []
+    b.choose(tree)
+    b.observe(Draft(), [], [5])              # the answer ends here: node 2 is never resolved
+    b.begin()
+    assert b.pending == [] and b.live == {} and b.realized == []
+
+
+def test_in_hindsight_a_rule_that_stops_early_still_learns_that_deeper_nodes_pay():
+    """The answer copies its context: every chain is right 12 deep. Counting only verified nodes,
+    the deepest depths move through the class's ratio alone; in hindsight they are counted and
+    the kept part grows further."""
+    chain = list(range(100, 112))
+    draft = Draft.chain(chain, signal=[2] * 12)
+    kept_len = {}
+    for hindsight in (False, True):
+        b = AdaptiveBudget(_miserly(), STEEP, online=8.0, hindsight=hindsight, rate_per_ms=1.0 / 40.0)
+        for _ in range(6):
+            kept = b.choose(draft)
+            b.observe(kept, list(range(len(kept))), chain[:len(kept)] + [chain[len(kept)]] if len(kept) < 12 else chain)
+            b.observe(Draft(), [], chain[len(kept) + 1:])   # the answer goes on as the chain said
+        kept_len[hindsight] = len(b.choose(draft))
+    assert kept_len[True] > kept_len[False]
+
+
+def test_an_adaptive_record_says_whether_it_counts_in_hindsight():
+    from specbench_cli.run.auto.calibrate import policy
+
+    record = {"table": AcceptanceTable().to_dict(), "step_ms": STEEP, "draft_ms_per_step": 0.1}
+    assert policy(record).hindsight is False                # a record from before: counts as it ran
+    assert policy({**record, "hindsight": True}).hindsight is True
+    assert policy({**record, "hindsight": True}).fork().hindsight is True
+    with pytest.raises(UsageError, match="hindsight"):
+        policy({**record, "hindsight": 1})

@@ -152,7 +152,7 @@ def calibrate_adaptive(spec: str, cfg, lm, decoder, prompts: list[list[int]], cu
     record = {"ceiling": ceiling, "batch_size": cfg.batch_size, "forward_scale": round(scale, 4),
               "other_ms_per_step": round(other, 4), "draft_ms_per_step": round(draft_ms, 4),
               "step_ms": [round(scale * t(q) + other, 4) for q in range(1, ceiling + 1)],
-              "table": method.budget_policy.table.to_dict(), "online": ONLINE, "history": True,
+              "table": method.budget_policy.table.to_dict(), "online": ONLINE, "history": True, "hindsight": True,
               "whole": bcauto.summary(whole, bcauto.predicted_tokens_per_s(whole, t, cfg.batch_size, scale))}
     # the decode's own rate, lambda (tokens per ms of one sequence, in the policy's cost model),
     # from a pass with the per-step ratio rule; the run keeps what beats lambda (budget.plan)
@@ -178,7 +178,8 @@ def policy(record: dict):
             raise ValueError("'history' must be true or false")
         return AdaptiveBudget(AcceptanceTable.from_dict(record["table"]), record["step_ms"],
                               record["draft_ms_per_step"], online=record.get("online", 0.0), history=history,
-                              rate_per_ms=record.get("rate_per_ms", 0.0))
+                              rate_per_ms=record.get("rate_per_ms", 0.0),
+                              hindsight=record.get("hindsight", False))  # absent: counted as it ran
     except (KeyError, TypeError, ValueError) as e:
         raise UsageError(f"the manifest's adaptive budget record is unusable ({e})") from None
 
