@@ -24,6 +24,11 @@
 #               samd's static automaton over the corpus replayed offline (replay_static.py);
 #   spec-bench-repeats: samd@12, samd@adaptive, suffix@16, suffix@adaptive, three passes each
 #               (--repeats 3): the run-to-run noise of the adaptive budget's comparison;
+#   spec-bench-hindsight: the same with the adaptive budget counting each answer's whole proposals
+#               in hindsight, pld@6 and pld@adaptive added, three passes each (spec-bench-verified-only:
+#               the same command run by the tool before hindsight counting, commit b0dfd26: see README);
+#   spec-bench-merge-hindsight: samd@12 against samd with merged drafts at BC 10 and adaptive
+#               (hindsight), two passes each;
 #   temperature: the built-in `mini` suite, one question per category, 64 new tokens,
 #               --temperature 0,0.7,1.0 (and --top-p 0.9 with TOP_PS="1.0 0.9"): ar, pld, recycling, samd,
 #               suffix at BC 10 (#MAT per temperature).
@@ -124,6 +129,27 @@ if ! done_in "$OUT/spec-bench-repeats"; then
     --bc 10 --auto-tokens 128 "${COMMON[@]}" --repeats 3 --output-dir "$OUT/spec-bench-repeats" \
     --methods ar,samd@12,samd@adaptive,suffix@16,suffix@adaptive
 fi
+if ! done_in "$OUT/spec-bench-hindsight"; then
+  stamp "spec-bench-hindsight"
+  # the adaptive budget counting each answer's whole proposals in hindsight, against the fixed
+  # budgets auto chose earlier, three passes each (--repeats 3)
+  # shellcheck disable=SC2046
+  specbench run $(resume_of "$OUT/spec-bench-hindsight") --tasks spec_bench --limit 3 --max-new-tokens 128 \
+    --bc 10 --auto-tokens 128 "${COMMON[@]}" --repeats 3 --output-dir "$OUT/spec-bench-hindsight" \
+    --methods ar,samd@12,samd@adaptive,suffix@16,suffix@adaptive,pld@6,pld@adaptive
+fi
+if ! done_in "$OUT/spec-bench-merge-hindsight"; then
+  stamp "spec-bench-merge-hindsight"
+  # samd's merged drafts (chain + recycling tree) at BC 10 and adaptive against samd@12
+  # shellcheck disable=SC2046
+  specbench run $(resume_of "$OUT/spec-bench-merge-hindsight") --tasks spec_bench --limit 3 --max-new-tokens 128 \
+    --bc 10 --auto-tokens 128 "${COMMON[@]}" --repeats 2 --output-dir "$OUT/spec-bench-merge-hindsight" \
+    --methods ar,samd@12,samd@10,samd@adaptive -o samd@10.merge=true -o samd@adaptive.merge=true
+fi
+stamp "paired differences per pass, adaptive against fixed"
+for RUN in spec-bench-hindsight spec-bench-merge-hindsight; do
+  python results/reference/time-accounting/paired_passes.py "$(last_run "$OUT/$RUN")"
+done
 for TOP_P in ${TOP_PS:-1.0}; do   # TOP_PS="1.0 0.9" adds the nucleus sweep
   if ! done_in "$OUT/temperature-top-p-$TOP_P"; then
     stamp "temperature sweep, top-p $TOP_P"
