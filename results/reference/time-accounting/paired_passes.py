@@ -29,8 +29,8 @@ pairs = [a.split(":") for a in sys.argv[2:]] or [
     for f in per_pass if f.split("@")[0] == m.split("@")[0] and f != m]
 for adaptive, fixed in pairs:
     d = [a - b for a, b in zip(per_pass[adaptive], per_pass[fixed])]
-    mean = sum(d) / len(d)
-    se = math.sqrt(sum((x - mean) ** 2 for x in d) / (len(d) - 1) / len(d)) if len(d) > 1 else float("nan")
-    base = sum(per_pass[fixed]) / len(per_pass[fixed])
+    mean, std = metrics.mean_std(d)
+    se = std / math.sqrt(len(d))
+    base = metrics.mean_std(per_pass[fixed])[0]
     print(f"{adaptive} - {fixed}: {mean:+.3f} ({100 * mean / base:+.1f} %), standard error {se:.3f}, "
           f"per pass " + " ".join(f"{x:+.3f}" for x in d))
