@@ -230,7 +230,8 @@ class MaskProbe(Method):
         if self.steps == 0:  # no room for masks at this budget (BC 1): nothing to keep up to date
             return
         if self.opts.init == "mean" and self.opts.ema > 0:
-            e = self.table[result.new_tokens].float().cpu()
+            # one row view per token (plain indexing: no index list copied to the device), one read
+            e = torch.stack([self.table[t] for t in result.new_tokens]).float().cpu()
             w = self.opts.ema
             for vec in e:  # one EMA update per accepted token (bonus included)
                 self.mean.mul_(1 - w).add_(vec, alpha=w)
@@ -244,13 +245,13 @@ class MaskProbe(Method):
             self.cands = []
             return
         m = len(self.mask_nodes)
-        rows = [self.mask_nodes[c][j] + 1 for c in range(m) for j in range(first, self.steps)]
-        x = result.logits[rows].float()                   # [m * depths, V]
+        # each chain's masks are consecutive nodes: its rows are a slice (no index copied to the device)
+        chains = [result.logits[self.mask_nodes[c][first] + 1:self.mask_nodes[c][-1] + 2] for c in range(m)]
+        x = (chains[0] if m == 1 else torch.cat(chains)).float()  # [m * depths, V]
         k = min(self.opts.top_k + 1, x.shape[-1])         # +1: pruning may drop one candidate
         if m == 1:  # top-k of the logits, normalised by one logsumexp pass (no full softmax)
             top = x.topk(k, dim=-1)
-            indices = top.indices.tolist()
-            values = (top.values - x.logsumexp(-1, keepdim=True)).exp_().tolist()
+            values = (top.values - x.logsumexp(-1, keepdim=True)).exp_()
         else:       # mean of the chains' distributions at each depth
             probs = torch.softmax(x, dim=-1)
             n = probs.shape[0] // m
@@ -258,6 +259,7 @@ class MaskProbe(Method):
             for c in range(1, m):
                 summed = summed + probs[c * n:(c + 1) * n]
             top = summed.topk(k, dim=-1)
-            indices = top.indices.tolist()
-            values = (top.values / m).tolist()
-        self.cands = list(zip(indices, values))
+            values = top.values / m
+        # ids and probabilities in one transfer (float64 holds both exactly)
+        ids, probs = torch.stack([top.indices.double(), values.double()]).tolist()
+        self.cands = [([int(t) for t in row], p) for row, p in zip(ids, probs)]

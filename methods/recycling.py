@@ -111,6 +111,7 @@ class TokenRecycling(Method):
         index = {p: i for i, p in enumerate(self.paths)}
         self.parent = [index[p[:-1]] if len(p) > 1 else -1 for p in self.paths]
         self.matrix = None
+        self.host_topk = o.k  # the loop hands every verified row's top-k over as host lists
 
     def params(self) -> dict:
         return {"k": self.opts.k, "tree": self.opts.tree or "paper-80", "order": self.opts.order,
@@ -166,5 +167,9 @@ class TokenRecycling(Method):
         # the engine's sequence already holds this step's new tokens: the root sits before them
         root = result.state.ids[-1 - len(result.new_tokens)]
         verified = [root] + list(result.draft.tokens)
-        top = result.logits.topk(self.opts.k, dim=-1).indices.to("cpu", torch.int32)  # [n+1, k]
+        k = self.opts.k
+        if result.top is not None and all(len(row) == k for row in result.top):  # the loop's host copy
+            top = torch.tensor(result.top, dtype=torch.int32)
+        else:  # [n+1, k]
+            top = result.logits.topk(k, dim=-1).indices.to("cpu", torch.int32)
         self.matrix[torch.tensor(verified, dtype=torch.long)] = top

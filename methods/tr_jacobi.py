@@ -38,6 +38,7 @@ from typing import Optional
 from specbench_cli.config import MAX_BUDGET
 from specbench_cli.engine.draft import Draft, children_lists, paths_to_parents
 from specbench_cli.engine.drafter import DecodeState, Structure, VerifyResult
+from specbench_cli.lazy import torch
 from specbench_cli.methods.core.method import Method
 from specbench_cli.methods.pld import NgramIndex
 from specbench_cli.options import opt
@@ -123,6 +124,9 @@ class TRJacobi(Method):
         self.retrieval_len = sum(1 for key in keys if key[-1] == RETRIEVAL)
         self.depth = max((len(k) for k in keys), default=0)
         self.k_needed = 1 + max((c for _, c in self.slots if c >= 0), default=-1)
+        # the loop hands every verified row's top-k over as host lists (`observe` reads no logits
+        # unless no child of a row on the continuation is among its top-k)
+        self.host_topk = max(self.k_needed, 1) if self.parents else 0
 
     def params(self) -> dict:
         o = self.opts
@@ -163,6 +167,8 @@ class TRJacobi(Method):
         if not self.parents:
             return
         logits = result.logits
+        k = min(self.k_needed, logits.shape[-1])
+        top = result.top if result.top is not None and all(len(t) >= k for t in result.top) else None
         # Continue below the accepted path through rejected nodes: at each level the child the
         # target scored highest at its parent's row (the most plausible wrong guess).
         rows: list[int] = []
@@ -172,15 +178,27 @@ class TRJacobi(Method):
             kids = self.children[row]
             if not kids:
                 break
-            if len(kids) == 1:
-                child = kids[0]
-            else:
-                scores = logits[row, [tokens[c] for c in kids]]
-                child = kids[int(scores.argmax())]
+            child = kids[0] if len(kids) == 1 else self._best_child(kids, tokens, row, logits, top)
             row = child + 1
             rows.append(row)
         if not rows or self.k_needed == 0:
             self.table = []
             return
-        k = min(self.k_needed, logits.shape[-1])
-        self.table = logits[rows].topk(k, dim=-1).indices.tolist()
+        if top is not None:
+            self.table = [top[r][:k] for r in rows]
+        else:
+            self.table = logits[rows].topk(k, dim=-1).indices.tolist()
+
+    @staticmethod
+    def _best_child(kids: list[int], tokens: list[int], row: int, logits, top: Optional[list[list[int]]]) -> int:
+        """The child whose token the target scored highest at `row` (the first such on a tie).
+        When one of them is among the row's host top-k, the best ranked there is that child (a
+        higher score than a top-k member's is in the top-k too); otherwise the logits decide."""
+        if top is not None:
+            rank = {t: i for i, t in enumerate(top[row])}
+            ranked = [(rank[tokens[c]], j) for j, c in enumerate(kids) if tokens[c] in rank]
+            if ranked:
+                return kids[min(ranked)[1]]
+        # one scalar view per child (plain indexing: no index list copied to the device), one read
+        scores = torch.stack([logits[row, tokens[c]] for c in kids])
+        return kids[int(scores.argmax())]

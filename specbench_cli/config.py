@@ -7,6 +7,9 @@ derived from these declarations:
 - the parameters of `specbench run` (`cli/run.py` builds the command's signature from them);
 - what `--resume` compares: a flag given with `--resume` is turned into the stored form by the
   same `Cli.to_config` the run uses, and compared with the manifest (`resume_normalisers`);
+  fields declared `from_folder=False` (what starts a process, reaches the network or names a
+  file to write) are never taken from the manifest on `--resume`, only from the command line
+  (run/resume.py);
 - the manifest round-trip: `config_from_manifest` type-checks every stored value against the
   field's annotation (`options.fits`, the type check method options use too) and rebuilds the
   same `RunConfig`;
@@ -166,10 +169,14 @@ class GridKey:
 
 
 def option(default: Any = MISSING, *, factory: Optional[Callable[[], Any]] = None, cli: Cli,
-           check: Optional[Callable[[Any], Any]] = None, grid: Optional[GridKey] = None) -> Any:
+           check: Optional[Callable[[Any], Any]] = None, grid: Optional[GridKey] = None,
+           from_folder: bool = True) -> Any:
     """A RunConfig field. `check(value)` raises UsageError for a bad value (and may return a
-    normalised one, e.g. '10' -> 10); it runs in `RunConfig.validate` and on grid values."""
-    meta = {"cli": cli, "check": check, "grid": grid}
+    normalised one, e.g. '10' -> 10); it runs in `RunConfig.validate` and on grid values.
+    `from_folder=False`: the field starts a process, reaches the network or names a file to
+    write, so `--resume` never takes it from the run folder's manifest, only from the command
+    line (run/resume.py; the manifest still records it)."""
+    meta = {"cli": cli, "check": check, "grid": grid, "from_folder": from_folder}
     if factory is not None:
         return field(default_factory=factory, metadata=meta)
     return field(default=default, metadata=meta)
@@ -500,15 +507,16 @@ class RunConfig:
         None, cli=Cli(("--engine-bin",), "llama.cpp's build (a prefix of tools/build-llama-cpp.sh, or its "
                       "llama-server binary) for the engine methods llama.cpp:* (default: $SPECBENCH_LLAMA_CPP, "
                       "the build script's prefix, then PATH); or ENGINE=PATH entries, comma-separated, e.g. "
-                      "vllm=VENV/bin/python for the vllm:* servers specbench starts; docs/engines.md."),
-        check=lambda v: _engine_bin(v))
+                      "vllm=VENV/bin/python for the vllm:* servers specbench starts; docs/engines.md. Never taken "
+                      "from a run folder: give it again with --resume."),
+        check=lambda v: _engine_bin(v), from_folder=False)
     engine_url: list[str] = option(
         factory=list,
         cli=Cli(("--engine-url",), "A server someone else runs for engine methods: URL (every engine method) or "
                 "METHOD=URL (one method, e.g. vllm:ngram=http://127.0.0.1:8000); repeatable. Not started or "
-                "stopped by specbench; docs/engines.md.", type=Optional[List[str]], default=None,
-                to_config=lambda v: split_list(v) or []),
-        check=lambda v: _engine_urls(v))
+                "stopped by specbench; docs/engines.md. Never taken from a run folder: give it again with "
+                "--resume.", type=Optional[List[str]], default=None, to_config=lambda v: split_list(v) or []),
+        check=lambda v: _engine_urls(v), from_folder=False)
     engine_timeout: float = option(
         300.0, cli=Cli(("--engine-timeout",), "Seconds one engine request (or a server's start) may take before "
                        "its row is an error row."), check=lambda v: _engine_timeout(v))

@@ -24,6 +24,7 @@ from specbench_cli.errors import UsageError, check_not_special
 
 MAX_JSON_DEPTH = 100  # arrays/objects inside each other; real question, run and config files use < 10
 MAX_INPUT_BYTES = 512 << 20  # one input file; SPEED-Bench's largest split (32k-token prompts) is about 250 MB
+MAX_CONFIG_BYTES = 16 << 20  # one model or heads config.json; published ones are a few KB
 NEWLINE = b"\n"
 TEXT_KINDS = {".json": "json", ".jsonl": "json", ".csv": "text"}  # data files: what the guards read them as
 _STRING = re.compile(r'"(?:[^"\\\n]|\\.)*"')
@@ -197,6 +198,12 @@ def check_data_file(path: str | Path, what: str, max_bytes: Optional[int] = None
     if kind == "json" and file_too_deep(path):
         raise UsageError(f"{what} {path} nests JSON deeper than {MAX_JSON_DEPTH} levels")
     return path
+
+
+def read_json(path: str | Path, what: str = "input file", max_bytes: Optional[int] = None) -> Any:
+    """A JSON file's value through every guard: `read_text` (a regular file, at most `max_bytes`,
+    default `MAX_CONFIG_BYTES`; UTF-8) and `loads` (the nesting bound); UsageError naming the file."""
+    return loads(read_text(path, what, MAX_CONFIG_BYTES if max_bytes is None else max_bytes), str(path))
 
 
 def read_json_object(path: Path, missing: str) -> dict:

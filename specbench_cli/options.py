@@ -66,11 +66,21 @@ class Bound:
 
 
 def opt(default: Any, *, lo: Optional[float] = None, hi: Optional[float] = None,
-        choices: Optional[tuple] = None) -> Any:
+        choices: Optional[tuple] = None, from_folder: bool = True) -> Any:
     """A method option with declared bounds (inclusive, a `Bound`) or choices, checked in
     `parse_options` before any model loads. `hi` is an absolute ceiling that keeps memory and
-    time bounded; budget-dependent limits are the method's `plan`."""
-    return field(default=default, metadata={"bound": Bound(lo, hi), "choices": choices})
+    time bounded; budget-dependent limits are the method's `plan`.
+
+    `from_folder=False`: the option can start a process, reach the network or name a file to
+    write (a server's extra arguments), so a resumed run never takes it from its run folder's
+    manifest, only from the command line (run/resume.py; a folder from elsewhere is data)."""
+    return field(default=default, metadata={"bound": Bound(lo, hi), "choices": choices, "from_folder": from_folder})
+
+
+def taken_from_folder(f: dataclasses.Field) -> bool:
+    """Whether a resumed run may take this option (a method option or a `RunConfig` field) from
+    its run folder; False for those declared `from_folder=False` (`opt`, config.option)."""
+    return f.metadata.get("from_folder", True)
 
 
 INT64 = Bound(-(1 << 63), (1 << 63) - 1)  # what torch and numpy take (seeds have no other bound)

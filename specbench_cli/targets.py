@@ -15,6 +15,7 @@ from specbench_cli.registry import Registry
 _REGISTRY = Registry("target", "specbench.targets", "specbench_cli.engine.target:Target", {
     "hf": "specbench_cli.engine.targets.hf:HFTarget",
     "llama.cpp": "specbench_cli.engine.targets.llama_cpp:LlamaCppTarget",
+    "zero-cost": "specbench_cli.engine.targets.zero_cost:ZeroCostTarget",
 })
 REGISTRY = _REGISTRY.entries  # name -> "module:Class" (mutable: tests add entries)
 DEFAULT = "hf"

@@ -5,20 +5,17 @@
 #
 #   bash benchmarks/gpu/check.sh [--device cuda] [--out gpu-check] [--quick] [--model REF]
 #
-# Where `specbench_cli` is not importable yet, set WHEELHOUSE to a folder holding this project's
-# wheel and the small wheels it needs beyond torch and transformers (typer, rich, gguf,
-# safetensors, pandas, matplotlib, accelerate, pytest, hypothesis; `pip download` them on a machine
-# with network): they are installed with --no-deps. Under 10 minutes on one H100. CI runs it with
-# `--device cpu --quick` so it cannot rot.
+# Where specbench is not installed yet, set WHEELHOUSE to a folder holding this project's wheel and
+# the small wheels it needs beyond torch and transformers (benchmarks/gpu/wheelhouse.sh makes one on
+# a machine with network): install.sh installs them with --no-deps --no-index. Under 10 minutes on
+# one H100. CI runs it with `--device cpu --quick` in a new environment, both ways (WHEELHOUSE, and
+# the wheel installed by hand), from the repository root, so it cannot rot.
+#
+# Every step runs against the INSTALLED package, never this checkout's source folder (which lacks
+# `methods` and `tasks`): install.sh asks from an empty folder, check.py runs each command from
+# one, and the tests must prove they imported the installed package (installed_pytest.py).
 set -euo pipefail
-cd "$(dirname "$0")/../.."
-PY="${PYTHON:-python}"
-if ! "$PY" -c "import specbench_cli" 2>/dev/null; then
-  if [ -n "${WHEELHOUSE:-}" ]; then
-    "$PY" -m pip install -q --no-deps --no-index "$WHEELHOUSE"/*.whl
-  else
-    echo "specbench_cli is not installed: pip install --no-deps the built wheel (or set WHEELHOUSE)" >&2
-    exit 2
-  fi
-fi
-exec "$PY" benchmarks/gpu/check.py "$@"
+HERE="$(cd "$(dirname "$0")" && pwd)"
+PKG="$(bash "$HERE/install.sh")"  # exits here (2) when specbench is not installed and no WHEELHOUSE
+echo "specbench_cli: $PKG"
+"${PYTHON:-python}" "$HERE/check.py" "$@"

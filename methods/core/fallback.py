@@ -40,6 +40,7 @@ class Fallback:
         self.method = self.delegate.method
         # instance attributes: the owner reads the target's hidden states only for a head fallback
         owner.needs_hidden_states = self.method.needs_hidden_states
+        owner.host_topk = self.method.host_topk  # the fallback's observe reads the loop's host top-k
 
     def bind(self) -> None:
         self.delegate.bind()

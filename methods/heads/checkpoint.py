@@ -68,6 +68,9 @@ def load_draft_vocab(folder: Path) -> torch.Tensor | None:
     path = Path(folder).expanduser() / VOCAB_FILE
     if not path.is_file():
         return None
+    from specbench_cli.models.weights import safetensors_header
+
+    safetensors_header(path)  # the header checked before the library reads the file
     try:
         ids = load_file(str(path))["ids"]
     except Exception as e:  # noqa: BLE001 - any unreadable file is the user's input problem
@@ -89,8 +92,10 @@ def read_heads_config(folder: Path) -> tuple[str, dict]:
         raise UsageError(f"heads folder not found: {folder}")
     if not path.is_file():
         raise UsageError(f"{folder} is not a heads folder (no {CONFIG_FILE})")
-    try:
-        cfg = json.loads(path.read_text(encoding="utf-8"))
+    from specbench_cli.jsonl import MAX_CONFIG_BYTES, loads, read_bytes
+
+    try:  # the bounded reader: size, special files and nesting depth checked before parsing
+        cfg = loads(read_bytes(path, "heads config", MAX_CONFIG_BYTES).decode("utf-8"), str(path))
     except UnicodeDecodeError:
         raise UsageError(f"{path} is not UTF-8 text") from None
     except (json.JSONDecodeError, RecursionError) as e:

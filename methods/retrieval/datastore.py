@@ -32,6 +32,7 @@ import json
 from pathlib import Path
 from typing import Any, Callable, Iterable, Optional
 
+from specbench_cli.atomic import OutputFolder
 from specbench_cli.errors import UsageError, check_not_special
 from specbench_cli.jsonl import loads
 
@@ -40,6 +41,8 @@ VERSION = 2
 READS = (1, 2)
 INDEX, META, TOKENS, LENGTHS = "datastore.idx", "datastore.json", "tokens.npy", "lengths.npy"
 INSTALL = "pip install 'specbench-cli[rest]'"
+# what `datastore build` writes (its record last); `write` replaces an earlier datastore by these names only
+OUTPUT = OutputFolder("datastore build", "a datastore", META, (META, TOKENS, LENGTHS, INDEX))
 # columns whose text goes into the datastore (a conversation's every message, or these fields)
 # (`output_text`: the answers in a specbench run's samples.jsonl)
 TEXT_FIELDS = ("instruction", "prompt", "question", "input", "turns", "response", "output", "completion",
@@ -114,12 +117,16 @@ def write(token_lists: Iterable[list[int]], tokenizer: Any, out: Path, sources: 
           index: Optional[bool] = None) -> dict:
     """Store token sequences (each of 2 or more tokens; shorter ones are skipped) as a new
     datastore at `out` for `tokenizer`; with `index` (default: when draftretriever is installed)
-    also draftretriever's index for `rest`."""
+    also draftretriever's index for `rest`. Written into a fresh folder beside `out` and put in
+    its place when complete: an earlier datastore there is replaced name by name, a folder
+    holding other files or a link at `out` refused (atomic.py `install_folder`)."""
     import os
     import shutil
     import tempfile
 
     import numpy as np
+
+    from specbench_cli.atomic import install_folder
 
     index = has_library() if index is None else index
     draftretriever = require_library() if index else None
@@ -163,9 +170,10 @@ def write(token_lists: Iterable[list[int]], tokenizer: Any, out: Path, sources: 
                 "index_bytes": (tmp / INDEX).stat().st_size if index else None,
                 "tokens_bytes": (tmp / TOKENS).stat().st_size}
         (tmp / META).write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
-        if out.exists():
-            shutil.rmtree(out)
-        os.replace(tmp, out)
+        try:  # an earlier datastore replaced name by name; never a folder holding other files, or a link
+            install_folder(tmp, out, OUTPUT)
+        except FileExistsError as e:
+            raise UsageError(f"datastore {e}") from None
         return meta
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -223,10 +231,9 @@ _SEQUENCES: dict = {}  # the last datastore's sequences: a run plans each method
 
 
 def load_sequences(folder: Path, meta: dict, who: str) -> list[list[int]]:
-    """`read_sequences`, remembered for the process by the token file's path, size and mtime."""
-    path = Path(folder).expanduser() / TOKENS
-    st = path.stat()
-    key = (str(path.resolve()), st.st_size, st.st_mtime_ns)
+    """`read_sequences`, remembered for the process by both array files' paths, sizes and mtimes."""
+    paths = [Path(folder).expanduser() / name for name in (TOKENS, LENGTHS)]
+    key = tuple((str(p.resolve()), p.stat().st_size, p.stat().st_mtime_ns) for p in paths)
     if key not in _SEQUENCES:
         _SEQUENCES.clear()
         _SEQUENCES[key] = read_sequences(folder, meta, who)
@@ -234,33 +241,70 @@ def load_sequences(folder: Path, meta: dict, who: str) -> list[list[int]]:
 
 
 def read_sequences(folder: Path, meta: dict, who: str) -> list[list[int]]:
-    """The datastore's token sequences, checked (no pickles; int arrays whose lengths add up to
-    the tokens, every id inside the vocabulary); UsageError naming what is wrong."""
-    import numpy as np
-
+    """The datastore's token sequences, checked (no pickles; 1-D integer arrays whose headers
+    match their files' sizes, lengths each at least 1 adding up to the tokens in exact integers,
+    every id inside the vocabulary); UsageError naming what is wrong."""
     folder = Path(folder).expanduser()
 
     def bad(why: str) -> UsageError:
         return UsageError(f"{who} datastore {folder}: {why}; build it again with `specbench datastore build`")
 
-    try:
-        tokens = np.load(folder / TOKENS, allow_pickle=False)
-        lengths = np.load(folder / LENGTHS, allow_pickle=False)
-    except (OSError, ValueError) as e:
-        raise bad(f"its arrays do not read ({str(e).splitlines()[0] if str(e) else type(e).__name__})") from None
-    if tokens.ndim != 1 or lengths.ndim != 1 or tokens.dtype.kind != "i" or lengths.dtype.kind != "i":
-        raise bad("its arrays are not 1-D integer arrays")
-    if len(lengths) != meta.get("entries") or int(lengths.sum()) != len(tokens) or len(tokens) != meta.get("tokens"):
-        raise bad(f"{len(lengths)} lengths adding up to {int(lengths.sum())} for {len(tokens)} tokens, the record "
+    for name in (TOKENS, LENGTHS):  # both headers before either array is allocated
+        check_npy(folder / name, bad)
+    tokens, lengths = (load_npy(folder / name, bad) for name in (TOKENS, LENGTHS))
+    counts = lengths.tolist()  # Python ints: a sum that wraps in int64 cannot pass for the token count
+    if counts and min(counts) < 1:
+        raise bad(f"{LENGTHS} holds a sequence length below 1")
+    total = sum(counts)
+    if len(counts) != meta.get("entries") or total != len(tokens) or len(tokens) != meta.get("tokens"):
+        raise bad(f"{len(counts)} lengths adding up to {total} for {len(tokens)} tokens, the record "
                   f"says {meta.get('entries')} texts, {meta.get('tokens')} tokens")
-    if len(lengths) and int(lengths.min()) < 1:
-        raise bad("a sequence length is below 1")
     vocab = int(meta["tokenizer"]["vocab_size"])
     if len(tokens) and (int(tokens.min()) < 0 or int(tokens.max()) >= vocab):
         raise bad(f"a token id is outside the {vocab}-token vocabulary")
-    ends = np.cumsum(lengths)
     flat = tokens.tolist()
-    return [flat[e - n:e] for e, n in zip(ends.tolist(), lengths.tolist())]
+    return [flat[e - n:e] for e, n in zip(itertools.accumulate(counts), counts)]
+
+
+def check_npy(path: Path, bad: Callable[[str], UsageError]) -> None:
+    """An .npy file's header checked before anything is allocated: format version 1 or 2, an
+    integer dtype (never an object array: no pickle is read), one dimension whose length times
+    the item size is exactly the bytes after the header (a header claiming 2^40 elements would
+    ask for terabytes). UsageError through `bad` otherwise."""
+    from numpy.lib import format as npy
+
+    try:
+        size = path.stat().st_size
+        with open(path, "rb") as f:
+            version = npy.read_magic(f)
+            if version not in ((1, 0), (2, 0)):
+                raise ValueError(f"format version {version[0]}.{version[1]}")
+            read_header = npy.read_array_header_1_0 if version == (1, 0) else npy.read_array_header_2_0
+            shape, _, dtype = read_header(f)
+            offset = f.tell()
+    except (OSError, ValueError, SyntaxError, EOFError) as e:
+        raise bad(f"{path.name} is not a readable .npy array ({_first_line(e)})") from None
+    if dtype.kind not in "iu" or dtype.hasobject or dtype.itemsize > 8:
+        raise bad(f"{path.name} holds {dtype} values, not integers")
+    if len(shape) != 1:
+        raise bad(f"{path.name} is a {len(shape)}-D array of shape {list(shape)}, not 1-D")
+    if shape[0] * dtype.itemsize != size - offset:
+        raise bad(f"{path.name}'s header claims {shape[0]} values of {dtype.itemsize} bytes, the file holds "
+                  f"{size - offset} bytes after it (a damaged or hand-made file)")
+
+
+def load_npy(path: Path, bad: Callable[[str], UsageError]) -> Any:
+    """The array of an .npy file `check_npy` passed (no pickle)."""
+    import numpy as np
+
+    try:
+        return np.load(path, allow_pickle=False)
+    except (OSError, ValueError, MemoryError) as e:
+        raise bad(f"{path.name} does not read ({_first_line(e)})") from None
+
+
+def _first_line(e: BaseException) -> str:
+    return str(e).splitlines()[0] if str(e).strip() else type(e).__name__
 
 
 def index_format() -> str:

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import List
 
 import typer
+from rich.markup import escape
 
 from specbench_cli.console import err
 from specbench_cli.errors import UsageError, check_not_special
@@ -47,7 +48,8 @@ def build_cmd(
                                       "repeatable."),
     out: Path = typer.Option(..., "--out", "-o", help="The datastore folder to write."),
     model: str = typer.Option(DEFAULT_MODEL, "--model", "-m", help="The target whose tokenizer indexes the text."),
-    force: bool = typer.Option(False, "--force", help="Replace a datastore already in --out."),
+    force: bool = typer.Option(False, "--force", help="Replace a datastore already in --out (only a datastore's own "
+                               "files; a folder holding other files is refused even so)."),
     trust_remote_code: bool = typer.Option(False, "--trust-remote-code"),
 ) -> None:
     """Tokenise a corpus with the target's tokenizer into a datastore for `-o rest.datastore=OUT`,
@@ -55,15 +57,11 @@ def build_cmd(
     built when the library is installed)."""
     import time
 
-    from specbench_cli.atomic import output_problem
+    from specbench_cli.atomic import output_folder_problem
     from specbench_cli.methods.retrieval import datastore as store
 
     out = out.expanduser()
-    if (out / store.META).exists() and not force:
-        raise UsageError(f"--out {out} already holds a datastore (pass --force to replace it)")
-    if out.exists() and not out.is_dir():
-        raise UsageError(f"--out {out} is a file, not a folder")
-    if problem := output_problem(out, folder=True):
+    if problem := output_folder_problem(out, store.OUTPUT, force):  # a link, a file, others' files: refused
         raise UsageError(f"--out: {problem}")
     rows = []
     for source in sources:
@@ -75,11 +73,11 @@ def build_cmd(
     meta = store.build(rows, tokenizer, out, list(sources))
     index = (f"rest's index {meta['index_bytes'] / 1e6:.1f} MB" if meta["index_bytes"] is not None
              else f"no index for rest ({store.INSTALL} and build again)")
-    err.print(f"datastore {out}: {meta['entries']} texts, {meta['tokens']} tokens, {index}, "
-              f"{time.time() - t0:.1f} s", highlight=False)
+    err.print(escape(f"datastore {out}: {meta['entries']} texts, {meta['tokens']} tokens, {index}, "
+                     f"{time.time() - t0:.1f} s"), highlight=False)  # escaped: "specbench-cli[rest]" is not markup
     users = ("rest", "samd", "suffix") if meta["index_bytes"] is not None else ("samd", "suffix")
-    err.print(f"use it with: specbench run --model {model} --methods {users[0]} -o {users[0]}.datastore={out} "
-              f"(it serves {', '.join(users)})", highlight=False)
+    err.print(escape(f"use it with: specbench run --model {model} --methods {users[0]} -o {users[0]}.datastore={out} "
+                     f"(it serves {', '.join(users)})"), highlight=False)
 
 
 def register(app: typer.Typer) -> None:

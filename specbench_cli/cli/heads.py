@@ -15,7 +15,8 @@ heads_app = typer.Typer(no_args_is_help=True, help="Published head checkpoints (
 def import_cmd(
     src: Path = typer.Argument(..., metavar="SRC", help="A published heads folder (config.json + weights)."),
     out: Path = typer.Option(..., "--out", "-o", help="The heads folder to write (safetensors + config.json)."),
-    force: bool = typer.Option(False, "--force", help="Overwrite heads already in --out."),
+    force: bool = typer.Option(False, "--force", help="Replace heads already in --out (only a heads folder's own "
+                               "files; a folder holding other files is refused even so)."),
 ) -> None:
     """Convert a published heads folder once (pickles are read with torch.load(weights_only=True))."""
     from specbench_cli.methods.heads.importers import import_heads

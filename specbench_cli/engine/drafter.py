@@ -68,6 +68,8 @@ class VerifyResult:
               root and the accepted nodes, in path order; None unless the drafter declares
               `needs_hidden_states`. Its last row is the state whose logits gave the bonus token.
     preds:    greedy argmax per row, when decoding greedily.
+    top:      `[n+1][k]` the target's k = `host_topk` best token ids per row, best first (as
+              `torch.topk` ranks them), on the host; None unless the drafter declares `host_topk`.
     state:    the DecodeState `propose` was given; its `ids` is the engine's sequence, which by
               now ends with `new_tokens` (the root is `state.ids[-1 - len(new_tokens)]`).
     """
@@ -79,6 +81,7 @@ class VerifyResult:
     hidden: Optional[torch.Tensor]
     preds: Optional[list[int]]
     state: DecodeState
+    top: Optional[list[list[int]]] = None
 
 
 class Drafter:
@@ -95,6 +98,11 @@ class Drafter:
     # drafts are plain (no input-only nodes, no embeddings) and `observe` reads the verified
     # draft from `result.draft`, never a copy of what `propose` returned.
     adaptive_budget: ClassVar[bool] = False
+    # How many of the target's best tokens per verified row `observe` reads (`VerifyResult.top`;
+    # 0: none). The loop brings them to the host together with the verdict's argmax, in the one
+    # transfer per step, so a drafter that learns from the logits (Token Recycling, TR-Jacobi)
+    # never makes the host wait for the device itself. An int (a method may set it in `plan`).
+    host_topk: int = 0
 
     def reset(self, prompt_ids: list[int]) -> None:
         """Start a new generation for this prompt."""

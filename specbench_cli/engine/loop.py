@@ -10,7 +10,9 @@ target (engine/target.py) computes every forward and holds the keys/values:
        a. each live sequence's drafter proposes a tree within the budget (`propose`);
        b. one target forward over every live sequence's root + tree (`Target.verify`);
        c. each sequence's verdict from its own rows' logits (and its own sampling generator):
-          the accepted path and the bonus token;
+          the accepted path and the bonus token. Greedy decoding waits for the device once per
+          step: every row's argmax (and the top-k a drafter declares it reads, `host_topk`) comes
+          to the host in one transfer, and verdicts and drafters work on those host lists;
        d. the target keeps each sequence's root and accepted path (`Target.commit`);
        e. each drafter sees its result (`observe`); metrics are recorded;
        f. a sequence that reached EOS, its cap or its drafter's `finished()` (a lossy drafter
@@ -136,10 +138,33 @@ class Decoder:
         self.split = kind in (None, "cpu") or (bool(time_steps) and kind == "cuda")
         self._part_sync = bool(time_steps) and kind == "cuda"
 
-    def _choose(self, draft: Draft, logits: torch.Tensor, generator) -> Verdict:
+    def _choose(self, draft: Draft, logits: torch.Tensor, generator, preds: Optional[list[int]] = None) -> Verdict:
         if self.sampling.greedy:
-            return verify_greedy(draft, logits)
+            return verify_greedy(draft, logits, preds)
         return verify_sampling(draft, logits, self.sampling, generator)
+
+    def _to_host(self, logits: torch.Tensor, k: int) -> tuple[Optional[list[int]], Optional[list[list[int]]]]:
+        """A step's one transfer from the device: every row's argmax (greedy decoding: the
+        verdicts') and, when drafters ask for them (`Drafter.host_topk`), every row's `k` best
+        token ids, as host lists (None where not needed)."""
+        greedy = self.sampling.greedy
+        k = min(k, logits.shape[-1])
+        if not greedy and not k:
+            return None, None
+        if logits.device.type == "cpu":
+            # torch's CPU argmax over a long last dimension is an unvectorised loop (10 x 49152
+            # float32 logits: milliseconds; numpy's, the same first-maximum rule: a tenth of a
+            # millisecond): the logits' host view once, numpy's argmax, torch's topk on that view
+            host = (logits if logits.dtype == torch.float32 else logits.float()).detach().numpy()
+            preds = host.argmax(axis=-1).tolist() if greedy else None
+            return preds, (torch.from_numpy(host).topk(k, dim=-1).indices.tolist() if k else None)
+        if not k:
+            return logits.argmax(dim=-1).tolist(), None
+        top = logits.topk(k, dim=-1).indices
+        if not greedy:
+            return None, top.tolist()
+        both = torch.cat([logits.argmax(dim=-1, keepdim=True), top], dim=1).tolist()
+        return [row[0] for row in both], [row[1:] for row in both]
 
     def generate(self, drafter: Drafter, prompt_ids: list[int], max_new_tokens: int, budget: int,
                  generator: Optional[torch.Generator] = None) -> Generation:
@@ -224,6 +249,7 @@ class Decoder:
 
         # 2. decode
         policies = [getattr(d, "budget_policy", None) for d in drafters]  # engine/budget.py
+        topk = [int(getattr(d, "host_topk", 0) or 0) for d in drafters]   # VerifyResult.top
         while live:
             t0 = clock()
             states, drafts, own = [], [], []
@@ -247,15 +273,21 @@ class Decoder:
             if part_sync:
                 _sync(device)
             t1 = clock()
-            verdicts, parts, start = [], [], 0
+            # the step's one wait for the device: every sequence's argmax (and top-k) at once
+            k = max(topk[b] for b in live)
+            preds, tops = self._to_host(fwd.logits, k)
+            verdicts, parts, bounds, start = [], [], [], 0
             for r, b in enumerate(live):                                                   # 2c
                 rows = 1 + len(drafts[r])
                 part = fwd.logits[start:start + rows]
-                start += rows
+                bounds.append((start, start + rows))
                 parts.append(part)
-                verdicts.append(self._choose(drafts[r], part, gens[b]))
+                verdicts.append(self._choose(drafts[r], part, gens[b],
+                                             preds[start:start + rows] if preds is not None else None))
+                start += rows
             t2 = clock()
-            target.commit(batch, past, [[0] + [a + 1 for a in v.accepted] for v in verdicts])   # 2d
+            keeps = [[0] + [a + 1 for a in v.accepted] for v in verdicts]
+            target.commit(batch, past, keeps)                                              # 2d
             if part_sync:
                 _sync(device)
             t3 = clock()
@@ -265,9 +297,17 @@ class Decoder:
                 seqs[b].extend(v.new_tokens)
                 produced[b].extend(v.new_tokens)
                 if fwd.features is not None:  # root + accepted path, in path order
-                    fresh[b] = fwd.features[r][[0] + [a + 1 for a in v.accepted]]
+                    keep, feats = keeps[r], fwd.features[r]
+                    # a path of consecutive rows (any chain) is a slice (copied, as an index would
+                    # copy): no index list to copy to the device
+                    fresh[b] = feats[:len(keep)].clone() if keep[-1] == len(keep) - 1 else feats[keep]
+                top = None
+                if tops is not None and topk[b]:
+                    top = tops[bounds[r][0]:bounds[r][1]]
+                    if topk[b] < k:
+                        top = [row[:topk[b]] for row in top]
                 results.append(VerifyResult(drafts[r], v.accepted, v.new_tokens, parts[r], fresh[b], v.preds,
-                                            states[r]))
+                                            states[r], top))
             proposing = list(own)
             for r, b in enumerate(live):                                                   # 2e
                 ts = clock()

@@ -63,9 +63,11 @@ def _acceptable(draft: Draft, node: int) -> bool:
     return draft.acceptable is None or draft.acceptable[node]
 
 
-def verify_greedy(draft: Draft, logits: torch.Tensor) -> Verdict:
-    """`logits`: `[n+1, V]` target logits at root + nodes."""
-    preds = logits.argmax(dim=-1).tolist()
+def verify_greedy(draft: Draft, logits: torch.Tensor, preds: Optional[list[int]] = None) -> Verdict:
+    """`logits`: `[n+1, V]` target logits at root + nodes; `preds`: their argmax per row when the
+    caller already brought it to the host (the loop does, once per step for every sequence)."""
+    if preds is None:
+        preds = logits.argmax(dim=-1).tolist()
     tokens = draft.tokens
     accepted: list[int] = []
     row = 0

@@ -22,8 +22,8 @@ from dataclasses import dataclass
 from typing import ClassVar, Optional
 
 from specbench_cli.engine.drafter import Structure
-from specbench_cli.engines.method import EngineMethod, EngineSettings, Reply
-from specbench_cli.engines.server import EngineError, request_json
+from specbench_cli.engines.method import EngineMethod, EngineSettings, Reply, checked_timings
+from specbench_cli.engines.server import EngineError, reply_cap, request_json
 from specbench_cli.errors import UsageError
 from specbench_cli.options import opt
 
@@ -32,7 +32,8 @@ from specbench_cli.options import opt
 class ServerOptions:
     ctx: int = opt(8192, lo=0, hi=1 << 22)          # -c: context of the server's one slot (0: the model's)
     ngl: Optional[int] = opt(None, lo=-1, hi=10000)  # -ngl: layers on a GPU (llama.cpp's default when unset)
-    args: str = ""                                   # more llama-server arguments, as a shell would split them
+    args: str = opt("", from_folder=False)           # more llama-server arguments, as a shell would split them
+                                                     # (never from a run folder: --resume takes them from -o)
 
 
 @dataclass
@@ -96,15 +97,19 @@ class LlamaCppMethod(EngineMethod):
     def request(self, prompt_ids: list[int], max_new_tokens: int) -> Reply:
         body = {"prompt": prompt_ids, "n_predict": max_new_tokens, "temperature": 0, "top_k": 1,
                 "cache_prompt": False, "return_tokens": True, "stream": False}
-        try:
-            reply = request_json(self.url + "/completion", body, self.settings.timeout)
+        try:  # the reply is capped by what the prompt and the answer's tokens can take
+            reply = request_json(self.url + "/completion", body, self.settings.timeout,
+                                 reply_cap(len(prompt_ids) + max_new_tokens))
         except EngineError as e:  # a server that died meanwhile: its last log lines say why
             raise EngineError(f"{e}{self.died_note()}") from None
         if not isinstance(reply, dict) or "tokens" not in reply:
             raise EngineError(f"{self.name}: the reply has no 'tokens' (got {str(reply)[:120]})")
         timings = reply.get("timings") if isinstance(reply.get("timings"), dict) else {}
-        kept = {k: timings[k] for k in ("prompt_n", "prompt_ms", "predicted_n", "predicted_ms", "draft_n",
-                                        "draft_n_accepted") if k in timings}
+        try:  # counts whole and >= 0, times finite and >= 0, before any of them is used
+            kept = checked_timings({k: timings[k] for k in ("prompt_n", "prompt_ms", "predicted_n", "predicted_ms",
+                                                            "draft_n", "draft_n_accepted") if k in timings})
+        except EngineError as e:
+            raise EngineError(f"{self.name}: {e}") from None
         tokens = reply["tokens"]
         if "predicted_n" in kept and isinstance(tokens, list) and kept["predicted_n"] != len(tokens):
             raise EngineError(f"{self.name}: {len(tokens)} tokens returned but {kept['predicted_n']} counted "

@@ -94,14 +94,27 @@ def find_llama_cpp(engine_bin: Optional[str] = None) -> Optional[LlamaCpp]:
 
 
 def require_llama_cpp(engine_bin: Optional[str] = None, *, library: bool = False) -> LlamaCpp:
-    """`find_llama_cpp`, or UsageError (one line, exit 2) naming the install step."""
+    """`find_llama_cpp`, or UsageError (one line, exit 2) naming the install step; also for a
+    `llama-server` that this user may not execute (before any model loads, not when its server
+    would start)."""
     found = find_llama_cpp(engine_bin)
     what = "libllama.so" if library else "llama-server"
+    given = engine_bin_for(engine_bin, "llama.cpp")
     if found is None or (library and found.library is None) or (not library and found.server is None):
-        given = engine_bin_for(engine_bin, "llama.cpp")
         where = f" at {given}" if given else ""
         raise UsageError(f"llama.cpp's {what} not found{where}: {INSTALL_HINT}")
+    if not library:
+        check_executable(found.server, f"--engine-bin {given}" if given else "llama.cpp's llama-server")
     return found
+
+
+def check_executable(path: Path, what: str) -> Path:
+    """`path` when it is a regular file this user may execute; UsageError naming `what` otherwise."""
+    if not path.is_file():
+        raise UsageError(f"{what}: {path} is not a file")
+    if not os.access(path, os.X_OK):
+        raise UsageError(f"{what}: {path} is not executable (chmod +x it, or give another build)")
+    return path
 
 
 def _has_vllm(python: Path) -> bool:
@@ -156,10 +169,15 @@ def find_vllm_python(engine_bin: Optional[str] = None) -> Optional[Path]:
 
 
 def require_vllm_python(engine_bin: Optional[str] = None) -> Path:
-    """`find_vllm_python`, or UsageError (one line, exit 2) naming the install step."""
+    """`find_vllm_python`, or UsageError (one line, exit 2) naming the install step; also for a
+    given interpreter this user may not execute."""
+    given = engine_bin_for(engine_bin, "vllm")
+    if given:
+        python = _interpreter(Path(given).expanduser())
+        if python is not None and python.exists():
+            check_executable(python, f"--engine-bin vllm={given}")
     found = find_vllm_python(engine_bin)
     if found is None:
-        given = engine_bin_for(engine_bin, "vllm")
         where = f" at {given}" if given else ""
         raise UsageError(f"vLLM not found{where}: {VLLM_HINT}")
     return found

@@ -17,17 +17,26 @@ from steps without one (1 token each). So `steps` = D + (G - 1 - D - A) and `acc
 step: #MAT, the accept-length histogram and the vLLM counters are exact. The split of T over the
 drafts is not reported: each draft gets at least its accepted tokens and the rejected rest is
 spread one by one over the drafts that accepted least, so p_k of engine rows is approximate.
+
+Nothing an engine reports is trusted as it comes: every count (`/metrics` series, `timings`) must
+be a finite, non-negative whole number, every time finite, non-negative and within the request's
+own round trip, and the counters must be ones the request could have produced (at most one draft
+per generated token, at most the longest draft's tokens a draft, accepted <= drafted, positions
+below the longest draft), checked before anything is sized by them; otherwise the question's row
+is an error row saying which value is wrong (EngineError).
 """
 
 from __future__ import annotations
 
+import math
+import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Optional
 
 from specbench_cli.engine.drafter import Structure
-from specbench_cli.engines.server import EngineError, Server, parse_metrics, request_text
+from specbench_cli.engines.server import EngineError, ReplyTooLarge, Server, parse_metrics, request_text
 from specbench_cli.errors import UsageError
 from specbench_cli.methods.core.method import Method
 
@@ -65,29 +74,109 @@ class Reply:
     timings: dict = field(default_factory=dict)
 
 
-def counter_deltas(before: dict[str, float], after: dict[str, float], prefix: str) -> Counters:
-    """`prefix:spec_decode_*` counters of `after` minus `before` (every label set of a name
-    summed; the per-position series by their `position` label)."""
-    def total(name: str, metrics: dict[str, float]) -> float:
-        return sum(v for k, v in metrics.items() if k.split("{", 1)[0] == f"{prefix}:{name}")
+# The longest draft any engine method's options allow (their `hi`): the bound on draft lengths
+# and positions where the server's own configuration is not known (--engine-url, extra `args`).
+DRAFT_LIMIT = 1024
+# Counts past 2^53 are not whole numbers as floats (Prometheus writes floats): no request makes them.
+COUNT_LIMIT = 1 << 53
+_POSITION = re.compile(r"[0-9]{1,9}")
+LOG_FOLDER = "engines"  # RUN/engines/METHOD.log: each server's output (opened without following links: server.py)
 
-    def per_pos(metrics: dict[str, float]) -> dict[int, float]:
-        out: dict[int, float] = {}
+
+def _shown(value: Any) -> str:
+    """An engine's value as an error shows it: 1e+15, nan, -5000, 'soon' (a long one cut)."""
+    return f"{value:g}" if isinstance(value, float) else str(value) if isinstance(value, int) else repr(value)[:40]
+
+
+def engine_count(value: Any, what: str) -> int:
+    """A count an engine reported (`what` names it): a finite, non-negative whole number up to
+    COUNT_LIMIT, as an int; else EngineError."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or (
+            isinstance(value, float) and not (math.isfinite(value) and value.is_integer())) or value < 0:
+        raise EngineError(f"{what[:200]} is {_shown(value)}, not a count (a whole number >= 0)")
+    if value > COUNT_LIMIT:
+        raise EngineError(f"{what[:200]} is {_shown(value)}, past any count a request makes")
+    return int(value)
+
+
+def engine_ms(value: Any, what: str) -> float:
+    """A time in milliseconds an engine reported: a finite number >= 0; else EngineError."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or (
+            isinstance(value, float) and not math.isfinite(value)) or value < 0:
+        raise EngineError(f"{what[:200]} is {_shown(value)}, not a time (a finite number of ms >= 0)")
+    return float(value)
+
+
+def checked_timings(timings: dict) -> dict:
+    """An engine's `timings` with each value checked: `*_ms` a time (engine_ms), the others
+    counts (engine_count); EngineError naming the first that is neither."""
+    return {k: engine_ms(v, f"timings.{k}") if k.endswith("_ms") else engine_count(v, f"timings.{k}")
+            for k, v in timings.items()}
+
+
+def counter_deltas(before: dict[str, float], after: dict[str, float], prefix: str,
+                   max_draft: int = DRAFT_LIMIT) -> Counters:
+    """`prefix:spec_decode_*` counters of `after` minus `before` (every label set of a name
+    summed; the per-position series by their `position` label). EngineError for a value that is
+    not a count, a counter that went down, a position label that is not a number, or a position at
+    or past `max_draft` that counted anything during the request (a server may list positions up
+    to a longer draft it never makes; none sizes a list before this check)."""
+    def total(name: str, metrics: dict[str, float]) -> int:
+        return sum(engine_count(v, f"/metrics {k}") for k, v in metrics.items()
+                   if k.split("{", 1)[0] == f"{prefix}:{name}")
+
+    def per_pos(metrics: dict[str, float]) -> dict[int, int]:
+        out: dict[int, int] = {}
         for k, v in metrics.items():
             if k.split("{", 1)[0] == f"{prefix}:spec_decode_num_accepted_tokens_per_pos_total" and 'position="' in k:
-                pos = int(k.split('position="', 1)[1].split('"', 1)[0])
-                out[pos] = out.get(pos, 0.0) + v
+                label = k.split('position="', 1)[1].split('"', 1)[0]
+                if not _POSITION.fullmatch(label):
+                    raise EngineError(f"/metrics {k[:200]}: position {label[:40]!r} is not a draft position")
+                pos = int(label)
+                out[pos] = out.get(pos, 0) + engine_count(v, f"/metrics {k}")
         return out
 
-    d = {n: int(round(total(n, after) - total(n, before))) for n in
+    def delta(name: str, now: int, then: int) -> int:
+        if now < then:
+            raise EngineError(f"/metrics {prefix}:{name} went down during the request ({then} -> {now}): a server "
+                              f"restarted or shared")
+        return now - then
+
+    d = {n: delta(n, total(n, after), total(n, before)) for n in
          ("spec_decode_num_drafts_total", "spec_decode_num_draft_tokens_total", "spec_decode_num_accepted_tokens_total")}
     pa, pb = per_pos(after), per_pos(before)
-    top = max(pa, default=-1)
-    positions = [int(round(pa.get(k, 0.0) - pb.get(k, 0.0))) for k in range(top + 1)]
+    name = "spec_decode_num_accepted_tokens_per_pos_total"
+    counted = {k: delta(f'{name}{{position="{k}"}}', v, pb.get(k, 0)) for k, v in pa.items()}
+    beyond = sorted(k for k, n in counted.items() if n and k >= max_draft)
+    if beyond:
+        raise EngineError(f'/metrics {prefix}:{name}{{position="{beyond[0]}"}} counted {counted[beyond[0]]} '
+                          f"acceptances, but position {beyond[0]} is not one of a draft of at most {max_draft} "
+                          f"tokens (0 to {max_draft - 1})")
+    top = max((k for k, n in counted.items() if n), default=-1)
+    positions = [counted.get(k, 0) for k in range(top + 1)]
     while positions and positions[-1] == 0:
         positions.pop()
     return Counters(d["spec_decode_num_drafts_total"], d["spec_decode_num_draft_tokens_total"],
                     d["spec_decode_num_accepted_tokens_total"], positions)
+
+
+def check_counters(c: Counters, generated: int, max_draft: int) -> None:
+    """EngineError unless `c` could come from one answer of `generated` tokens with drafts of at
+    most `max_draft` tokens: a draft is verified by a step that adds at least one token (drafts <=
+    generated), holds at most `max_draft` tokens (one more draft may be made and never verified,
+    as the answer ends), accepts at most what it drafted, and a position is accepted at most once
+    a draft."""
+    if c.drafts > generated:
+        raise EngineError(f"the server counted {c.drafts} drafts for an answer of {generated} tokens (at most one "
+                          f"draft per token)")
+    if c.draft_tokens > (c.drafts + 1) * max_draft:
+        raise EngineError(f"the server counted {c.draft_tokens} draft tokens in {c.drafts} drafts (at most "
+                          f"{max_draft} a draft, and one more draft unverified)")
+    if c.accepted > c.draft_tokens:
+        raise EngineError(f"the server counted {c.accepted} accepted tokens of {c.draft_tokens} drafted")
+    if any(n > c.drafts for n in c.per_pos):
+        raise EngineError(f"the server counted {max(c.per_pos)} acceptances at one draft position in {c.drafts} "
+                          f"drafts")
 
 
 def steps_from_counters(generated: int, c: Counters) -> tuple[list[int], list[int], list[int]]:
@@ -117,11 +206,9 @@ def steps_from_counters(generated: int, c: Counters) -> tuple[list[int], list[in
         accepted_each.sort(reverse=True)
     sizes = list(accepted_each)
     rejected = max(0, c.draft_tokens - sum(accepted_each))
-    i = 0
-    while rejected > 0 and sizes:  # one rejected token at a time, to the drafts that accepted least
-        sizes[len(sizes) - 1 - (i % len(sizes))] += 1
-        rejected -= 1
-        i += 1
+    if rejected and sizes:  # one rejected token at a time, to the drafts that accepted least (last first)
+        q, r = divmod(rejected, len(sizes))
+        sizes = [s + q + (1 if i >= len(sizes) - r else 0) for i, s in enumerate(sizes)]
     plain = max(0, generated - 1 - drafts - sum(accepted_each))
     accept_lengths = [1 + a for a in accepted_each] + [1] * plain
     paths = [min(d, a + 1) for a, d in zip(accepted_each, sizes)] + [0] * plain
@@ -181,7 +268,7 @@ class EngineMethod(Method):
         if self.server is not None:
             self.server.stop()
             self.server = None
-        folder = Path(run_dir) / "engines" if run_dir else Path.cwd()
+        folder = Path(run_dir) / LOG_FOLDER if run_dir else Path.cwd()
         self.server = Server(self.server_argv(), folder / f"{self.name.replace(':', '-')}.log", health=self.health,
                              timeout=self.settings.timeout, env=self.server_env()).start()
 
@@ -202,12 +289,24 @@ class EngineMethod(Method):
         """Tokens of a full draft (estimates drafts where only totals are reported)."""
         return max(1, self.ctx.budget - 1)
 
+    def max_draft(self) -> int:
+        """The longest draft this method's server can make, which bounds what its counters may say:
+        its configured draft length when specbench started it as configured; DRAFT_LIMIT when the
+        server is someone else's (--engine-url) or has extra `args` (which may set another)."""
+        if self.settings.url or getattr(getattr(self, "opts", None), "args", ""):
+            return DRAFT_LIMIT
+        return max(1, self.draft_length(), self.ctx.budget - 1)
+
     def metrics(self) -> Optional[dict[str, float]]:
-        """The server's counters now, or None when it exports none."""
+        """The server's speculation counters now, or None when it exports none (or would not
+        answer); EngineError for a /metrics past the reply cap."""
         try:
-            return parse_metrics(request_text(self.url + "/metrics", min(30.0, self.settings.timeout)))
+            text = request_text(self.url + "/metrics", min(30.0, self.settings.timeout))
+        except ReplyTooLarge:
+            raise
         except EngineError:
             return None
+        return parse_metrics(text, f"{self.metrics_prefix}:spec_decode_")
 
     def params(self) -> dict:
         return {**super().params(), "engine": self.engine,
@@ -232,13 +331,10 @@ class EngineMethod(Method):
             if tok in eos_ids:
                 out = out[: i + 1]
                 break
-        if before is not None and after is not None:
-            counters, source = counter_deltas(before, after, self.metrics_prefix), "metrics"
-        else:  # no /metrics: totals from the reply's timings, drafts estimated as full-length ones
-            t = reply.timings
-            drafted, accepted = int(t.get("draft_n", 0) or 0), int(t.get("draft_n_accepted", 0) or 0)
-            drafts = -(-drafted // max(1, self.draft_length())) if drafted else 0
-            counters, source = Counters(drafts, drafted, accepted), "timings"
+        try:
+            counters, source = self.counters(before, after, reply, wall)
+        except EngineError as e:
+            raise EngineError(f"{self.name}: {e}") from None
         accept_lengths, sizes, paths = steps_from_counters(len(reply.tokens), counters)
         g = Generation(output_ids=out, prompt_tokens=len(prompt_ids), wall_time=wall, prefill_time=reply.prompt_time)
         g.accept_lengths, g.draft_sizes, g.draft_path_lengths = accept_lengths, sizes, paths
@@ -249,6 +345,38 @@ class EngineMethod(Method):
                    "spec_decode_num_accepted_tokens_per_pos": counters.per_pos, **({"timings": reply.timings}
                                                                                     if reply.timings else {})}
         return g
+
+    def counters(self, before: Optional[dict[str, float]], after: Optional[dict[str, float]], reply: Reply,
+                 wall: float) -> tuple[Counters, str]:
+        """(the request's counters, where they came from: 'metrics' or 'timings'), each checked
+        against what the reply's G tokens could have produced (module doc); EngineError otherwise.
+        The reply's timings are checked too: a time longer than the request's round trip `wall`
+        (1 s of slack) was not measured on it."""
+        generated, longest = len(reply.tokens), self.max_draft()
+        for key, value in checked_timings(reply.timings).items():
+            if key.endswith("_ms") and value > (wall + 1.0) * 1000:
+                raise EngineError(f"timings.{key} is {_shown(value)} ms, longer than the request took "
+                                  f"({wall * 1000:.0f} ms)")
+        if reply.prompt_time < 0 or not math.isfinite(reply.prompt_time) or reply.prompt_time > wall + 1.0:
+            raise EngineError(f"the reply's prompt time {_shown(reply.prompt_time)} s is not a time within the "
+                              f"request's {wall:.3f} s")
+        if before is not None and after is None:
+            raise EngineError(f"{self.url}/metrics answered before the request but not after it: the request's "
+                              f"counters are unknown")
+        if before is not None and after is not None:
+            counters, source = counter_deltas(before, after, self.metrics_prefix, longest), "metrics"
+        else:  # no /metrics: totals from the reply's timings, drafts estimated as full-length ones
+            t = reply.timings
+            drafted = engine_count(t.get("draft_n", 0) or 0, "timings.draft_n")
+            accepted = engine_count(t.get("draft_n_accepted", 0) or 0, "timings.draft_n_accepted")
+            if drafted > (generated + 1) * longest:
+                raise EngineError(f"timings.draft_n is {drafted} for an answer of {generated} tokens (at most "
+                                  f"({generated} + 1) x {longest}: a draft of at most {longest} tokens a token, "
+                                  f"and one more)")
+            drafts = min(generated, -(-drafted // max(1, self.draft_length()))) if drafted else 0
+            counters, source = Counters(drafts, drafted, accepted), "timings"
+        check_counters(counters, generated, longest)
+        return counters, source
 
     def check_tokens(self, tokens: Any, max_new_tokens: int) -> None:
         """EngineError for a reply that cannot be an answer: not a list of token ids, ids outside

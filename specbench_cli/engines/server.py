@@ -2,7 +2,8 @@
 HTTP client that talks to any server (started here, or someone else's `--engine-url`).
 
 A started server runs on a free loopback port with its log in a file (the run folder's
-`engines/` by default) and is stopped on every exit path:
+`engines/` by default, opened without following links: `open_log`) and is stopped on every
+exit path:
 
 - normally and on exceptions: `Server.stop()` (the run closes its methods in a `finally`);
 - Ctrl-C: the server is in a process group of its own, so the terminal's SIGINT reaches only
@@ -19,11 +20,14 @@ from __future__ import annotations
 import atexit
 import contextlib
 import ctypes
+import errno
+import http.client
 import json
 import os
 import re
 import signal
 import socket
+import stat
 import subprocess
 import threading
 import time
@@ -44,45 +48,183 @@ class EngineError(RuntimeFailure):
     becomes an error row (the message carries the server's last log lines where there is a log)."""
 
 
+class ReplyTooLarge(EngineError):
+    """A reply past its byte cap (refused, never read whole)."""
+
+
 # ----------------------------------------------------------------------------- HTTP
 
+# What one reply may hold, read in pieces and refused past the cap (never read whole): /metrics,
+# /v1/models and an error's text by default; a completion's cap follows its tokens (reply_cap).
+MAX_REPLY_BYTES = 8 << 20
+_PIECE = 1 << 16
 
-def request_json(url: str, body: Optional[dict] = None, timeout: float = 60.0) -> Any:
+
+def reply_cap(tokens: int) -> int:
+    """The byte cap of a completion reply about `tokens` tokens (prompt and answer): 1 KiB a token
+    holds an id, its text escaped, logprobs and offsets many times over; 2 MiB more for the rest."""
+    return (2 << 20) + 1024 * max(0, int(tokens))
+
+
+class _Deadline:
+    """One request's wall-clock deadline: connect, headers and the whole body. A socket timeout
+    bounds each read only (a server sending a byte a second never trips it), so at the deadline
+    a timer shuts the request's sockets down; the blocked read returns and the request fails."""
+
+    def __init__(self, seconds: float) -> None:
+        self.end = time.monotonic() + seconds
+        self.expired = self.done = False
+        self._sockets: list[socket.socket] = []
+        self._lock = threading.Lock()
+        self._timer = threading.Timer(seconds, self._expire)
+        self._timer.daemon = True
+        self._timer.start()
+
+    def left(self) -> float:
+        return self.end - time.monotonic()
+
+    def watch(self, sock: socket.socket) -> None:
+        with self._lock:
+            self._sockets.append(sock)
+            if self.expired:
+                _shut(sock)
+
+    def _expire(self) -> None:
+        with self._lock:
+            if self.done:
+                return
+            self.expired = True
+            for sock in self._sockets:
+                _shut(sock)
+
+    def finish(self) -> None:
+        """Before its sockets close: the timer must not touch them afterwards."""
+        with self._lock:
+            self.done = True
+        self._timer.cancel()
+
+
+def _shut(sock: socket.socket) -> None:
+    with contextlib.suppress(OSError):  # socket.socket's own: an SSL socket's would drop its state under a read
+        socket.socket.shutdown(sock, socket.SHUT_RDWR)
+
+
+def _watched(connection: type, deadline: _Deadline) -> type:
+    """`connection` (http.client's HTTP(S)Connection) whose sockets `deadline` watches, each
+    connect bounded by the time left."""
+    class Watched(connection):  # type: ignore[misc, valid-type]
+        def connect(self) -> None:
+            left = deadline.left()
+            if left <= 0:
+                raise TimeoutError("the deadline passed")
+            self.timeout = min(self.timeout, left) if isinstance(self.timeout, (int, float)) else left
+            super().connect()
+            deadline.watch(self.sock)
+    return Watched
+
+
+class _HTTP(urllib.request.HTTPHandler):
+    def __init__(self, deadline: _Deadline) -> None:
+        super().__init__()
+        self.deadline = deadline
+
+    def do_open(self, http_class, req, **kw):  # type: ignore[override]
+        return super().do_open(_watched(http_class, self.deadline), req, **kw)
+
+
+class _HTTPS(urllib.request.HTTPSHandler):
+    def __init__(self, deadline: _Deadline) -> None:
+        super().__init__()
+        self.deadline = deadline
+
+    def do_open(self, http_class, req, **kw):  # type: ignore[override]
+        return super().do_open(_watched(http_class, self.deadline), req, **kw)
+
+
+def request_json(url: str, body: Optional[dict] = None, timeout: float = 60.0,
+                 max_bytes: int = MAX_REPLY_BYTES) -> Any:
     """GET (body None) or POST JSON to `url`; the parsed reply, or EngineError (HTTP errors with
-    the reply's first 300 characters, timeouts, refused connections, replies that are not JSON)."""
+    the reply's first 300 characters, no whole reply within `timeout` seconds, a reply past
+    `max_bytes`, refused connections, replies that are not JSON)."""
     data = json.dumps(body).encode() if body is not None else None
     req = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"} if data else {})
-    text = request_text(req, timeout)
+    text = request_text(req, timeout, max_bytes)
     try:
         return json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: arrays nested past the parser's depth
         raise EngineError(f"{url} answered something that is not JSON: {text[:120]!r}") from None
 
 
-def request_text(req: urllib.request.Request | str, timeout: float) -> str:
+def request_text(req: urllib.request.Request | str, timeout: float, max_bytes: int = MAX_REPLY_BYTES) -> str:
+    """The reply to `req` as text, within `timeout` seconds of wall-clock time for the whole
+    exchange (connect, headers, body) and at most `max_bytes` bytes; else EngineError."""
     url = req.full_url if isinstance(req, urllib.request.Request) else req
+    late = EngineError(f"{url}: no answer within {timeout:g} s (the whole reply; --engine-timeout)")
+    deadline = _Deadline(timeout)
     try:
-        with urllib.request.urlopen(req, timeout=timeout) as reply:
-            return reply.read().decode("utf-8", "replace")
+        opener = urllib.request.build_opener(_HTTP(deadline), _HTTPS(deadline))
+        with opener.open(req, timeout=timeout) as reply:
+            body = _read_capped(reply, url, max_bytes)
+            deadline.finish()
+        if deadline.expired:  # the shut socket ended the body early
+            raise late
+        return body.decode("utf-8", "replace")
+    except EngineError:
+        raise
     except urllib.error.HTTPError as e:
-        detail = e.read().decode("utf-8", "replace")[:300] if e.fp else ""
+        detail = ""
+        if e.fp and not deadline.expired:
+            with contextlib.suppress(Exception):
+                detail = " ".join(e.read(1200).decode("utf-8", "replace").split())[:300]   # one line
+        deadline.finish()
+        with contextlib.suppress(Exception):
+            e.close()
+        if deadline.expired:
+            raise late from None
         raise EngineError(f"{url}: HTTP {e.code} {detail}".strip()) from None
-    except (TimeoutError, socket.timeout):
-        raise EngineError(f"{url}: no answer within {timeout:g} s") from None
-    except urllib.error.URLError as e:
-        if isinstance(e.reason, (TimeoutError, socket.timeout)):
-            raise EngineError(f"{url}: no answer within {timeout:g} s") from None
-        raise EngineError(f"{url}: {e.reason}") from None
-    except (ConnectionError, OSError) as e:  # reset / closed mid-reply (the server died)
-        raise EngineError(f"{url}: {type(e).__name__}: {e}") from None
+    except Exception as e:  # noqa: BLE001 - a read the deadline cut short fails many ways (OSError, IncompleteRead)
+        deadline.finish()
+        if deadline.expired or isinstance(e, (TimeoutError, socket.timeout)) or (
+                isinstance(e, urllib.error.URLError) and isinstance(e.reason, (TimeoutError, socket.timeout))):
+            raise late from None
+        if isinstance(e, urllib.error.URLError):
+            raise EngineError(f"{url}: {e.reason}") from None
+        if isinstance(e, (OSError, http.client.HTTPException)):  # reset / closed mid-reply (the server died)
+            raise EngineError(f"{url}: {type(e).__name__}: {e}") from None
+        raise
+    finally:
+        deadline.finish()
 
 
-def parse_metrics(text: str) -> dict[str, float]:
-    """Prometheus text -> {'name' or 'name{labels}': value} (comments skipped)."""
+def _read_capped(reply: Any, url: str, max_bytes: int) -> bytes:
+    """The body of `reply`, read in pieces; EngineError past `max_bytes` (a Content-Length over
+    it is refused before any of it is read) or when the connection closed before the end."""
+    too_big = ReplyTooLarge(f"{url}: the reply is larger than {max_bytes:,} bytes; refused")
+    declared = (reply.headers.get("Content-Length") or "").strip()
+    if declared.isdigit() and int(declared) > max_bytes:
+        raise too_big
+    pieces, size = [], 0
+    while True:
+        piece = reply.read(min(_PIECE, max_bytes + 1 - size))
+        if not piece:
+            break
+        pieces.append(piece)
+        size += len(piece)
+        if size > max_bytes:
+            raise too_big
+    missing = getattr(reply, "length", None)
+    if isinstance(missing, int) and missing > 0:
+        raise EngineError(f"{url}: the connection closed {missing:,} bytes before the end of the reply")
+    return b"".join(pieces)
+
+
+def parse_metrics(text: str, prefix: str = "") -> dict[str, float]:
+    """Prometheus text -> {'name' or 'name{labels}': value} (comments skipped; with `prefix`,
+    only the series whose name starts with it). Values as written: the caller checks them."""
     out: dict[str, float] = {}
     for line in text.splitlines():
         line = line.strip()
-        if not line or line.startswith("#"):
+        if not line or line.startswith("#") or not line.startswith(prefix):
             continue
         name, _, value = line.rpartition(" ")
         try:
@@ -93,6 +235,43 @@ def parse_metrics(text: str) -> dict[str, float]:
 
 
 # ----------------------------------------------------------------------------- processes
+
+NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+
+
+def open_log(path: Path) -> int:
+    """`path` open for appending (a descriptor; created when missing, its folder too), never
+    through a link: the folder is opened with O_NOFOLLOW and the file relative to it with
+    O_NOFOLLOW, and only a regular file is kept (a FIFO would block the server's output). A run
+    folder from elsewhere may plant `engines/NAME.log -> /some/file` (or `engines -> /elsewhere`):
+    the server's output would change that file, so a link or a special file there is an
+    EngineError naming it (`--resume` refuses one before any model loads: run/resume.py)."""
+    refused = EngineError(f"{path} is a symbolic link or not a plain file; specbench never writes an engine log "
+                          f"through a link it did not create (remove it)")
+    folder = Path(path).parent
+    with contextlib.suppress(FileExistsError):  # a dangling link there: refused just below
+        folder.mkdir(parents=True, exist_ok=True)
+    try:
+        where = os.open(folder, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | NOFOLLOW | os.O_CLOEXEC)
+    except OSError as e:
+        if folder.is_symlink() or e.errno in (errno.ELOOP, errno.ENOTDIR):
+            raise EngineError(f"{folder} is a symbolic link or not a folder; specbench never writes an engine log "
+                              f"through a link it did not create (remove it)") from None
+        raise EngineError(f"{folder}: cannot open the engine log folder ({e.strerror})") from None
+    try:
+        fd = os.open(Path(path).name, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NONBLOCK | NOFOLLOW | os.O_CLOEXEC,
+                     0o644, dir_fd=where)
+    except OSError as e:
+        if e.errno in (errno.ELOOP, errno.ENXIO, errno.EISDIR) or os.path.islink(path):  # ENXIO: a FIFO, no reader
+            raise refused from None
+        raise EngineError(f"{path}: cannot open the engine log ({e.strerror})") from None
+    finally:
+        os.close(where)
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise refused
+    os.set_blocking(fd, True)
+    return fd
 
 
 def free_port() -> int:
@@ -159,10 +338,9 @@ class Server:
 
     def start(self) -> "Server":
         _hook_exits()
-        self.log.parent.mkdir(parents=True, exist_ok=True)
         for attempt in range(3):  # a port taken between free_port() and the server's bind: try another
             self.port = free_port()
-            with open(self.log, "ab") as log:
+            with os.fdopen(open_log(self.log), "ab") as log:
                 log.write(f"$ {' '.join(self.argv)} --host 127.0.0.1 --port {self.port}\n".encode())
                 log.flush()
                 self.proc = subprocess.Popen(self.argv + ["--host", "127.0.0.1", "--port", str(self.port)],
@@ -229,9 +407,9 @@ class Server:
 
     def tail(self, n: int = 8, window: int = 16384) -> str:
         """The last `n` lines of its log, read from its last `window` bytes."""
-        try:
-            with open(self.log, "rb") as f:
-                f.seek(max(0, os.path.getsize(self.log) - window))
+        try:  # never through a link planted after the log was opened (its target is no log of ours)
+            with open(self.log, "rb", opener=lambda path, flags: os.open(path, flags | NOFOLLOW | os.O_NONBLOCK)) as f:
+                f.seek(max(0, os.fstat(f.fileno()).st_size - window))
                 lines = deque(f.read().decode("utf-8", "replace").splitlines(), maxlen=n)
         except OSError:
             return ""

@@ -27,7 +27,7 @@ from typing import Any, ClassVar, Optional
 
 from specbench_cli.engine.drafter import Structure
 from specbench_cli.engines.method import EngineMethod, EngineSettings, Reply
-from specbench_cli.engines.server import EngineError, request_json
+from specbench_cli.engines.server import EngineError, reply_cap, request_json
 from specbench_cli.errors import UsageError
 from specbench_cli.options import opt
 
@@ -41,7 +41,8 @@ class VllmOptions:
     max_model_len: int = opt(4096, lo=16, hi=1 << 22)    # --max-model-len
     kv_cache_gib: int = opt(2, lo=1, hi=4096)            # VLLM_CPU_KVCACHE_SPACE (vLLM's CPU build only)
     gpu_memory: Optional[float] = opt(None, lo=0.01, hi=1.0)  # --gpu-memory-utilization (one GPU shared by servers)
-    args: str = ""                                       # more server arguments, as a shell would split them
+    args: str = opt("", from_folder=False)               # more server arguments, as a shell would split them
+                                                         # (never from a run folder: --resume takes them from -o)
 
 
 @dataclass
@@ -118,7 +119,7 @@ class VllmMethod(EngineMethod):
         if self._model_name is None:
             listing = request_json(self.url + "/v1/models", None, self.settings.timeout)
             data = listing.get("data") if isinstance(listing, dict) else None
-            if not data or not isinstance(data[0], dict) or "id" not in data[0]:
+            if not isinstance(data, list) or not data or not isinstance(data[0], dict) or "id" not in data[0]:
                 raise EngineError(f"{self.url}/v1/models lists no model")
             self._model_name = str(data[0]["id"])
         return self._model_name
@@ -128,15 +129,17 @@ class VllmMethod(EngineMethod):
                 "top_k": 1, "stream": False, "return_token_ids": True, "logprobs": 0,
                 "return_tokens_as_token_ids": True, "skip_special_tokens": False}
         try:
-            reply = request_json(self.url + "/v1/completions", body, self.settings.timeout)
+            reply = request_json(self.url + "/v1/completions", body, self.settings.timeout,
+                                 reply_cap(len(prompt_ids) + max_new_tokens))
         except EngineError as e:  # a server that died meanwhile: its last log lines say why
             raise EngineError(f"{e}{self.died_note()}") from None
         choice = (reply.get("choices") or [None])[0] if isinstance(reply, dict) else None
         if not isinstance(choice, dict):
             raise EngineError(f"{self.name}: the reply has no choices (got {str(reply)[:120]})")
         tokens = token_ids(choice)
-        used = (reply.get("usage") or {}).get("completion_tokens")
-        if isinstance(used, int) and isinstance(tokens, list) and used != len(tokens):
+        usage = reply.get("usage")
+        used = usage.get("completion_tokens") if isinstance(usage, dict) else None
+        if isinstance(used, int) and not isinstance(used, bool) and isinstance(tokens, list) and used != len(tokens):
             raise EngineError(f"{self.name}: {len(tokens)} token ids returned but {used} counted (usage)")
         return Reply(tokens)
 
@@ -146,7 +149,8 @@ def token_ids(choice: dict) -> Any:
     the logprobs' tokens written as `token_id:N`; EngineError when neither is there."""
     if isinstance(choice.get("token_ids"), list):
         return choice["token_ids"]
-    tokens = (choice.get("logprobs") or {}).get("tokens")
+    logprobs = choice.get("logprobs")
+    tokens = logprobs.get("tokens") if isinstance(logprobs, dict) else None
     if isinstance(tokens, list) and all(isinstance(t, str) and t.startswith("token_id:") for t in tokens):
         try:
             return [int(t.split(":", 1)[1]) for t in tokens]

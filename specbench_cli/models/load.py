@@ -119,12 +119,17 @@ def locate_alias(alias: str) -> Path:
 
 def resolve(ref: str) -> tuple[str, str]:
     """Return (kind, location) for a reference: kind in {gguf, folder, hub}."""
+    from specbench_cli.gguf_header import check_gguf
+
     if ref in ALIASES:
-        return "gguf", str(locate_alias(ref))
+        location = locate_alias(ref)
+        check_gguf(location)  # read once per process (remembered): the same checks as any .gguf
+        return "gguf", str(location)
     path = Path(ref).expanduser()
     if ref.endswith(".gguf"):
-        if not path.is_file():
-            raise UsageError(f"GGUF file not found: {ref}")
+        # its header checked before anything else reads it: a special file, a cut or crafted
+        # header is one line here, never a llama.cpp abort or a converter building a huge model
+        check_gguf(path)
         return "gguf", str(path.resolve())
     if path.exists():
         if not path.is_dir() or not (path / "config.json").is_file():
@@ -255,11 +260,11 @@ def converted_gguf_dir(gguf_path: str) -> Path:
     lock (see model_cache.py): concurrent first runs build it once, a killed conversion leaves
     nothing behind for later runs to trip on, a damaged entry is rebuilt with one line saying so."""
     from specbench_cli.console import err
+    from specbench_cli.gguf_header import check_gguf
     from specbench_cli.models.cache import ensure_entry
-    from specbench_cli.models.header import gguf_metadata
 
     p = Path(gguf_path)
-    gguf_metadata(p, ("general.architecture",))  # a file that is not GGUF: one line, exit 2
+    check_gguf(p)  # a file that is not GGUF, or whose header is damaged or crafted: one line, exit 2
     st = p.stat()
     key = hashlib.sha256(f"{p.resolve()}|{st.st_size}|{int(st.st_mtime)}".encode()).hexdigest()[:12]
     out = cache_root() / "models" / f"{p.stem}-{key}"

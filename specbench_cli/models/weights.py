@@ -4,15 +4,13 @@ file and the key) before any model loads."""
 
 from __future__ import annotations
 
-import json
 import struct
 import zipfile
 from pathlib import Path
 from typing import Any
 
 from specbench_cli.errors import UsageError
-
-MAX_HEADER = 100 << 20  # safetensors caps its JSON header at 100 MB
+from specbench_cli.models.safetensors_check import MAX_HEADER, read_header
 
 
 def file_kind(path: Path) -> str:
@@ -48,28 +46,7 @@ def safetensors_header(path: Path) -> dict[str, tuple[str, tuple[int, ...]]]:
                          f"through 'specbench heads import', which converts them once")
     if kind != "safetensors":
         raise UsageError(f"{path} is not a safetensors file ({kind} content)")
-    size = path.stat().st_size
-    try:
-        with open(path, "rb") as f:
-            n = struct.unpack("<Q", f.read(8))[0]
-            header = json.loads(f.read(n).decode("utf-8"))
-    except (OSError, ValueError, UnicodeDecodeError, RecursionError) as e:
-        raise UsageError(f"{path}: unreadable safetensors header ({e or 'nested too deeply'})") from None
-    if not isinstance(header, dict):
-        raise UsageError(f"{path}: unreadable safetensors header (not a JSON object)")
-    out, end = {}, 0
-    for key, info in header.items():
-        if key == "__metadata__":
-            continue
-        try:
-            dtype, shape, (_, stop) = info["dtype"], tuple(int(d) for d in info["shape"]), info["data_offsets"]
-        except (TypeError, KeyError, ValueError) as e:
-            raise UsageError(f"{path}: tensor '{key}' has a malformed header entry ({e})") from None
-        out[key] = (str(dtype), shape)
-        end = max(end, int(stop))
-    if 8 + n + end != size:
-        raise UsageError(f"{path} is {size} bytes but its header describes {8 + n + end} (truncated or damaged)")
-    return out
+    return {key: (info["dtype"], tuple(info["shape"])) for key, info in read_header(path).items()}
 
 
 FLOAT_DTYPES = ("F32", "F16", "BF16", "F64")

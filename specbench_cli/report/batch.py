@@ -150,7 +150,7 @@ def plot_batch(summary: pd.DataFrame, directory: Path, stem: str = "speedup_vs_b
     #MAT, and throughput summed over the batch (AR included)."""
     import matplotlib.pyplot as plt
 
-    from specbench_cli.report.plots import COLORS, STYLE, save_figure
+    from specbench_cli.report.plots import COLORS, STYLE, plot_text, save_figure
 
     sizes = sorted(int(n) for n in summary["batch_size"].unique())
     series: dict[tuple, pd.DataFrame] = {}
@@ -162,7 +162,7 @@ def plot_batch(summary: pd.DataFrame, directory: Path, stem: str = "speedup_vs_b
     with_model = summary["model"].nunique() > 1
 
     def label(key: tuple) -> str:
-        text = f"{key[0]} · {key[1]}" if with_model else str(key[1])
+        text = f"{plot_text(key[0])} · {plot_text(key[1])}" if with_model else plot_text(key[1])
         return text + (f" (BC {key[2]})" if len(key) > 2 else "")
 
     with plt.rc_context(STYLE):

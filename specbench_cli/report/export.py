@@ -21,6 +21,27 @@ def safe_name(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9._=+-]+", "_", text)
 
 
+# characters of an answer file's name before its suffix (a file system holds 255 bytes per name;
+# a method label may be any length)
+MAX_STEM = 120
+
+
+def answer_file(model: object, label: object, repeat: int | None, taken: dict[str, tuple]) -> str:
+    """The answer file of (model, label, repeat): 'MODEL-LABEL[-rN].jsonl' (`safe_name`). A stem past
+    MAX_STEM characters is cut and ends in a digest of the label; so does one that `taken` (name ->
+    the (model, label) that has it) holds for another label ('a/b' and 'a_b' are both 'a_b')."""
+    owner = (str(model), str(label))
+    stem = f"{safe_name(owner[0])}-{safe_name(owner[1])}"
+    suffix = (f"-r{repeat}" if repeat is not None else "") + ".jsonl"
+    digest = "-" + hashlib.sha1("\0".join(owner).encode("utf-8", "surrogatepass")).hexdigest()[:10]
+    if len(stem) > MAX_STEM:
+        stem = stem[:MAX_STEM - len(digest)] + digest
+    elif taken.get(stem + suffix, owner) != owner:
+        stem += digest
+    taken[stem + suffix] = owner
+    return stem + suffix
+
+
 def _question_id(qid: str) -> int | str:
     """Spec-Bench question ids are ints; keep strings that are not."""
     return int(qid) if str(qid).isdigit() else qid
@@ -52,6 +73,7 @@ def spec_bench_answers(rows: list[dict]) -> tuple[dict[str, list[dict]], int]:
     frame = frame.assign(expected_turns=n_turns)
     multi_repeat = frame.groupby(["run_id", "method_label"])["repeat"].nunique().gt(1).any()
     files: dict[str, list[dict]] = {}
+    taken: dict[str, tuple] = {}
     skipped = 0
     keys = ["run_id", "model", "method_label", "repeat", "task", "question_id"]
     for (run_id, model, label, repeat, _task, qid), group in frame.groupby(keys, sort=False):
@@ -59,7 +81,7 @@ def spec_bench_answers(rows: list[dict]) -> tuple[dict[str, list[dict]], int]:
         if (group["status"] != "ok").any() or list(group["turn"]) != list(range(group["expected_turns"].iloc[0])):
             skipped += 1
             continue
-        name = f"{safe_name(model)}-{safe_name(label)}" + (f"-r{repeat}" if multi_repeat else "") + ".jsonl"
+        name = answer_file(model, label, repeat if multi_repeat else None, taken)
         files.setdefault(name, []).append({
             "question_id": _question_id(qid),
             "category": group["category"].iloc[0],

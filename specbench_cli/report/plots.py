@@ -26,6 +26,7 @@ from matplotlib.ticker import MaxNLocator, PercentFormatter  # noqa: E402
 from specbench_cli.atomic import atomic_write  # noqa: E402
 from specbench_cli.report import metrics, timing  # noqa: E402
 from specbench_cli.report.metrics import AR_METHOD, OVERALL  # noqa: E402
+from specbench_cli.report.table import printable  # noqa: E402
 from specbench_cli.tasks.categories import display_category  # noqa: E402
 
 STYLE = {
@@ -56,9 +57,23 @@ def save_figure(fig: plt.Figure, directory: Path, stem: str) -> list[Path]:
     return paths
 
 
+# the most characters of a label a figure shows (a longer one would widen the figure past what
+# a PNG can hold: 5000 characters made it 76,000 pixels wide)
+PLOT_LABEL_CHARS = 60
+
+
+def plot_text(text: object) -> str:
+    """Text from a run folder (a method label, model, category) as a figure shows it, literally:
+    one `printable` line of at most PLOT_LABEL_CHARS characters, each `$` escaped so matplotlib
+    never parses it as mathtext (`pld $x^$` ended `report` with a parser error), and a leading
+    `_` kept from hiding the series (matplotlib leaves such labels out of legends)."""
+    text = printable(text, PLOT_LABEL_CHARS).replace("$", r"\$")
+    return " " + text if text.startswith("_") else text
+
+
 def series_label(model: str, method_label: str, block_complexity: int, with_model: bool, with_bc: bool) -> str:
-    """Legend text of one series: method, plus model and BC when they vary."""
-    label = f"{model} · {method_label}" if with_model else method_label
+    """Legend text of one series: method, plus model and BC when they vary (`plot_text`)."""
+    label = f"{plot_text(model)} · {plot_text(method_label)}" if with_model else plot_text(method_label)
     return f"{label} (BC {block_complexity})" if with_bc else label
 
 
@@ -131,7 +146,7 @@ def draw_speedup_by_category(summary: pd.DataFrame, palette: dict | None = None)
                    yerr=by_cat["speedup_std"].fillna(0), capsize=2, color=colors[i],
                    label=series_label(model, label, bc, with_model, with_bc), error_kw={"elinewidth": 0.8})
         ax.axhline(1.0, color="0.3", linestyle="--", linewidth=1, label="AR (1.00×)")
-        ax.set_xticks(x, [display_category(c) for c in categories])
+        ax.set_xticks(x, [plot_text(display_category(c)) for c in categories])
         if OVERALL in categories:
             ax.axvline(len(categories) - 1.5, color="0.7", linewidth=0.8)
         ax.set_ylabel("Speedup over AR (×)")

@@ -13,19 +13,19 @@ import pandas as pd
 
 from specbench_cli.report import formats
 from specbench_cli.report.formats import Format
-from specbench_cli.report.table import TableData
+from specbench_cli.report.table import TableData, printable
 
 
 def to_markdown(table: TableData) -> str:
     """GitHub-flavoured markdown: title, pipe table (numbers right-aligned), notes."""
     def line(cells: Sequence[str]) -> str:
-        return "| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |"
+        return "| " + " | ".join(printable(c).replace("|", "\\|") for c in cells) + " |"
 
     align = ["---:" if c.numeric else ":---" for c in table.columns]
-    lines = [f"**{table.title}**", "", line(table.headers), line(align)]
+    lines = [f"**{printable(table.title)}**", "", line(table.headers), line(align)]
     lines += [line(cells) for cells in table.cells()]
     if table.notes:
-        lines += [""] + [f"- {note}" for note in table.notes]
+        lines += [""] + [f"- {printable(note)}" for note in table.notes]
     return "\n".join(lines) + "\n"
 
 
@@ -48,8 +48,9 @@ LATEX_SPECIALS = {
 
 
 def latex_escape(text: str) -> str:
-    """Escape LaTeX specials (and map ±, –, arrows) so any label compiles."""
-    return "".join(LATEX_SPECIALS.get(ch, ch) for ch in str(text))
+    """Escape LaTeX specials (and map ±, –, arrows) so any label compiles (control characters,
+    newlines among them, become spaces)."""
+    return "".join(LATEX_SPECIALS.get(ch, ch) for ch in printable(text))
 
 
 def to_latex(table: TableData) -> str:

@@ -27,10 +27,13 @@ def load(paths: List[Path]) -> tuple[list[Run], list[dict]]:
     runs = load_runs(paths)
     for run in runs:
         for warning in run.warnings:
-            err.print(f"[yellow]warning:[/] {escape(warning)}", highlight=False)
+            err.print(f"[yellow]warning:[/] {escape(warning)}", highlight=False, soft_wrap=True)  # one line each
     rows = metrics.label_temperatures(all_rows(runs))
     if not rows:
-        raise UsageError(f"no rows in {', '.join(str(p) for p in paths)} (nothing has finished yet?)")
+        where = ', '.join(str(p) for p in paths)
+        if any(run.warnings for run in runs):
+            raise UsageError(f"no readable row in {where}: every line of samples.jsonl is damaged (named above)")
+        raise UsageError(f"no rows in {where} (nothing has finished yet?)")
     return runs, rows
 
 

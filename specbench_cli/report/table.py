@@ -85,11 +85,31 @@ def format_value(mean: float | None, std: float | None = None, digits: int = 2) 
     return text
 
 
+# Characters a label read from a run folder must not carry onto a terminal, into a markdown row
+# or into a figure: control characters (ESC starts terminal escape sequences, a newline ends a
+# markdown row), line and paragraph separators, and the bidirectional overrides that make text
+# read other than it is.
+_UNPRINTABLE = {0x2028, 0x2029, 0x85, *range(0x202A, 0x202F), *range(0x2066, 0x206A)}
+
+
+def printable(text: object, limit: int | None = None) -> str:
+    """`text` as one plain line: each control or layout character a space, and at most `limit`
+    characters (the rest cut to "…")."""
+    import unicodedata
+
+    text = str(text)
+    if not text.isprintable():
+        text = "".join(" " if ord(ch) in _UNPRINTABLE or unicodedata.category(ch) == "Cc" else ch for ch in text)
+    if limit is not None and len(text) > limit:
+        text = text[:limit - 1] + "…"
+    return text
+
+
 def cell_text(row: pd.Series, column: Column) -> str:
-    """Display text of one cell of the wide frame."""
+    """Display text of one cell of the wide frame (labels from a run folder made `printable`)."""
     value = row.get(column.key)
     if not column.numeric:
-        return MISSING if value is None or value == "" else str(value)
+        return MISSING if value is None or value == "" else printable(value)
     std = row.get(column.std_key) if column.std_key else None
     text = format_value(_float(value), _float(std), column.digits)
     share = _float(row.get(column.share_key)) if column.share_key else None
@@ -370,15 +390,15 @@ def wrap_cell(text: str) -> str:
 def _build_grid(table: TableData, columns: list[Column], rows: list[list[str]], compact: bool) -> Table:
     """A rich Table of `columns` only; `compact` = short headers, one-space gaps, wrapped labels."""
     index = [table.columns.index(c) for c in columns]
-    grid = Table(title=table.title, title_style="bold", header_style="bold cyan", box=box.SIMPLE_HEAD,
-                 collapse_padding=True, pad_edge=False, padding=(0, 0) if compact else (0, 1))
+    grid = Table(title=escape(printable(table.title)), title_style="bold", header_style="bold cyan",
+                 box=box.SIMPLE_HEAD, collapse_padding=True, pad_edge=False, padding=(0, 0) if compact else (0, 1))
     for col, i in zip(columns, index):
         cell_width = max([len(line) for r in rows for line in r[i].split("\n")] or [1])
         header = SHORT_HEADERS.get(col.header, col.header) if compact else col.header
         if col.numeric:
-            grid.add_column(escape(header), justify="right", overflow="fold", min_width=cell_width)
+            grid.add_column(escape(printable(header)), justify="right", overflow="fold", min_width=cell_width)
         else:
-            grid.add_column(escape(header), justify="left", overflow="fold", min_width=min(cell_width, 10),
+            grid.add_column(escape(printable(header)), justify="left", overflow="fold", min_width=min(cell_width, 10),
                             max_width=METHOD_WRAP if compact else None)
     for (_, row), cells in zip(table.frame.iterrows(), rows):
         shown = [_break_label(cells[i]) if compact and not table.columns[i].numeric else cells[i] for i in index]
@@ -440,10 +460,10 @@ def print_table(table: TableData) -> None:
     grid, dropped = fit_table(table, out.width)
     out.print(grid)
     if dropped:
-        out.print(f"[dim]hidden to fit {out.width} columns: {', '.join(dropped)} "
+        out.print(f"[dim]hidden to fit {out.width} columns: {escape(printable(', '.join(dropped)))} "
                   f"(widen the terminal, or see the report files)[/dim]", highlight=False)
     for note in table.notes:
-        out.print(f"[yellow]note:[/] {escape(note)}", highlight=False)
+        out.print(f"[yellow]note:[/] {escape(printable(note))}", highlight=False)
 
 
 def add_quality_columns(frame, cols: list, notes: list[str], quality):

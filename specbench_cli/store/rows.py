@@ -8,10 +8,9 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, ClassVar, Optional
 
-from specbench_cli.errors import UsageError
+from specbench_cli.errors import RuntimeFailure, UsageError
 from specbench_cli.options import is_int
 
 STATUSES = ("ok", "error")
@@ -119,20 +118,34 @@ def defaults() -> dict[str, Any]:
     return out
 
 
-def _is_num(v: object) -> bool:
-    return is_int(v) or isinstance(v, float)
+# The largest integer a float holds exactly: metrics turn counts and times into floats, and a
+# bigger integer (JSON has no limit) overflows them.
+MAX_INT = 2 ** 53
 
 
-def _finite(v: object) -> bool:
-    return math.isfinite(v)  # type: ignore[arg-type]
+def _real(v: object) -> bool:
+    """A number that is a finite float once converted (not NaN, not infinite, not huge)."""
+    if is_int(v):
+        return -MAX_INT <= v <= MAX_INT  # type: ignore[operator]
+    return isinstance(v, float) and math.isfinite(v)
 
 
-def _ints(v: object) -> bool:
-    return isinstance(v, list) and all(is_int(x) for x in v)
+def _time(v: object) -> bool:
+    """A duration: a finite number >= 0."""
+    return _real(v) and v >= 0  # type: ignore[operator]
 
 
-def _nums(v: object) -> bool:
-    return isinstance(v, list) and all(_is_num(x) for x in v)
+def _count(v: object) -> bool:
+    """A count, length, position or token id: an integer in 0..MAX_INT."""
+    return is_int(v) and 0 <= v <= MAX_INT  # type: ignore[operator]
+
+
+def _counts(v: object) -> bool:
+    return isinstance(v, list) and all(_count(x) for x in v)
+
+
+def _times(v: object) -> bool:
+    return isinstance(v, list) and all(_time(x) for x in v)
 
 
 def _opt(check):
@@ -140,13 +153,15 @@ def _opt(check):
 
 
 # Field -> (check, what it wants). Metrics sum, divide and compare these, so a row that passes
-# cannot crash them. question_id may be a number (files written by other tools).
+# cannot crash them: every number is finite (NaN, Infinity and integers past 2^53 are refused),
+# and every time, count, length and token id is >= 0. question_id may be a number (files
+# written by other tools).
 FIELD_TYPES: dict[str, tuple[Any, str]] = {
     "method": (lambda v: isinstance(v, str) and v != "", "a non-empty string"),
     "method_label": (lambda v: isinstance(v, str) and v != "", "a non-empty string"),
     "method_params": (_opt(lambda v: isinstance(v, dict)), "an object or null"),
     "lossless": (_opt(lambda v: isinstance(v, bool)), "true, false or null"),
-    "extra_params": (lambda v: is_int(v) and v >= 0, "an integer >= 0"),
+    "extra_params": (_count, "an integer >= 0"),
     "structure": (_opt(lambda v: isinstance(v, str)), "a string or null"),
     "task": (_opt(lambda v: isinstance(v, str)), "a string"),
     "category": (lambda v: isinstance(v, str) and v != "", "a non-empty string"),
@@ -155,58 +170,121 @@ FIELD_TYPES: dict[str, tuple[Any, str]] = {
     "question_id": (lambda v: (isinstance(v, str) and v != "") or is_int(v), "a string or an integer"),
     "turn": (lambda v: is_int(v) and 0 <= v < 1000, "an integer in 0..999"),
     "repeat": (lambda v: is_int(v) and 0 <= v < 100000, "an integer >= 0"),
-    "block_complexity": (lambda v: is_int(v) and v >= 0, "an integer >= 0"),
-    "temperature": (lambda v: _is_num(v) and v >= 0, "a number >= 0"),
-    "top_p": (lambda v: _is_num(v) and 0 <= v <= 1, "a number in [0, 1]"),
+    "block_complexity": (_count, "an integer >= 0"),
+    "temperature": (_time, "a finite number >= 0"),
+    "top_p": (lambda v: _real(v) and 0 <= v <= 1, "a number in [0, 1]"),
     "error": (_opt(lambda v: isinstance(v, str)), "a string or null"),
-    "prompt_tokens": (lambda v: is_int(v) and v >= 0, "an integer >= 0"),
-    "new_tokens": (lambda v: is_int(v) and v >= 0, "an integer >= 0"),
-    "max_new_tokens": (_opt(lambda v: is_int(v) and v >= 0), "an integer >= 0 or null"),
-    "wall_time": (lambda v: _is_num(v) and 0 <= v < float("inf"), "a finite number >= 0"),
-    "prefill_time": (lambda v: _is_num(v) and 0 <= v < float("inf"), "a finite number >= 0"),
-    "steps": (lambda v: is_int(v) and v >= 0, "an integer >= 0"),
-    "accept_lengths": (_ints, "a list of integers"),
-    "draft_sizes": (_ints, "a list of integers"),
-    "draft_path_lengths": (_opt(_ints), "a list of integers or null"),
-    "budget_used": (_ints, "a list of integers"),
-    "step_draft_ms": (_nums, "a list of numbers"),
-    "step_verify_ms": (_nums, "a list of numbers"),
-    "draft_time": (lambda v: _is_num(v) and v >= 0, "a number >= 0"),
-    "verify_time": (lambda v: _is_num(v) and v >= 0, "a number >= 0"),
-    "overhead_time": (_is_num, "a number"),
-    "draft_depths": (_opt(lambda v: _ints(v) and all(x >= 0 for x in v)), "a list of integers >= 0 or null"),
-    **{f"step_{part}_ms": (_opt(lambda v: _nums(v) and all(_finite(x) and x >= 0 for x in v)),
-                           "a list of finite numbers >= 0 or null") for part in PARTS},
-    **{f"{part}_time": (_opt(lambda v: _is_num(v) and _finite(v) and v >= 0), "a finite number >= 0 or null")
-       for part in PARTS},
-    "output_ids": (_ints, "a list of integers"),
+    "prompt_tokens": (_count, "an integer >= 0"),
+    "new_tokens": (_count, "an integer >= 0"),
+    "max_new_tokens": (_opt(_count), "an integer >= 0 or null"),
+    "wall_time": (_time, "a finite number >= 0"),
+    "prefill_time": (_time, "a finite number >= 0"),
+    "steps": (_count, "an integer >= 0"),
+    "accept_lengths": (_counts, "a list of integers >= 0"),
+    "draft_sizes": (_counts, "a list of integers >= 0"),
+    "draft_path_lengths": (_opt(_counts), "a list of integers >= 0 or null"),
+    "budget_used": (_counts, "a list of integers >= 0"),
+    "step_draft_ms": (_times, "a list of finite numbers >= 0"),
+    "step_verify_ms": (_times, "a list of finite numbers >= 0"),
+    "draft_time": (_time, "a finite number >= 0"),
+    "verify_time": (_time, "a finite number >= 0"),
+    "overhead_time": (_real, "a finite number"),  # the rest of the wall time: may round below 0
+    "draft_depths": (_opt(_counts), "a list of integers >= 0 or null"),
+    **{f"step_{part}_ms": (_opt(_times), "a list of finite numbers >= 0 or null") for part in PARTS},
+    **{f"{part}_time": (_opt(_time), "a finite number >= 0 or null") for part in PARTS},
+    "output_ids": (_counts, "a list of integers >= 0"),
     "output_text": (_opt(lambda v: isinstance(v, str)), "a string"),
     "output_pieces": (_opt(lambda v: isinstance(v, list) and all(isinstance(x, str) for x in v)),
                       "a list of strings or null"),
     "ar_match": (_opt(lambda v: isinstance(v, bool)), "true, false or null"),
-    "first_mismatch": (_opt(lambda v: is_int(v) and v >= 0), "an integer >= 0 or null"),
-    "batch_size": (lambda v: is_int(v) and v >= 1, "an integer >= 1"),
-    "batch_id": (_opt(lambda v: is_int(v) and v >= 0), "an integer >= 0 or null"),
+    "first_mismatch": (_opt(_count), "an integer >= 0 or null"),
+    "batch_size": (lambda v: _count(v) and v >= 1, "an integer >= 1"),
+    "batch_id": (_opt(_count), "an integer >= 0 or null"),
     "timestamp": (_opt(lambda v: isinstance(v, str)), "a string or null"),
     "scorer": (_opt(lambda v: isinstance(v, str) and v != ""), "a scorer name (string) or null"),
     "method_stats": (_opt(lambda v: isinstance(v, dict)), "an object or null"),
 }
+# Free-form fields (a method's options and counters, a scorer's reference): any JSON, but no
+# NaN or Infinity anywhere inside.
+NESTED = ("method_params", "method_stats", "reference")
+# What an error row made from a row keeps (which turn it answers, and how); the rest is what was
+# measured, reset to the defaults.
+IDENTITY = ("method", "method_label", "method_params", "lossless", "extra_params", "structure", "task", "category",
+            "subcategory", "difficulty", "question_id", "turn", "repeat", "block_complexity", "temperature", "top_p",
+            "prompt_tokens", "max_new_tokens", "scorer", "reference", "batch_size", "batch_id", "timestamp")
+
+
+def problem(row: object) -> Optional[str]:
+    """Why `row` cannot be a samples.jsonl row ("'prefill_time' must be a finite number >= 0,
+    got NaN"), or None when it can: an object with the keys metrics need, each of the type
+    `FIELD_TYPES` gives, and no NaN or Infinity in the free-form fields (unknown keys are left
+    alone)."""
+    if not isinstance(row, dict):
+        return f"expected a JSON object, got {type(row).__name__}"
+    if row.get("status") not in STATUSES:
+        return f"status must be 'ok' or 'error', got {repr(row.get('status'))[:40]}"
+    missing = [key for key in required_keys(row["status"]) if key not in row]
+    if missing:
+        return f"missing key(s) {', '.join(missing)}"
+    for key in (*FIELD_TYPES, "reference"):
+        if key in row and not fits(key, row[key]):
+            return _wrong(key, row[key])
+    return None
+
+
+def _any(value: object) -> bool:
+    return True
+
+
+def fits(key: str, value: object) -> bool:
+    """Whether `value` is one `FIELD_TYPES` allows for `key` (any value for a key it does not
+    list), free of NaN and infinity throughout for the `NESTED` keys."""
+    check, _ = FIELD_TYPES.get(key, (_any, "any value"))
+    return bool(check(value)) and (key not in NESTED or _non_finite(value) is None)
+
+
+def _wrong(key: str, value: object) -> str:
+    check, wants = FIELD_TYPES.get(key, (_any, "any value"))
+    if not check(value):
+        return f"'{key}' must be {wants}, got {_short(value)}"
+    return f"'{key}' must hold finite numbers only, got {_non_finite(value)}"
+
+
+def _non_finite(value: object) -> Optional[str]:
+    """'NaN at drafts.0' for the first NaN or infinity inside `value` (objects and lists walked
+    without recursion), or None."""
+    stack: list[tuple[object, str]] = [(value, "")]
+    while stack:
+        item, path = stack.pop()
+        if isinstance(item, float) and not math.isfinite(item):
+            return f"{_short(item)} at {path or 'the top'}"
+        if isinstance(item, dict):
+            stack += [(v, f"{path}.{k}" if path else str(k)) for k, v in reversed(list(item.items()))]
+        elif isinstance(item, list):
+            stack += [(v, f"{path}.{i}" if path else str(i)) for i, v in reversed(list(enumerate(item)))]
+    return None
+
+
+def error_row(row: dict, why: str) -> dict:
+    """The error row stored instead of `row` when `problem(row)` is `why`: its `IDENTITY` fields
+    (those of the right type), status "error", `error` "InvalidRow: WHY", the measured fields
+    at their defaults. RuntimeFailure when even that is no row (an identity field a run always
+    sets correctly is wrong: a bug, never written)."""
+    kept = {key: row[key] for key in IDENTITY if key in row and fits(key, row[key])}
+    values = {**defaults(), **kept, "status": "error", "error": f"InvalidRow: {why}"}
+    out = {f.name: values[f.name] for f in dataclasses.fields(SampleRow) if f.name in values}
+    still = problem(out)
+    if still is not None:
+        raise RuntimeFailure(f"refusing to write a row that is not one ({why}; as an error row: {still})")
+    return out
 
 
 def validate(row: object, where: str = "row") -> dict:
-    """UsageError naming `where` unless `row` is an object with the keys metrics need, each of
-    the type `FIELD_TYPES` gives (unknown keys are left alone)."""
-    if not isinstance(row, dict):
-        raise UsageError(f"{where}: expected a JSON object, got {type(row).__name__}")
-    if row.get("status") not in STATUSES:
-        raise UsageError(f"{where}: status must be 'ok' or 'error', got {row.get('status')!r}")
-    missing = [key for key in required_keys(row["status"]) if key not in row]
-    if missing:
-        raise UsageError(f"{where}: missing key(s) {', '.join(missing)}")
-    for key, (check, wants) in FIELD_TYPES.items():
-        if key in row and not check(row[key]):
-            raise UsageError(f"{where}: '{key}' must be {wants}, got {_short(row[key])}")
-    return row
+    """`row` unchanged, or a UsageError naming `where` and `problem(row)`."""
+    why = problem(row)
+    if why is not None:
+        raise UsageError(f"{where}: {why}")
+    return row  # type: ignore[return-value]
 
 
 def _short(value: object) -> str:
@@ -223,7 +301,3 @@ def row_key(row: dict) -> tuple:
     return (row["method"], row.get("task"), str(row["question_id"]), int(row["turn"]), int(row.get("repeat", 0)),
             float(row.get("temperature") or 0.0))
 
-
-def validate_row(row: object, path: Path, lineno: int) -> dict:
-    """`validate` with a file:line location."""
-    return validate(row, f"{path}:{lineno}")

@@ -2,11 +2,18 @@
 
 Writing: `RunFolder` creates the folder, appends rows one by one (flushed and fsynced, so an
 interrupted run keeps every finished row and `--resume` skips them) and repairs a torn last
-line before appending again. Reading: `load_run` never guesses: a missing folder or file, or
-a malformed line, raises `UsageError` naming the file (and line). The one exception is a
-final line cut short by a crash mid-write: it is skipped and recorded in `Run.warnings`,
-because `specbench run --resume` re-runs that turn anyway. Rows are `rows.SampleRow` objects
-as dicts; files written before a field existed still load (see `rows.defaults`).
+line before appending again. A row is checked before it is written (`rows.problem`): one the
+readers would refuse (NaN or a negative time from an engine's reply) is stored as an error row
+naming the field, never as it came.
+
+Reading: `load_run` never guesses, and one bad line never costs the rest. Damage to the folder
+(no folder, a missing or broken manifest, no samples.jsonl) raises `UsageError` naming the file.
+Damage to one line of samples.jsonl (not UTF-8, not JSON, not an object, a wrong type, NaN or
+a negative time: written by an older version, cut short by a crash, or edited) skips that line
+with a warning in `Run.warnings` naming its file:line and field: the turn counts as not run, so
+`report` shows every other row and `specbench run --resume` runs that turn again. Rows are
+`rows.SampleRow` objects as dicts; files written before a field existed still load (see
+`rows.defaults`).
 """
 
 from __future__ import annotations
@@ -23,9 +30,9 @@ from typing import Any, Iterable, Optional
 
 from specbench_cli.atomic import atomic_write
 from specbench_cli.errors import UsageError, check_not_link, check_not_special, check_output_folder, open_no_link
-from specbench_cli.jsonl import read_json_object
+from specbench_cli.jsonl import MAX_JSON_DEPTH, read_json_object, too_deep
 from specbench_cli.store.conditions import cpu_flags, cpu_model, gpu
-from specbench_cli.store.rows import row_key, validate_row
+from specbench_cli.store.rows import error_row, problem, row_key
 
 MANIFEST = "manifest.json"
 SAMPLES = "samples.jsonl"
@@ -114,30 +121,93 @@ def validate_manifest(doc: dict, path: Path) -> dict:
     return doc
 
 
-def read_samples(path: Path) -> tuple[list[dict], list[str]]:
-    """Parse samples.jsonl into rows; return (rows, warnings).
+# damaged lines named one by one in the warnings; the rest are counted in one more line
+NAMED_DAMAGE = 5
 
-    Blank lines are ignored. A malformed last line is taken to be a write cut short by a
-    crash and skipped with a warning; a malformed line anywhere else is an error.
-    """
+
+@dataclass
+class Line:
+    """One non-blank line of samples.jsonl: its number, its bytes, and either the row it holds or
+    why it holds none (`damage`; `torn`: a final line cut short mid-write)."""
+
+    lineno: int
+    data: bytes
+    row: Optional[dict] = None
+    damage: Optional[str] = None
+    torn: bool = False
+
+
+def scan_samples(path: Path) -> list[Line]:
+    """Every non-blank line of samples.jsonl, parsed and validated on its own: a line that is not
+    UTF-8, not JSON, nested too deeply, not an object, or not a valid row (`rows.problem`: a
+    wrong type, NaN, a negative time) carries its damage instead of a row. Lines are split at
+    `\\n` only (an answer may hold U+2028 or U+0085 unescaped)."""
     if not path.is_file():
         raise UsageError(f"missing {path.name} in {path.parent}")
     try:
-        lines = path.read_text(encoding="utf-8").splitlines()
+        data = path.read_bytes()
+    except OSError as exc:
+        raise UsageError(f"{path}: cannot read ({exc.strerror or exc})") from None
+    chunks = data.split(b"\n")
+    last = max((i for i, chunk in enumerate(chunks) if chunk.strip()), default=-1)
+    lines = []
+    for i, chunk in enumerate(chunks):
+        if chunk.strip():
+            lines.append(_parse_line(i + 1, chunk, torn=i == last and i == len(chunks) - 1))
+    return lines
+
+
+def _parse_line(lineno: int, chunk: bytes, torn: bool) -> Line:
+    """`chunk` as a Line; `torn`: the file's last bytes, without a newline (a write cut short)."""
+    line = Line(lineno, chunk)
+    try:
+        text = chunk.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise UsageError(f"{path}: not UTF-8 text ({exc})") from exc
-    numbered = [(i, line) for i, line in enumerate(lines, start=1) if line.strip()]
+        line.damage = f"not UTF-8 text (byte {exc.start})"
+        return line
+    if too_deep(text):
+        line.damage = f"not valid JSON (nested deeper than {MAX_JSON_DEPTH} levels)"
+        return line
+    try:
+        row = json.loads(text)
+    except json.JSONDecodeError as exc:
+        line.damage, line.torn = f"not valid JSON ({exc.msg})", torn
+        return line
+    except ValueError:  # what json.loads raises past JSONDecodeError: an integer of over 4300 digits
+        line.damage = "not valid JSON (a number too long to read)"
+        return line
+    except RecursionError:
+        line.damage = "not valid JSON (nested too deeply)"
+        return line
+    line.damage = problem(row)
+    line.row = row if line.damage is None else None
+    return line
+
+
+def read_samples(path: Path) -> tuple[list[dict], list[str]]:
+    """Parse samples.jsonl into rows; return (rows, warnings).
+
+    A damaged line (`scan_samples`) is skipped with a warning naming its file:line and what is
+    wrong (the field and value): readers then treat that turn as not run, so `report` shows the
+    rest and `--resume` runs it again. A final line cut short by a crash is skipped with its own
+    warning. Whole-folder damage (no folder, no or a broken manifest, no samples.jsonl) is a
+    UsageError elsewhere; a file whose every line is damaged loads as no rows.
+    """
     rows: list[dict] = []
     warnings: list[str] = []
-    for position, (lineno, line) in enumerate(numbered):
-        try:
-            row = json.loads(line)
-        except (json.JSONDecodeError, RecursionError) as exc:
-            if position == len(numbered) - 1 and isinstance(exc, json.JSONDecodeError):
-                warnings.append(f"{path}:{lineno}: skipped a truncated final line (crash mid-write?)")
-                continue
-            raise UsageError(f"{path}:{lineno}: malformed JSON ({getattr(exc, 'msg', 'nested too deeply')})") from None
-        rows.append(validate_row(row, path, lineno))
+    damaged = 0
+    for line in scan_samples(path):
+        if line.row is not None:
+            rows.append(line.row)
+        elif line.torn:
+            warnings.append(f"{path}:{line.lineno}: skipped a truncated final line (crash mid-write?)")
+        else:
+            damaged += 1
+            if damaged <= NAMED_DAMAGE:
+                warnings.append(f"{path}:{line.lineno}: {line.damage}; row skipped (counted as not run)")
+    if damaged > NAMED_DAMAGE:
+        warnings.append(f"{path}: {damaged - NAMED_DAMAGE} more damaged line(s) skipped ({damaged} in all; "
+                        f"the first {NAMED_DAMAGE} are named above)")
     return dedupe(rows, path, warnings), warnings
 
 
@@ -245,12 +315,17 @@ class RunFolder:
 
     def drop_rows(self, drop) -> int:
         """Rewrite samples.jsonl without the rows for which `drop(row)` is true (atomically:
-        temp file, fsync, rename); return how many went. Call with the lock held."""
-        rows = self.rows()
-        kept = [r for r in rows if not drop(r)]
+        temp file, fsync, rename); return how many went. Damaged lines stay as they are (they
+        are no row to drop, and what the readers cannot read is not specbench's to delete); a
+        torn final line and later copies of a duplicated row go. Call with the lock held."""
+        lines = scan_samples(self.samples_path) if self.samples_path.is_file() else []
+        rows = dedupe([line.row for line in lines if line.row is not None], self.samples_path, [])
+        kept = {id(row) for row in rows if not drop(row)}
         if len(kept) == len(rows):
             return 0
-        atomic_write(self.samples_path, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in kept))
+        text = b"".join(line.data + b"\n" if line.row is None else _line_bytes(line.row)
+                        for line in lines if (line.row is None and not line.torn) or id(line.row) in kept)
+        atomic_write(self.samples_path, text)
         return len(rows) - len(kept)
 
     def write_manifest(self, manifest: dict) -> None:
@@ -263,13 +338,14 @@ class RunFolder:
         self.write_manifest(m)
 
     def rows(self) -> list[dict]:
-        """Finished rows; a torn last line (crash mid-write) is ignored, any other bad line is an error."""
+        """Finished rows; a torn last line (crash mid-write) and damaged lines are skipped (`read_samples`):
+        their turns count as not run, so a resumed run makes them again."""
         if not self.samples_path.is_file():
             return []
         return read_samples(self.samples_path)[0]
 
     def warnings(self) -> list[str]:
-        """What reading the rows warns about (a torn last line, duplicate rows): `--resume` says it."""
+        """What reading the rows warns about (a torn last line, damaged lines, duplicate rows): `--resume` says it."""
         return read_samples(self.samples_path)[1] if self.samples_path.is_file() else []
 
     def repair_tail(self) -> None:
@@ -286,9 +362,30 @@ class RunFolder:
             os.close(fd)
 
     def append(self, row: dict) -> None:
-        """One row, flushed and fsynced; the file is opened with O_NOFOLLOW (a link is refused)."""
+        """One row, flushed and fsynced; the file is opened with O_NOFOLLOW (a link is refused).
+
+        Checked first (`rows.problem`): a row the readers would refuse (a NaN or negative
+        `prefill_time` from an engine's reply, a wrong type) is turned into its error row in
+        place (`rows.error_row`: status "error", the error naming the field and value), so the
+        caller's dict is what the file holds and no reader ever meets it."""
         fd = open_no_link(self.samples_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
-        with os.fdopen(fd, "a", encoding="utf-8") as f:
-            f.write(json.dumps(row, ensure_ascii=False) + "\n")
+        with os.fdopen(fd, "ab") as f:
+            why = problem(row)
+            if why is not None:
+                replacement = error_row(row, why)
+                row.clear()
+                row.update(replacement)
+            f.write(_line_bytes(row))
             f.flush()
             os.fsync(f.fileno())
+
+
+def _line_bytes(row: dict) -> bytes:
+    """`row` as one samples.jsonl line (UTF-8; no NaN). A text holding a lone surrogate (an
+    engine's reply may carry `\\ud800`) is written with JSON's ASCII escapes instead, which read
+    back to the same text; UTF-8 cannot hold it."""
+    text = json.dumps(row, ensure_ascii=False, allow_nan=False)
+    try:
+        return (text + "\n").encode("utf-8")
+    except UnicodeEncodeError:
+        return (json.dumps(row, ensure_ascii=True, allow_nan=False) + "\n").encode("ascii")

@@ -121,6 +121,7 @@ def test_a_server_that_dies_mid_run_leaves_an_error_row_and_the_run_resumes(tmp_
     assert all("fatal: the fake server broke down" in x["error"] for x in errors)
     assert sum(x["status"] == "ok" for x in rows) == 4            # the run went on
     (run,) = [p for p in out.iterdir() if p.is_dir()]
-    r = run_cli("run", "--resume", str(run), "--retry-errors", "--no-report", env={"FAKE_LLAMA_MODE": "ok"})
+    r = run_cli("run", "--resume", str(run), "--retry-errors", "--no-report", "--engine-bin", str(fake_binary(tmp_path)),
+                env={"FAKE_LLAMA_MODE": "ok"})   # a run folder never names the program: the command line does
     assert r.returncode == 0, r.stderr[-3000:]
     assert all(x["status"] == "ok" for x in rows_of(out)) and len(rows_of(out)) == 6

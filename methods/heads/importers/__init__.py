@@ -15,7 +15,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from specbench_cli.errors import UsageError
-from specbench_cli.methods.heads.importers.common import Importer
+from specbench_cli.methods.heads.importers.common import Importer, read_config
 
 
 def importers() -> list[Importer]:
@@ -28,18 +28,32 @@ def importers() -> list[Importer]:
     return [importlib.import_module(module).IMPORTER for kind in kinds.kinds() for module in kind.importers]
 
 
+def heads_output(command: str = "heads import"):
+    """What a heads folder holds (atomic.py `OutputFolder`): config.json (the marker, written
+    last), every head kind's weight file, the draft vocabulary."""
+    from specbench_cli.atomic import OutputFolder
+    from specbench_cli.methods.heads import kinds
+    from specbench_cli.methods.heads.checkpoint import CONFIG_FILE, VOCAB_FILE
+
+    weights = tuple(dict.fromkeys(kind.weights for kind in kinds.kinds()))
+    return OutputFolder(command, "heads", CONFIG_FILE, (CONFIG_FILE, VOCAB_FILE, *weights))
+
+
 def import_heads(src: Path, out: Path, force: bool = False) -> dict:
-    """Convert the published heads folder `src` into `out`; returns the importer's summary."""
-    from specbench_cli.atomic import output_problem
+    """Convert the published heads folder `src` into `out`; returns the importer's summary.
+    `out` is new, empty or (with `force`) an earlier heads folder, whose files alone are
+    replaced: a folder holding anything else, or a link, is refused (atomic.py)."""
+    from specbench_cli.atomic import install_folder, output_folder_problem
     from specbench_cli.methods.heads.checkpoint import inspect_heads
 
     src, out = Path(src).expanduser(), Path(out).expanduser()
     if not src.is_dir():
         raise UsageError(f"heads to import not found: {src} (a folder)")
-    if problem := output_problem(out, folder=True):
+    if (src / "config.json").exists():
+        read_config(src)  # a damaged config is named here, not passed over by every importer's detect
+    spec = heads_output()
+    if problem := output_folder_problem(out, spec, force):
         raise UsageError(f"--out: {problem}")
-    if (out / "config.json").exists() and not force:
-        raise UsageError(f"{out} already holds heads; pass --force to overwrite them")
     found = [imp for imp in importers() if imp.detect(src)]
     if not found:
         names = ", ".join(imp.name for imp in importers())
@@ -59,9 +73,10 @@ def import_heads(src: Path, out: Path, force: bool = False) -> dict:
                 check_finite_file(weights, src)
         except UsageError as e:  # name the source folder, not the temporary copy
             raise UsageError(str(e).replace(str(tmp), str(src))) from None
-        if out.exists():
-            shutil.rmtree(out)
-        tmp.rename(out)
+        try:  # an earlier heads folder replaced name by name; never a folder holding other files
+            install_folder(tmp, out, spec)
+        except FileExistsError as e:  # appeared since the check above
+            raise UsageError(f"--out: {e}") from None
     finally:
         if tmp.exists():
             shutil.rmtree(tmp)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any, Callable, NamedTuple
 
@@ -16,13 +15,14 @@ class Importer(NamedTuple):
 
 
 def read_config(src: Path) -> dict:
+    """The published folder's `config.json` as an object, read through the bounded JSON reader
+    (size, special files, nesting depth: specbench_cli/jsonl.py); UsageError naming the file."""
+    from specbench_cli.jsonl import read_json
+
     path = src / "config.json"
-    try:
-        cfg = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise UsageError(f"{src} has no config.json (a published heads folder has one)") from None
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise UsageError(f"{path} is not JSON text ({str(e).splitlines()[0]})") from None
+    if not path.exists() and not path.is_symlink():
+        raise UsageError(f"{src} has no config.json (a published heads folder has one)")
+    cfg = read_json(path, "heads config")
     if not isinstance(cfg, dict):
         raise UsageError(f"{path} must hold a JSON object, not {type(cfg).__name__}")
     return cfg

@@ -7,10 +7,10 @@ tensors aside), which the heads folder records, so `--heads` checks `--model` ag
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from specbench_cli.errors import UsageError
+from specbench_cli.jsonl import MAX_INPUT_BYTES, read_json
 from specbench_cli.methods.heads.importers.common import Importer, read_config, read_tensors
 
 PREFIX = "medusa_head."
@@ -23,12 +23,14 @@ def _weight_files(src: Path) -> list[Path]:
     for name in INDEXES:
         index = src / name
         if index.is_file():
-            try:
-                weight_map = json.loads(index.read_text(encoding="utf-8"))["weight_map"]
-            except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError) as e:
-                raise UsageError(f"{index}: not a shard index ({e})") from None
-            files = sorted({f for k, f in weight_map.items() if isinstance(k, str) and k.startswith(PREFIX)})
-            return [src / f for f in files]
+            weight_map = read_json(index, "shard index", max_bytes=MAX_INPUT_BYTES)
+            weight_map = weight_map.get("weight_map") if isinstance(weight_map, dict) else None
+            if not isinstance(weight_map, dict):
+                raise UsageError(f"{index}: not a shard index (no 'weight_map' object)")
+            files = [f for k, f in weight_map.items() if isinstance(k, str) and k.startswith(PREFIX)]
+            if not all(isinstance(f, str) and f and Path(f).name == f and f not in (".", "..") for f in files):
+                raise UsageError(f"{index}: not a shard index (a weight file is not a file name in {src})")
+            return [src / f for f in sorted(set(files))]
     return [src / n for n in SINGLE if (src / n).is_file()][:1]
 
 

@@ -25,6 +25,7 @@ import math
 from collections import OrderedDict
 from pathlib import Path
 
+from specbench_cli.atomic import atomic_write
 from specbench_cli.report import gate
 from specbench_cli.store.conditions import busy_reason
 from specbench_cli.store.runfolder import Run, load_run
@@ -190,8 +191,8 @@ def main() -> None:
         raise SystemExit(f"no finished pairs under {args.runs} (pair-NN/a/<run>, pair-NN/b/<run>)")
     result = study(pairs, sizes, args.slowdown, args.tolerance, args.confidence,
                    args.resamples)
-    out.write_text(markdown(result), encoding="utf-8")
-    out.with_suffix(".json").write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
+    atomic_write(out, markdown(result))
+    atomic_write(out.with_suffix(".json"), json.dumps(result, indent=1) + "\n")
     print(markdown(result), end="")
 
 

@@ -16,6 +16,8 @@ import json
 import os
 from pathlib import Path
 
+from specbench_cli.atomic import atomic_write  # replaces a link at the name, never writes through it
+
 # Acceptance lengths the papers report at their closest setting (greedy), with the setting; the
 # comparison divides our #MAT (tokens per target forward, bonus included) by these.
 PAPER_AL = {
@@ -46,7 +48,7 @@ def scrub(study: Path, checkpoints: str | None) -> int:
             if a and a not in ("/", "."):
                 t2 = t2.replace(a, b)
         if t2 != t:
-            p.write_text(t2, encoding="utf-8")
+            atomic_write(p, t2)
             n += 1
     return n
 
@@ -61,7 +63,7 @@ def record_params(study: Path, checkpoints: str) -> None:
         f = Path(checkpoints) / name / "model.safetensors"
         if f.is_file() and (study / "training" / name).is_dir():
             total = sum(prod(shape) for _, shape in safetensors_header(f).values())
-            (study / "training" / name / "params.json").write_text(json.dumps({"params": total}) + "\n")
+            atomic_write(study / "training" / name / "params.json", json.dumps({"params": total}) + "\n")
 
 
 def last_run(folder: Path) -> Path | None:

@@ -20,6 +20,8 @@ import math
 import sys
 from pathlib import Path
 
+from specbench_cli.atomic import atomic_write  # replaces a link at the name, never writes through it
+
 SUITES = {"spec_bench": "18 Spec-Bench questions", "refine": "6 refine questions (both turns)"}
 RUNS = {"hf": "hf target, float32", "lc-f32": "llama.cpp target, float32 GGUF",
         "lc-q41": "llama.cpp target, Q4_1 GGUF", "native-q41": "llama.cpp's own, Q4_1 GGUF",
@@ -172,7 +174,7 @@ def main(out: Path) -> None:
     text = ["# Engines study: the tables", "", "## Speed, #MAT and =AR", "", speed_tables(out), "",
             "## AR against the bandwidth floor", "", floor_table(out), "",
             "## specbench's own overhead per step", "", overhead_table(out), ""]
-    (out / "engines.md").write_text("\n".join(text))
+    atomic_write(out / "engines.md", "\n".join(text))
     print("\n".join(text))
 
 

@@ -22,6 +22,8 @@ import sys
 import time
 from pathlib import Path
 
+from specbench_cli.atomic import atomic_write  # replaces a link at the name, never writes through it
+
 GRID = (8, 16, 32, 48, 64, 96, 128, 192)
 
 
@@ -107,7 +109,7 @@ def calibrate(args) -> dict:
            "cot_accuracy": cot_acc, "accuracy_by_cap": acc, "chosen_max_iters": chosen, "per_question": per_q}
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "calibration.json").write_text(json.dumps(doc, indent=1))
+    atomic_write(out / "calibration.json", json.dumps(doc, indent=1))
     print(chosen)
     return doc
 
@@ -155,7 +157,7 @@ def table(args) -> str:
              "`ar` is plain AR without the answer trigger."]
     text = "\n".join(lines + notes) + "\n"
     if args.out:
-        Path(args.out).write_text(text)
+        atomic_write(Path(args.out), text)
     print(text)
     return text
 

@@ -9,6 +9,8 @@ import json
 import sys
 from pathlib import Path
 
+from specbench_cli.atomic import atomic_write  # replaces a link at the name, never writes through it
+
 
 def row(name: str, t: dict) -> str:
     heads = sorted({k.split("_h")[1] for k in t if k.startswith("eval_top1_h")}, key=int)
@@ -31,7 +33,7 @@ def main() -> None:
              "| run | head | params | steps | tokens seen | train min | held-out top-1 per head | top-5 |",
              "| --- | --- | --- | --- | --- | --- | --- | --- |"]
     lines += [row(p.name, m) for p, m in zip(runs, metas)]
-    (root / "table.md").write_text("\n".join(lines) + "\n")
+    atomic_write(root / "table.md", "\n".join(lines) + "\n")
     print("\n".join(lines))
 
 

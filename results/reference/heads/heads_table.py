@@ -23,6 +23,7 @@ import argparse
 import json
 from pathlib import Path
 
+from specbench_cli.atomic import atomic_write
 from specbench_cli.report import metrics as m
 from specbench_cli.store.runfolder import all_rows, load_runs
 
@@ -92,7 +93,7 @@ def main() -> None:
             h10, h30 = (stage(args.bf16 / d.name / s, name.split("-")[0]) or {} for s in ("bc10", "bc30"))
             cells += [f(x.get(k, nan)) for x in (h10, h30) for k in ("mat", "speedup", "pld")]
         lines.append(" | ".join(cells) + " |")
-    (res / "table.md").write_text("\n".join(lines) + "\n")
+    atomic_write(res / "table.md", "\n".join(lines) + "\n")
     print("\n".join(lines))
 
 

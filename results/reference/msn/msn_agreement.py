@@ -20,6 +20,7 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
+from specbench_cli.atomic import atomic_write
 from specbench_cli.run.runner import compare_ids
 
 
@@ -78,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
     for cat, s in sorted(res["categories"].items(), key=lambda kv: (kv[0] == "overall", kv[0])):
         print(f"| {cat} | {s['pairs']} | {s['identical']} | {s['mean_common_prefix']} | {s['token_agreement']} |")
     if args.json:
-        args.json.write_text(json.dumps(res, indent=2) + "\n")
+        atomic_write(args.json, json.dumps(res, indent=2) + "\n")
     return 0
 
 

@@ -85,8 +85,9 @@ def main() -> None:
            torch.backends.cpu.get_cpu_capability(), "threads": args.threads, "batch_size": args.batch_size,
            "max_len": args.max_len, "model": args.model, "data": os.path.basename(args.data), "results": results}
     if args.output:
-        with open(args.output, "w") as f:
-            json.dump(out, f, indent=2)
+        from specbench_cli.atomic import atomic_write  # replaces a link at the name, never writes through it
+
+        atomic_write(args.output, json.dumps(out, indent=2))
 
 
 if __name__ == "__main__":

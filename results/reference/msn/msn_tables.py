@@ -31,6 +31,8 @@ import math
 import sys
 from pathlib import Path
 
+from specbench_cli.atomic import atomic_write  # replaces a link at the name, never writes through it
+
 JACOBI_LIKE = ("jacobi", "tr-jacobi", "lookahead")
 
 
@@ -136,7 +138,7 @@ def fig4(s, out: Path) -> str:
     ax.legend()
     ax.set_title("Jacobi window vs #MAT (MSN Fig. 4 analog)")
     fig.tight_layout()
-    fig.savefig(out / "fig4.png", dpi=120)
+    atomic_write(out / "fig4.png", lambda tmp: fig.savefig(tmp, dpi=120, format="png"))
     plt.close(fig)
     return "\n".join(lines) + "\n"
 
@@ -234,16 +236,16 @@ def _write(args) -> int:
         training = {k: v[-1] for k, v in training.items()}
         s = summary_of(evals)
         for name, text in (("table2.md", table2(s)), ("table3.md", table3(s, training))):
-            (args.out / name).write_text(text)
+            atomic_write(args.out / name, text)
             print(f"## {name}\n{text}")
     if windows:
         folders = {k: sorted(m.parent for d in v for m in d.rglob("manifest.json")) for k, v in windows.items()}
         text = fig4(summary_of(folders), args.out)
-        (args.out / "fig4.md").write_text(text)
+        atomic_write(args.out / "fig4.md", text)
         print(f"## fig4.md\n{text}")
     if quality:
         text = quality_table(quality_scores(quality, args.execute_code))
-        (args.out / "quality.md").write_text(text)
+        atomic_write(args.out / "quality.md", text)
         print(f"## quality.md\n{text}")
     return 0
 

@@ -19,6 +19,7 @@ import time
 
 import torch
 
+from specbench_cli.atomic import atomic_write
 from specbench_cli.engine.targets.hf_kv import KVCache
 from specbench_cli.engine.forward.cpuinfo import cpu_flags, cpu_model
 from specbench_cli.models.load import load_model
@@ -70,8 +71,7 @@ def main() -> None:
         if q <= args.max_q:
             print(f"q={q:3d} sdpa {med['sdpa'][q - 1]:7.1f} ms  lean {med['lean'][q - 1]:7.1f} ms")
     if args.out:
-        with open(args.out, "w", encoding="utf-8") as f:
-            json.dump(result, f, indent=1)
+        atomic_write(args.out, json.dumps(result, indent=1))
 
 
 if __name__ == "__main__":

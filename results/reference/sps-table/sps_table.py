@@ -30,6 +30,7 @@ from pathlib import Path
 import pandas as pd
 
 from specbench_cli import methods as method_registry
+from specbench_cli.atomic import atomic_write
 from specbench_cli.report.metrics import AR_METHOD, OVERALL, order_categories, summarize
 from specbench_cli.tasks.categories import display_category
 from specbench_cli.report.render import to_markdown
@@ -178,8 +179,8 @@ def main() -> None:
     print(text)
     out = Path(args.table) if args.table else Path(args.output_dir) / "table.md"
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(text)
-    frame.to_csv(out.with_suffix(".csv"), index=False)
+    atomic_write(out, text)
+    atomic_write(out.with_suffix(".csv"), frame.to_csv(index=False))
     print(f"written: {out} and {out.with_suffix('.csv')}", file=sys.stderr)
 
 

@@ -1,5 +1,6 @@
 """Result files of the benchmarks: the forward benchmarks' JSON document and the Markdown tables of
-the heads benchmarks, each printed or returned and written to an output path if one is given."""
+the heads benchmarks, each printed or returned and written to an output path if one is given
+(atomically: a link planted at the path is replaced, never written through)."""
 
 from __future__ import annotations
 
@@ -7,13 +8,15 @@ import json
 from pathlib import Path
 from typing import Optional
 
+from specbench_cli.atomic import atomic_write  # replaces a link at the name, never writes through it
+
 
 def write_result(res: dict, out: Optional[Path]) -> str:
     """`res` as indented JSON text; also written to `out` (parents created) when `out` is set."""
     text = json.dumps(res, indent=1)
     if out:
         out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(text + "\n")
+        atomic_write(out, text + "\n")
     return text
 
 
@@ -22,5 +25,5 @@ def write_table(lines: list[str], out: Optional[Path]) -> str:
     text = "\n".join(lines) + "\n"
     print(text)
     if out:
-        out.write_text(text)
+        atomic_write(out, text)
     return text

@@ -57,16 +57,29 @@ def train_config(steps, batch_size, lr, weight_decay, warmup, grad_clip, save_ev
     return cfg
 
 
-def check_output_for_training(out: Path, resume: bool, force: bool) -> Path:
-    """--resume keeps the folder; --force starts over (old checkpoints deleted); else it must be new."""
-    import shutil
+def check_output_for_training(out: Path, resume: bool, force: bool, spec=None, records=None,
+                              flag: str = "--output") -> Path:
+    """The output folder of a trainer, before anything loads: --resume continues in it (kept as
+    it is; never a link); otherwise it must be new, empty, or, with --force, an earlier output of
+    the same command (`spec`: what it writes, default a whole-model trainer's), whose `records`
+    (default the loop's: summary, history, checkpoints) are removed now and whose model files
+    the new model replaces (the earlier model may be the run's starting point). A folder holding
+    any other file is refused, --force or not (atomic.py `output_folder_problem`)."""
+    from specbench_cli.errors import UsageError
+    from specbench_cli.training.common.io import check_new_output, check_resume_output, clear_records
+    from specbench_cli.training.common.loop import CKPT_DIR, RUN_RECORDS, checkpoints, trained_model_output
 
-    from specbench_cli.training.common.io import check_new_output
-    from specbench_cli.training.common.loop import CKPT_DIR
-
+    spec = spec or trained_model_output("train")
     if resume:
-        return out.expanduser()
-    out = check_new_output(out, force)
-    if force and (out / CKPT_DIR).is_dir():
-        shutil.rmtree(out / CKPT_DIR)
+        out = check_resume_output(out, flag)
+    else:
+        if not force and not out.expanduser().is_symlink() and checkpoints(out.expanduser()):
+            raise UsageError(f"{out} already has checkpoints; pass --resume to continue, or --force to start over")
+        out = check_new_output(out, force, spec, flag)
+    if (out / CKPT_DIR).is_symlink():
+        from specbench_cli.atomic import link_problem
+
+        raise UsageError(f"{flag}: {link_problem(out / CKPT_DIR)}")
+    if force and not resume and out.is_dir():
+        clear_records(out, spec, RUN_RECORDS if records is None else records)
     return out

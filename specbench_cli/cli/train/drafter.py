@@ -42,19 +42,20 @@ def subclone_cmd(
     layers: int = typer.Option(4, help="Keep the target's first K decoder layers."),
     narrow_ffn: float = typer.Option(1.0, help="Keep this fraction of MLP channels (by weight norm); 1 = all."),
     dtype: str = DTYPE,
-    force: bool = typer.Option(False, help="Overwrite a model already in --output."),
+    force: bool = typer.Option(False, help="Replace a subclone already in --output (a folder holding other files "
+                               "is refused even so)."),
     trust_remote_code: bool = TRUST,
 ):
     """Cut a drafter out of the target: embeddings + first K layers + final norm + lm_head."""
-    from specbench_cli.training.common.io import check_new_output, save_model_folder
+    from specbench_cli.training.common.io import check_new_output, save_model_folder_staged
     from specbench_cli.training.drafter.subclone import subclone, subclone_meta
 
-    out = check_new_output(output, force)
+    out = check_new_output(output, force)  # an earlier subclone's files are replaced when the new one is written
     t0 = time.time()
     lm = load(target, "cpu", dtype, trust_remote_code)
     draft = subclone(lm.model, layers, narrow_ffn)
     meta = subclone_meta(target, lm.resolved, lm.model, draft, narrow_ffn)
-    save_model_folder(draft, lm.tokenizer, out, meta)
+    save_model_folder_staged(draft, lm.tokenizer, out, meta)
     print_table(f"subclone -> {out}", {"layers kept": f"{layers} of {meta['target_layers']}",
                                         "intermediate": meta["intermediate_size"], "params": meta["params"],
                                         "target params": meta["target_params"], "seconds": time.time() - t0})
@@ -74,7 +75,8 @@ def scratch_cmd(
     weight_decay: float = typer.Option(0.1), warmup: int = typer.Option(20), grad_clip: float = typer.Option(1.0),
     save_every: int = typer.Option(100), keep: int = typer.Option(2), seed: int = typer.Option(0),
     resume: bool = typer.Option(False, help="Continue from the latest checkpoint in --output."),
-    force: bool = typer.Option(False, help="Overwrite a model already in --output."),
+    force: bool = typer.Option(False, help="Start over in an --output holding an earlier output of this command "
+                               "(its checkpoints removed; a folder holding other files is refused even so)."),
     device: str = DEVICE, threads: Optional[int] = THREADS, quiet: bool = QUIET,
     trust_remote_code: bool = TRUST,
 ):
@@ -92,12 +94,13 @@ def scratch_cmd(
     )
     from specbench_cli.models.prompting import set_threads
     from specbench_cli.training.common.io import read_text_file
+    from specbench_cli.training.common.loop import trained_model_output
     from specbench_cli.training.drafter.scratch import pretrain_scratch, scratch_config
 
     set_threads(threads)
     check_device(device)
     cfg = train_config(steps, batch_size, lr, weight_decay, warmup, grad_clip, save_every, keep, seed)
-    out = check_output_for_training(output, resume, force)
+    out = check_output_for_training(output, resume, force, trained_model_output("train drafter scratch"))
     body = read_text_file(text, "--text file")
     kind, loc = resolve(tokenizer_from)
     folder = str(converted_gguf_dir(loc)) if kind == "gguf" else loc
@@ -156,6 +159,10 @@ def distill_data_cmd(
     check_template(prompt_template)
     temps = parse_temperatures(temperatures)
     seed_rows = load_seeds(seeds, limit)
+    if output.expanduser().is_symlink():  # appended to: never through a link (before the model loads)
+        from specbench_cli.errors import link_refused
+
+        raise link_refused(output.expanduser())
     if output.expanduser().is_dir():
         raise UsageError(f"--output {output} is a folder; give a .jsonl file path")
     t0 = time.time()
@@ -188,7 +195,8 @@ def finetune_cmd(
                                       "(float16 in RAM: 2 * vocab bytes per response token) instead of every step."),
     save_every: int = typer.Option(50), keep: int = typer.Option(2), seed: int = typer.Option(0),
     resume: bool = typer.Option(False, help="Continue from the latest checkpoint in --output."),
-    force: bool = typer.Option(False, help="Start over in an --output that already holds a model/checkpoints."),
+    force: bool = typer.Option(False, help="Start over in an --output holding an earlier output of this command "
+                               "(its checkpoints removed; a folder holding other files is refused even so)."),
     prompt_template: Optional[str] = DATA_TEMPLATE,
     dtype: str = DTYPE, device: str = DEVICE, threads: Optional[int] = THREADS, quiet: bool = QUIET,
     trust_remote_code: bool = TRUST,
@@ -196,6 +204,7 @@ def finetune_cmd(
     """White-box distillation of the target into the drafter (KLD, TVD or TVD++)."""
     from specbench_cli.models.prompting import set_threads
     from specbench_cli.training.common.io import read_text_file
+    from specbench_cli.training.common.loop import trained_model_output
     from specbench_cli.training.drafter.distill_data import load_training_rows
     from specbench_cli.training.drafter.finetune import check_distill_rows, finetune
     from specbench_cli.training.drafter.losses import LOSSES
@@ -207,7 +216,7 @@ def finetune_cmd(
 
         raise unknown("loss", loss, LOSSES)
     cfg = train_config(steps, batch_size, lr, weight_decay, warmup, grad_clip, save_every, keep, seed)
-    out = check_output_for_training(output, resume, force)
+    out = check_output_for_training(output, resume, force, trained_model_output("train drafter finetune"))
     rows = load_training_rows(data, "distillation file", prompt_template)
     template = check_distill_rows(rows, data, prompt_template)
     target = target or _data_target(rows, data)

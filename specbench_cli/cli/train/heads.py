@@ -7,7 +7,6 @@ from typing import Optional
 
 import typer
 
-from specbench_cli.atomic import output_problem
 from specbench_cli.cli.train.common import (
     DATA_TEMPLATE,
     DEVICE,
@@ -15,6 +14,7 @@ from specbench_cli.cli.train.common import (
     QUIET,
     THREADS,
     check_data_template,
+    check_output_for_training,
     print_table,
 )
 from specbench_cli.errors import UsageError
@@ -64,6 +64,8 @@ def heads_cmd(
                                   "(float32 weights; ~2.5x faster on CPUs with AMX / AVX512-BF16)."),
     save_every: int = typer.Option(50), seed: int = typer.Option(0),
     resume: bool = typer.Option(False, help="Continue from the latest checkpoint in --out."),
+    force: bool = typer.Option(False, "--force", help="Start over in an --out holding an earlier output of this "
+                               "command (its checkpoints removed; a folder holding other files is refused even so)."),
     prompt_template: Optional[str] = DATA_TEMPLATE,
     dtype: str = DTYPE, device: str = DEVICE, threads: Optional[int] = THREADS, quiet: bool = QUIET,
 ):
@@ -72,7 +74,7 @@ def heads_cmd(
     from specbench_cli.models.prompting import set_threads
     from specbench_cli.training.heads.dflash import parse_target_layers
     from specbench_cli.training.heads.eagle3 import parse_feature_layers
-    from specbench_cli.training.heads.train import HeadsRecipe, trainer_hooks
+    from specbench_cli.training.heads.train import HEADS_RECORDS, HeadsRecipe, heads_training_output, trainer_hooks
 
     if heads_count is None:  # the kind's default (an unknown kind is refused by the recipe's check)
         heads_count = trainer_hooks(kind).heads_count if kind in head_kinds.names() else 3
@@ -90,8 +92,8 @@ def heads_cmd(
     data = data.expanduser()
     if not str(data).startswith("hf:") and not data.exists():
         raise UsageError(f"--data not found: {data}")
-    if problem := output_problem(out, folder=True):  # before the target loads and features are built
-        raise UsageError(f"--out: {problem}")
+    # before the target loads and features are built
+    out = check_output_for_training(out, resume, force, heads_training_output(), HEADS_RECORDS, flag="--out")
     if trainer_hooks(kind).reads_layers and target is not None:  # the target's layers, from its header: before any data is read
         from specbench_cli.models.load import declared_layers
 

@@ -30,7 +30,8 @@ def pard_cmd(
     max_len: int = typer.Option(384, help="Max tokens per example (prompt + response; responses are cut)."),
     save_every: int = typer.Option(50), keep: int = typer.Option(2), seed: int = typer.Option(0),
     resume: bool = typer.Option(False, help="Continue from the latest checkpoint in --output."),
-    force: bool = typer.Option(False, help="Start over in an --output that already holds a model/checkpoints."),
+    force: bool = typer.Option(False, help="Start over in an --output holding an earlier output of this command "
+                               "(its checkpoints removed; a folder holding other files is refused even so)."),
     prompt_template: Optional[str] = DATA_TEMPLATE,
     dtype: str = DTYPE, device: str = DEVICE, threads: Optional[int] = THREADS, quiet: bool = QUIET,
     trust_remote_code: bool = TRUST,
@@ -46,6 +47,7 @@ def pard_cmd(
     from specbench_cli.errors import UsageError
     from specbench_cli.models.load import check_device
     from specbench_cli.models.prompting import set_threads
+    from specbench_cli.training.common.loop import trained_model_output
     from specbench_cli.training.drafter.distill_data import load_training_rows
     from specbench_cli.training.drafter.finetune import check_distill_rows
     from specbench_cli.training.drafter.pard import PardRecipe, train_pard
@@ -60,7 +62,7 @@ def pard_cmd(
     if mask_id is not None and mask_id < 0:
         raise UsageError(f"--mask-id must be >= 0, got {mask_id}")
     cfg = train_config(steps, batch_size, lr, weight_decay, warmup, grad_clip, save_every, keep, seed)
-    out = check_output_for_training(output, resume, force)
+    out = check_output_for_training(output, resume, force, trained_model_output("train pard"))
     rows = load_training_rows(data, "training data file", prompt_template)
     template = check_distill_rows(rows, data, prompt_template)
     t0 = time.time()

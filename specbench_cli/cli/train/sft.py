@@ -35,7 +35,8 @@ def sft_cmd(
     holdout: float = typer.Option(0.05, help="Share of instructions held out for the before/after probe."),
     save_every: int = typer.Option(25), keep: int = typer.Option(1), seed: int = typer.Option(0),
     resume: bool = typer.Option(False, help="Continue from the latest checkpoint in --output."),
-    force: bool = typer.Option(False, help="Start over in an --output that already holds a model/checkpoints."),
+    force: bool = typer.Option(False, help="Start over in an --output holding an earlier output of this command "
+                               "(its checkpoints removed; a folder holding other files is refused even so)."),
     lora_rank: Optional[int] = _LORA_RANK, lora_alpha: Optional[float] = _LORA_ALPHA,
     dtype: str = _DTYPE, device: str = typer.Option("cpu", help="cpu | cuda | mps."),
     threads: Optional[int] = typer.Option(None, help="torch CPU threads."),
@@ -57,7 +58,8 @@ def msn_cmd(
     holdout: float = typer.Option(0.05, help="Share of instructions held out for the before/after probe."),
     save_every: int = typer.Option(25), keep: int = typer.Option(1), seed: int = typer.Option(0),
     resume: bool = typer.Option(False, help="Continue from the latest checkpoint in --output."),
-    force: bool = typer.Option(False, help="Start over in an --output that already holds a model/checkpoints."),
+    force: bool = typer.Option(False, help="Start over in an --output holding an earlier output of this command "
+                               "(its checkpoints removed; a folder holding other files is refused even so)."),
     lora_rank: Optional[int] = _LORA_RANK, lora_alpha: Optional[float] = _LORA_ALPHA,
     dtype: str = _DTYPE, device: str = typer.Option("cpu", help="cpu | cuda | mps."),
     threads: Optional[int] = typer.Option(None, help="torch CPU threads."),
@@ -82,9 +84,10 @@ def _run(a: dict, noise) -> None:
     )
     from specbench_cli.models.load import check_device
     from specbench_cli.models.prompting import set_threads
+    from specbench_cli.training.common.loop import trained_model_output
     from specbench_cli.training.drafter.distill_data import load_training_rows
     from specbench_cli.training.drafter.finetune import check_distill_rows, split_rows
-    from specbench_cli.training.sft.lora import check_lora
+    from specbench_cli.training.sft.lora import ADAPTER_FILE, check_lora
     from specbench_cli.training.sft.train import check_autocast, train_sft
 
     set_threads(a["threads"])
@@ -101,7 +104,8 @@ def _run(a: dict, noise) -> None:
     split_rows([], a["holdout"])  # validates --holdout
     cfg = train_config(a["steps"], a["batch_size"], a["lr"], a["weight_decay"], a["warmup"], a["grad_clip"],
                         a["save_every"], a["keep"], a["seed"])
-    out = check_output_for_training(a["output"], a["resume"], a["force"])
+    spec = trained_model_output("train sft" if noise is None else "train msn", (ADAPTER_FILE,))
+    out = check_output_for_training(a["output"], a["resume"], a["force"], spec)
     rows = load_training_rows(a["data"], "training data file", a["prompt_template"])
     template = check_distill_rows(rows, a["data"], a["prompt_template"])
     t0 = time.time()

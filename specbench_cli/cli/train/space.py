@@ -29,7 +29,8 @@ def space_cmd(
     holdout: float = typer.Option(0.05, help="Share of instructions held out for the before/after probe."),
     save_every: int = typer.Option(25), keep: int = typer.Option(1), seed: int = typer.Option(0),
     resume: bool = typer.Option(False, help="Continue from the latest checkpoint in --output."),
-    force: bool = typer.Option(False, help="Start over in an --output that already holds a model/checkpoints."),
+    force: bool = typer.Option(False, help="Start over in an --output holding an earlier output of this command "
+                               "(its checkpoints removed; a folder holding other files is refused even so)."),
     dtype: str = typer.Option("float32", help="Compute dtype: float32 | bfloat16 (autocast; weights stay float32)."),
     device: str = DEVICE, threads: Optional[int] = THREADS, quiet: bool = QUIET,
     prompt_template: Optional[str] = DATA_TEMPLATE,
@@ -45,6 +46,7 @@ def space_cmd(
     from specbench_cli.errors import UsageError
     from specbench_cli.models.load import check_device
     from specbench_cli.models.prompting import set_threads
+    from specbench_cli.training.common.loop import trained_model_output
     from specbench_cli.training.drafter.distill_data import load_training_rows
     from specbench_cli.training.drafter.finetune import check_distill_rows, split_rows
     from specbench_cli.training.sft.train import check_autocast
@@ -60,7 +62,7 @@ def space_cmd(
         raise UsageError(f"--max-len must be >= k + 8 = {k + 8}")
     split_rows([], holdout)  # validates --holdout
     cfg = train_config(steps, batch_size, lr, weight_decay, warmup, grad_clip, save_every, keep, seed)
-    out = check_output_for_training(output, resume, force)
+    out = check_output_for_training(output, resume, force, trained_model_output("train space"))
     rows = load_training_rows(data, "training data file", prompt_template)
     template = check_distill_rows(rows, data, prompt_template)
     t0 = time.time()

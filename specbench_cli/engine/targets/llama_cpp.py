@@ -65,6 +65,20 @@ GGML_TYPES = {"f32": 0, "f16": 1, "bf16": 30}
 CACHE_TYPES = {"float32": "f32", "float16": "f16", "bfloat16": "bf16"}  # --dtype -> the KV cache's type
 
 
+def open_library(path: Path) -> Any:
+    """libllama at `path`, loaded once (`llama_cpp_api.Library`); UsageError (one line, exit 2)
+    for a file that is no shared library, one built for another machine, another library under
+    libllama's name (a missing function) or another llama.cpp release (`check_layout`)."""
+    from specbench_cli.engine.targets.llama_cpp_api import LayoutError, Library
+
+    try:
+        return Library.open(path)
+    except LayoutError as e:
+        raise UsageError(str(e)) from None
+    except OSError as e:
+        raise UsageError(f"cannot load {path}: {e}") from None
+
+
 class _Book:
     """The sequence ids a batch owns (freed when the batch is collected)."""
 
@@ -128,7 +142,7 @@ class LlamaCppTarget(Target):
         asks before any model loads)."""
         from specbench_cli.engines.locate import require_llama_cpp
 
-        require_llama_cpp(library=True)
+        open_library(require_llama_cpp(library=True).library)  # another library by that name: one line here too
 
     @classmethod
     def load(cls, ref: str, *, device: str = "cpu", dtype: str = "float32", **options: Any) -> "LlamaCppTarget":
@@ -139,7 +153,7 @@ class LlamaCppTarget(Target):
         `--threads`), `engine_bin` (the llama.cpp build prefix), `flash_attn` (off by default;
         auto|on), `cache_type` (overrides dtype's), `n_ctx` (at least this many KV cells; by
         default sized from each batch's needs)."""
-        from specbench_cli.engine.targets.llama_cpp_api import LayoutError, Library, ModelParams  # noqa: F401
+        from specbench_cli.engine.targets.llama_cpp_api import ModelParams  # noqa: F401
         from specbench_cli.engines.locate import require_llama_cpp
 
         if device != "cpu":
@@ -163,12 +177,10 @@ class LlamaCppTarget(Target):
             import torch
 
             threads = torch.get_num_threads()
-        try:
-            lib = Library.open(found.library)
-        except LayoutError as e:
-            raise UsageError(str(e)) from None
-        except OSError as e:
-            raise UsageError(f"cannot load {found.library}: {e}") from None
+        lib = open_library(found.library)
+        from specbench_cli.gguf_header import check_gguf
+
+        check_gguf(location)  # a header llama.cpp would abort on (GGML_ASSERT): one line, exit 2
         params = lib.llama_model_default_params()
         params.n_gpu_layers = 0
         model = lib.llama_model_load_from_file(os.fsencode(location), params)

@@ -164,7 +164,10 @@ class Library:
         self.path = path
         self.dll = ctypes.CDLL(str(path), mode=ctypes.RTLD_GLOBAL)
         for name, (restype, argtypes) in _SIGNATURES.items():
-            fn = getattr(self.dll, name)
+            try:
+                fn = getattr(self.dll, name)
+            except AttributeError:  # another library under libllama's name
+                raise LayoutError(f"{path} is not llama.cpp's library (it has no {name})") from None
             fn.restype = restype
             fn.argtypes = argtypes
         self._log_cb = LOG_CALLBACK(self._log)  # kept alive as long as the library

@@ -15,14 +15,23 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from specbench_cli.atomic import atomic_write
+from specbench_cli.atomic import OutputFolder, atomic_write, link_problem, write_staged
 from specbench_cli.errors import RuntimeFailure, UsageError
 from specbench_cli.training.common.checkpoint import list_checkpoints, write_checkpoint
 from specbench_cli.training.common.compute import lr_factor
-from specbench_cli.training.common.io import save_model_folder, write_json
+from specbench_cli.training.common.io import DRAFTER_META, MODEL_FILES, save_model_folder, write_json
 from specbench_cli.training.common.state_io import has_state, load_state, save_state
 
 CKPT_DIR = "checkpoints"
+# what one training run records beside its model: the summary (written last: a finished output's
+# marker), the default history files and the checkpoints
+RUN_RECORDS = ("training.json", "history.jsonl", "loss_curve.png", f"{CKPT_DIR}/step-*")
+
+
+def trained_model_output(command: str, extra: tuple[str, ...] = ()) -> OutputFolder:
+    """The output folder of a trainer of whole models (`train drafter scratch|finetune`, `train
+    sft|msn|space|pard`): a model folder, its record, the run's records, `extra` names."""
+    return OutputFolder(command, "a trained model", "training.json", (*MODEL_FILES, DRAFTER_META, *RUN_RECORDS, *extra))
 
 
 @dataclass
@@ -196,8 +205,9 @@ def train_loop(model: Any, tokenizer: Any, out: Path, cfg: TrainConfig, step_fn:
     scheduler, step, RNG states, history); the last `cfg.keep` are kept. With `resume`, the
     latest checkpoint's weights and state are loaded and training continues at its step (a
     checkpoint already at `cfg.steps` is just exported).
-    At the end the model goes to `out/` (HF folder), with history.jsonl, loss_curve.png and
-    training.json. Returns the training.json dict.
+    At the end the model goes to `out/` (HF folder, written into a fresh folder and renamed into
+    place file by file), with history.jsonl, loss_curve.png and training.json. Returns the
+    training.json dict.
     `save_folder(model, tokenizer, folder, meta)` writes a model folder and `restore(model, ck)`
     loads a checkpoint's weights back (defaults: all weights; LoRA passes its own, sft_lora.py;
     the heads trainer writes heads folders). `second`: a model updated after the main one at
@@ -210,6 +220,8 @@ def train_loop(model: Any, tokenizer: Any, out: Path, cfg: TrainConfig, step_fn:
 
     cfg.validate()
     out = Path(out)
+    if out.is_symlink():
+        raise UsageError(link_problem(out))
     found = check_resume(out, resume)
     torch.manual_seed(cfg.seed)
     random.seed(cfg.seed)
@@ -248,7 +260,8 @@ def train_loop(model: Any, tokenizer: Any, out: Path, cfg: TrainConfig, step_fn:
     if finish is not None:
         summary.update(finish(history))
         model.eval()
-    save_folder(model, tokenizer, out, summary)
+    # staged: a link at one of the folder's names (a resumed folder from elsewhere) is replaced, not followed
+    write_staged(out, lambda stage: save_folder(model, tokenizer, stage, summary))
     write_history(history, out, title)
     write_json(out / "training.json", summary)
     return summary

@@ -20,11 +20,12 @@ Spec-Bench without overlap.
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any, Callable
 
 from specbench_cli import tasks as _tasks_package
-from specbench_cli.errors import UsageError
+from specbench_cli.errors import UsageError, open_no_link
 from specbench_cli.jsonl import read_objects
 from specbench_cli.models.prompting import encode_chat, stop_token_ids, user_turn
 
@@ -219,7 +220,9 @@ def generate_distill_data(model: Any, tokenizer: Any, seeds: list[dict], out_pat
         data_template(old, out_path, template)  # a resumed file keeps one template
         done = {(r.get("id"), float(r.get("temperature", -1))) for r in old}
     written = skipped = 0
-    with out_path.open("a", encoding="utf-8") as f:
+    # appended through a descriptor that never follows a link at the name (refused, exit 2)
+    fd = open_no_link(out_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+    with open(fd, "a", encoding="utf-8") as f:
         for ti, temp in enumerate(temperatures):
             for bi in range(0, len(seeds), batch_size):
                 batch = seeds[bi:bi + batch_size]

@@ -201,14 +201,19 @@ def _save_cache(cache: FeatureCache, out: Path, meta: dict, **extra: Any) -> Fea
     size (sequences, tokens, response tokens, hidden size, float16 features), then `extra`."""
     from safetensors.torch import save_file
 
+    from specbench_cli.atomic import atomic_write
+    from specbench_cli.errors import link_refused
     from specbench_cli.training.common.io import write_json
 
     out = Path(out).expanduser()
+    if out.is_symlink():  # the cache is written into a folder of its own, not into one a link names
+        raise link_refused(out)
     out.mkdir(parents=True, exist_ok=True)
     tensors = {"tokens": cache.tokens, "features": cache.features, "offsets": cache.offsets, "starts": cache.starts}
     if cache.layers is not None:
         tensors.update(layers=cache.layers, top1=cache.top1)
-    save_file(tensors, str(out / FEATURES_FILE))
+    # atomic: a link planted at the name is replaced, never written through
+    atomic_write(out / FEATURES_FILE, lambda tmp: save_file(tensors, str(tmp)))
     cache.meta = {**meta, "kind": cache.kind, "sequences": len(cache), "tokens": int(cache.offsets[-1]),
                   "response_tokens": cache.response_tokens(), "hidden_size": int(cache.features.shape[1]),
                   "feature_dtype": "float16", **extra}

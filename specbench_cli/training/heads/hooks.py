@@ -58,7 +58,9 @@ def cached_vocab(cache: Any, lm_head_weight: torch.Tensor, path: Path | None) ->
         return load_file(str(path))["vocab"]
     vocab = data_vocab(cache, lm_head_weight)
     if path is not None:
-        save_file({"vocab": vocab}, str(path))
+        from specbench_cli.atomic import atomic_write
+
+        atomic_write(path, lambda tmp: save_file({"vocab": vocab}, str(tmp)))  # a link there is replaced
     return vocab
 
 

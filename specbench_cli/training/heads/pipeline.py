@@ -50,6 +50,10 @@ def run_heads(data: Path, out: Path, recipe: HeadsRecipe, features: Path | None,
         cache_dir = (features or default.with_name(default.name + hooks.cache_suffix)).expanduser()
     if not target:
         raise UsageError(f"{data} does not name one target model; pass --target")
+    if rows is not None and cache_dir.is_symlink() and not (cache_dir / FEATURES_FILE).is_file():
+        from specbench_cli.errors import link_refused
+
+        raise link_refused(cache_dir)  # the cache would be written into the folder it names: before the target loads
     if hooks.reads_layers:
         from specbench_cli.models.load import declared_layers
 

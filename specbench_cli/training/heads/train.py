@@ -24,6 +24,7 @@ from typing import Any
 
 import torch
 
+from specbench_cli.atomic import OutputFolder
 from specbench_cli.errors import UsageError
 from specbench_cli.methods.heads import kinds
 from specbench_cli.methods.heads.checkpoint import save_heads
@@ -31,10 +32,20 @@ from specbench_cli.methods.heads.model import count_params
 from specbench_cli.registry import load_ref
 from specbench_cli.training.common.compute import autocast
 from specbench_cli.training.common.io import write_json
-from specbench_cli.training.common.loop import SecondModel, TrainConfig, check_resume, train_loop
+from specbench_cli.training.common.loop import CKPT_DIR, SecondModel, TrainConfig, check_resume, train_loop
 from specbench_cli.training.heads.data import FeatureCache, split_cache
 from specbench_cli.training.heads.hooks import TrainerHooks
 from specbench_cli.training.heads.losses import Discriminator, d_loss, g_adv_loss
+
+# what one run records beside the heads folder (training.json last: a finished output's marker)
+HEADS_RECORDS = ("training.json", "history.json", "curves.png", f"{CKPT_DIR}/step-*")
+
+
+def heads_training_output() -> OutputFolder:
+    """`train heads`'s output folder (atomic.py `OutputFolder`): a heads folder and its run's records."""
+    from specbench_cli.methods.heads.importers import heads_output
+
+    return OutputFolder("train heads", "trained heads", "training.json", (*heads_output().own, *HEADS_RECORDS))
 
 
 def trainer_hooks(kind: str) -> TrainerHooks:
