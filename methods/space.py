@@ -69,7 +69,7 @@ def mask_id_in_folder(folder: Path) -> Optional[int]:
     def read(name: str) -> dict:
         try:
             data = json.loads((folder / name).read_text(encoding="utf-8"))
-        except (OSError, ValueError):
+        except (OSError, ValueError, RecursionError):
             return {}
         return data if isinstance(data, dict) else {}
 

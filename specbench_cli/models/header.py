@@ -5,12 +5,12 @@ checked whole by specbench_cli/gguf_header.py (the llama.cpp target's one reader
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any, Optional
 
 from specbench_cli.errors import UsageError
 from specbench_cli.gguf_header import check_gguf
+from specbench_cli.jsonl import read_json
 
 # config.json keys that name a context length, in the order transformers' families use them
 CONTEXT_KEYS = ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length", "n_ctx")
@@ -44,12 +44,9 @@ def config_context_length(config: dict) -> Optional[int]:
 
 def folder_context_length(folder: Path) -> Optional[int]:
     path = Path(folder) / "config.json"
-    try:
-        config = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
+    if not path.exists() and not path.is_symlink():
         return None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise UsageError(f"{path} is not readable JSON ({str(e).splitlines()[0]})") from None
+    config = read_json(path, "model config")  # bounded: size, UTF-8, nesting; one line naming the file
     if not isinstance(config, dict):
         raise UsageError(f"{path} must hold a JSON object, not {type(config).__name__}")
     return config_context_length(config)

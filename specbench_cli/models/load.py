@@ -189,7 +189,7 @@ def _folder_config(location: str) -> Optional[dict]:
 
     try:
         config = _json.loads((Path(location) / "config.json").read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError):
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError):
         return None
     if not isinstance(config, dict):
         return None
@@ -307,7 +307,7 @@ def needs_remote_code(folder: str) -> Optional[str]:
     for name in ("config.json", "tokenizer_config.json"):
         try:
             data = json.loads((Path(folder) / name).read_text(encoding="utf-8"))
-        except (OSError, ValueError):
+        except (OSError, ValueError, RecursionError):
             continue
         if isinstance(data, dict) and data.get("auto_map") and (
                 name != "config.json" or data.get("model_type") not in CONFIG_MAPPING):

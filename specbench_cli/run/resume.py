@@ -125,6 +125,27 @@ def command_line_settings(given: dict[str, Any], cfg: RunConfig, normalise: dict
     return apply
 
 
+def command_line_only_args(args: list[str]) -> list[str]:
+    """The part of a `run` argument list that `run --resume` must be given again: each RunConfig
+    flag and each `-o/--option METHOD.KEY=VALUE` declared `from_folder=False`, in order (a sweep
+    resuming a half-done job passes its own grid's values, never the folder's)."""
+    flags = {flag for f in dataclasses.fields(RunConfig) if not taken_from_folder(f) and f.name != "method_options"
+             for flag in f.metadata["cli"].flags}
+    option_flags = set(next(f for f in dataclasses.fields(RunConfig) if f.name == "method_options").metadata["cli"].flags)
+    kept: list[str] = []
+    i = 0
+    while i + 1 < len(args):
+        flag, value = args[i], args[i + 1]
+        if flag in flags:
+            kept += [flag, value]
+        elif flag in option_flags and "." in value.split("=", 1)[0]:
+            method, key = value.split("=", 1)[0].rsplit(".", 1)
+            if _split_options({method: {key: None}})[0]:
+                kept += [flag, value]
+        i += 2 if flag.startswith("-") and not value.startswith("-") or flag in flags | option_flags else 1
+    return kept
+
+
 def _split_options(options: dict[str, dict[str, Any]]) -> tuple[dict[str, dict[str, Any]], dict[str, dict[str, Any]]]:
     """(the method options declared `from_folder=False`, the others), each METHOD -> {KEY: VALUE}."""
     only, rest = {}, {}

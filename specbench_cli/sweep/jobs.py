@@ -25,6 +25,7 @@ from typing import Optional
 
 from specbench_cli.atomic import atomic_write
 from specbench_cli.errors import open_no_link
+from specbench_cli.run.resume import command_line_only_args
 
 MANIFEST = "manifest.json"
 SAMPLES = "samples.jsonl"
@@ -134,7 +135,7 @@ def run_job(job: dict, sweep_dir: str, attempt: int = 0) -> dict:
     if state == "finished":
         return {**result, "status": "finished", "run": str(run), "skipped": True, "errors": _error_rows(run)}
     if state == "partial":
-        args = ["run", "--resume", str(run), "--no-report"]
+        args = ["run", "--resume", str(run), "--no-report", *command_line_only_args(job["args"])]
         _drop_foreign_run_lock(run, job_dir, host)
     else:
         args = [*job["args"], "--output-dir", str(job_dir), "--no-report"]

@@ -31,6 +31,7 @@ from typing import Any
 import torch
 
 from specbench_cli.errors import UsageError
+from specbench_cli.jsonl import read_json
 
 STEP_WEIGHT = 0.8  # EAGLE-3's per-step weight 0.8^k
 DEFAULT_DRAFT_VOCAB = 32000  # EAGLE-3's, capped at the target's vocabulary and at the tokens the data has
@@ -234,14 +235,13 @@ def make_eagle3_batch(cache: Any, seqs: list[int], max_len: int | None = None):
 def _build(recipe: Any, target: Any, cache: Any, resume_from: Path | None, vocab_file: Path | None):
     """(head, draft-vocabulary rows of the target LM head [N, h], no separate vocabulary file: the
     head holds its own, summary fields) of an EAGLE-3 run."""
-    import json
-
     layers = feature_layers_for(int(target.config.num_hidden_layers), recipe.feature_layers)
     check_cache(cache, "given to the trainer", layers)
     vocab_size = int(target.config.vocab_size)
     ids = draft_vocabulary(cache, vocab_size, recipe.draft_vocab)
     if resume_from is not None:
-        saved = json.loads((resume_from / "config.json").read_text()).get("draft_vocab_size")
+        saved = read_json(resume_from / "config.json", "checkpoint config")
+        saved = saved.get("draft_vocab_size") if isinstance(saved, dict) else None
         if saved != int(ids.shape[0]):
             raise UsageError(f"--resume: checkpoint {resume_from.name} has a draft vocabulary of {saved} tokens, "
                              f"this run {ids.shape[0]}: give the same --draft-vocab")
