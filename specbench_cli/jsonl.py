@@ -128,7 +128,12 @@ def read_lines(path: Path, opener=open, what: str = "input file") -> list[str]:
     """The lines of a UTF-8 text file read through `read_text` (its guards, one UsageError naming
     the file and line). `opener` may be `gzip.open`: the size bound then holds for the
     decompressed text too."""
-    return read_text(path, what, opener=opener).splitlines()
+    # "\n" only: str.splitlines also splits at U+2028, U+0085, \x1c-\x1e, \v and \f, which JSON
+    # strings may hold unescaped, and a line would be cut in two
+    lines = read_text(path, what, opener=opener).split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    return [line[:-1] if line.endswith("\r") else line for line in lines]
 
 
 def guard(path: str | Path, what: str, max_bytes: Optional[int] = None) -> Path:

@@ -119,5 +119,7 @@ class BatchRunner(Runner):
                                             prompt_tokens=len(prompt_ids), batch_id=batch_id)
             for i in members:
                 if i in rows:
-                    row = self.record(rows[i], ar_rows)
+                    row = self.record(rows[i], ar_rows)  # the store may have made it an error row
+                    if row["status"] != "ok":
+                        failed.setdefault(i, row["error"])
                     messages[i].append({"role": "assistant", "content": row["output_text"]})

@@ -194,7 +194,8 @@ class Runner:
                 except Exception as e:  # noqa: BLE001 - a failing sample is recorded, never hidden
                     failed = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
                     row = self._row(name, method, q, turn, repeat, error=failed, prompt_tokens=len(prompt_ids))
-            self.record(row, ar_rows)
+            self.record(row, ar_rows)  # a row the store refuses (NaN, negative) is stored as an error row
+            failed = failed or (row["error"] if row["status"] != "ok" else None)
             messages.append({"role": "assistant", "content": row["output_text"]})
 
     def _remember(self, name: str, row: dict) -> None:

@@ -279,3 +279,32 @@ def test_a_nan_from_a_decoder_becomes_an_error_row_and_the_run_goes_on(tiny_mode
     code, _, err = cli(["run", "--resume", str(run), "--no-report", "--retry-errors"], capsys)
     assert code == 0, err
     assert all(r["status"] == "ok" for r in load_run(run).rows)
+
+
+def test_after_a_turn_stored_as_an_error_row_the_later_turns_are_not_run(tiny_model_dir, tmp_path, capsys,
+                                                                         monkeypatch):
+    """A two-turn question (`refine`) whose first turn the store turns into an error row: the second
+    turn is not run on an empty answer as history; it says why, as after any failed turn."""
+    from specbench_cli.run.runner import Runner
+
+    real = Runner._generate
+    calls = []
+
+    def poisoned(self, method, prompt_ids, seed, max_new):
+        gen = real(self, method, prompt_ids, seed, max_new)
+        if method.name == "pld":
+            calls.append(len(prompt_ids))
+            gen.prefill_time = NAN
+        return gen
+
+    monkeypatch.setattr(Runner, "_generate", poisoned)
+    code, _, err = cli(["run", "--model", str(tiny_model_dir), "--methods", "pld", "--tasks", "refine", "--limit", "1",
+                        "--max-new-tokens", "4", "--output-dir", str(tmp_path), "--no-report", "--bc", "4"], capsys)
+    assert code == 1, err
+    pld = [r for r in run_rows(only_run_dir(tmp_path)) if r["method"] == "pld"]
+    first, second = [r for r in pld if r["turn"] == 0], [r for r in pld if r["turn"] == 1]
+    assert first and len(second) == len(first)
+    assert len(calls) <= len(first) + 1  # only first turns were decoded (and the untimed warm-up)
+    assert all(r["error"].startswith("InvalidRow") for r in first)
+    assert all(r["status"] == "error" and r["error"].startswith("not run: an earlier turn failed (InvalidRow")
+               for r in second)

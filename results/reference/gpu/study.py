@@ -65,10 +65,11 @@ TINY_7B_STANDIN = {**VICUNA_7B_SHAPE, "vocab_size": 512, "hidden_size": 64, "int
                    "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 4}
 
 FULL = dict(limit=3, categories=None, max_new=128, bc=10, lossless=METHODS, cost_q=64, cost_repeats=5, cost_warmup=3,
-            seeds=64, seed_tokens=128, seed_batch=32, head_steps=300, shape=VICUNA_7B_SHAPE, untimed_s=180, deadline_s=470)
+            seeds=64, seed_tokens=128, seed_batch=32, head_steps=300, shape=VICUNA_7B_SHAPE, untimed_s=180, deadline_s=470,
+            forward="auto")
 QUICK = dict(limit=1, categories="qa,math_reasoning", max_new=16, bc=10, lossless="ar", cost_q=4, cost_repeats=1,
              cost_warmup=1, seeds=4, seed_tokens=16, seed_batch=4, head_steps=4, shape=TINY_7B_STANDIN, untimed_s=1800,
-             deadline_s=None)
+             deadline_s=None, forward="sdpa")  # a GPU's forward (`auto` is `sdpa` there); no CPU kernel timing
 
 
 class Clock:
@@ -126,7 +127,8 @@ def train_heads(model: str, device: str, cfg: dict, folder: Path, clock: Clock) 
 
 def run_methods(model: str, device: str, dtype: str, heads: str, cfg: dict, out: Path, clock: Clock) -> dict:
     """`specbench run` of METHODS on the 18 questions in `dtype`, and its markdown report."""
-    size = ["--limit", str(cfg["limit"]), "--max-new-tokens", str(cfg["max_new"]), "--bc", str(cfg["bc"])]
+    size = ["--limit", str(cfg["limit"]), "--max-new-tokens", str(cfg["max_new"]), "--bc", str(cfg["bc"]),
+            "--forward", cfg["forward"]]
     size += ["--categories", cfg["categories"]] if cfg["categories"] else []
     rc, took = check.sh([*check.specbench(), "run", "--tasks", "spec_bench", "--questions", check.rel(QUESTIONS),
                          *size, "--methods", METHODS, "-o", f"medusa.heads={heads}", "--device", device, "--dtype",
@@ -146,8 +148,9 @@ def run_methods(model: str, device: str, dtype: str, heads: str, cfg: dict, out:
 def cost_curve(model: str, device: str, dtype: str, cfg: dict, out: Path, clock: Clock) -> dict:
     """`specbench cost --max-q 64` of the study's model in `dtype`."""
     rc, took = check.sh([*check.specbench(), "cost", "--device", device, "--dtype", dtype, "--model", model,
-                         "--max-q", str(cfg["cost_q"]), "--repeats", str(cfg["cost_repeats"]), "--warmup",
-                         str(cfg["cost_warmup"]), "--refresh", "--json", f"cost-{dtype}.json", "--plot", f"cost-{dtype}.png"],
+                         "--forward", cfg["forward"], "--max-q", str(cfg["cost_q"]), "--repeats",
+                         str(cfg["cost_repeats"]), "--warmup", str(cfg["cost_warmup"]), "--refresh",
+                         "--json", f"cost-{dtype}.json", "--plot", f"cost-{dtype}.png"],
                         out / f"cost-{dtype}.log", timeout=clock.left())
     step: dict[str, Any] = {"exit": rc, "seconds": round(took, 1)}
     if rc == 0:
