@@ -87,6 +87,16 @@ def test_a_wheelhouse_is_installed_offline_without_dependencies(tmp_path):
     assert res.stdout.strip().splitlines()[-1] == str(Path(specbench_cli.__file__).resolve().parent)
 
 
+def test_the_check_itself_refuses_the_source_folder(tmp_path):
+    """check.py run directly from the repository root by a Python without specbench installed:
+    one error line, exit 2, before any output folder or model is made."""
+    out = tmp_path / "check"
+    res = subprocess.run([sys.executable, "-S", str(GPU / "check.py"), "--device", "cpu", "--quick", "--out", str(out)],
+                         cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert res.returncode == 2 and res.stderr.startswith("error: specbench is not installed")
+    assert len(res.stderr.strip().splitlines()) == 1 and not out.exists()
+
+
 @pytest.mark.parametrize("house", ["missing", "no-specbench-wheel"])
 def test_a_wheelhouse_without_this_project_is_one_error_line(tmp_path, house):
     bare = fake_python(tmp_path, 'exec REAL -S "$@"')
@@ -125,12 +135,14 @@ def test_the_tests_must_have_imported_the_installed_package(tmp_path):
     assert f"specbench_cli imported from: {planted}" in right.stdout
 
 
-def test_commands_never_run_where_a_specbench_cli_could_be_imported(tmp_path):
+def test_commands_never_run_where_a_specbench_cli_could_be_imported(tmp_path, capsys):
     check = load_study().check
     (tmp_path / "specbench_cli").mkdir()
     with pytest.raises(SystemExit) as stop:
         check.use_folder(tmp_path)
-    assert str(stop.value.code).startswith("error: --out ") and check.WORKDIR != tmp_path
+    err = capsys.readouterr().err
+    assert stop.value.code == 2 and err.startswith("error: --out ") and len(err.splitlines()) == 1
+    assert check.WORKDIR != tmp_path
     clean = (tmp_path / "study").resolve()
     check.use_folder(clean)
     assert check.WORKDIR == clean

@@ -65,6 +65,12 @@ LOSSLESS_TESTS = [ROOT / "tests" / "methods" / "test_lossless.py", ROOT / "tests
 WORKDIR: Optional[Path] = None
 
 
+def usage_error(message: str) -> SystemExit:
+    """One `error:` line on stderr; raise the result: exit status 2."""
+    print(f"error: {message}", file=sys.stderr)
+    return SystemExit(2)
+
+
 def installed_package() -> Path:
     """The folder of the `specbench_cli` this Python imports, once its `methods` and `tasks` import
     too (a checkout's source folder has neither); exit 2 with one line otherwise."""
@@ -72,8 +78,8 @@ def installed_package() -> Path:
         import specbench_cli.methods  # noqa: F401
         import specbench_cli.tasks  # noqa: F401
     except ImportError as e:
-        sys.exit(f"error: specbench is not installed for {sys.executable} ({e}): pip install --no-deps the "
-                 f"built wheel, or run benchmarks/gpu/check.sh with WHEELHOUSE set")
+        raise usage_error(f"specbench is not installed for {sys.executable} ({e}): pip install --no-deps the "
+                          f"built wheel, or run benchmarks/gpu/check.sh with WHEELHOUSE set") from None
     import specbench_cli
 
     return Path(specbench_cli.__file__).resolve().parent
@@ -92,8 +98,8 @@ def use_folder(out: Path) -> None:
     global WORKDIR
     out.mkdir(parents=True, exist_ok=True)
     if (out / "specbench_cli").exists() or (out / "specbench_cli.py").exists():
-        sys.exit(f"error: --out {out} holds a specbench_cli: the commands run there and would import it "
-                 f"instead of the installed package; choose another folder")
+        raise usage_error(f"--out {out} holds a specbench_cli: the commands run there and would import it "
+                          f"instead of the installed package; choose another folder")
     WORKDIR = out
 
 
