@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 import torch
 from helpers.cli import cli
+from helpers.victims import untouched, victim
 
 from specbench_cli.atomic import (
     OutputFolder,
@@ -28,19 +29,6 @@ from specbench_cli.atomic import (
 
 ROOT = Path(__file__).resolve().parents[1]
 SPEC = OutputFolder("demo", "a demo output", "done.json", ("done.json", "data.bin", "model-*.bin", "checkpoints/step-*"))
-
-
-def _victim(tmp_path: Path) -> tuple[Path, Path]:
-    """A file and a folder outside every output folder, which a planted link names."""
-    outside = tmp_path / "outside"
-    (outside / "folder").mkdir(parents=True)
-    (outside / "file.txt").write_text("precious")
-    (outside / "folder" / "keep.txt").write_text("precious too")
-    return outside / "file.txt", outside / "folder"
-
-
-def _untouched(file: Path, folder: Path) -> bool:
-    return file.read_text() == "precious" and sorted(p.name for p in folder.iterdir()) == ["keep.txt"]
 
 
 def _one_error_line(err: str) -> str:
@@ -75,7 +63,7 @@ def test_missing_empty_unfinished_finished_and_replaced(tmp_path):
 
 
 def test_a_link_as_the_folder_is_refused_with_or_without_force(tmp_path):
-    _, folder = _victim(tmp_path)
+    _, folder = victim(tmp_path)
     link = tmp_path / "out"
     link.symlink_to(folder, target_is_directory=True)
     for force in (False, True):
@@ -83,7 +71,7 @@ def test_a_link_as_the_folder_is_refused_with_or_without_force(tmp_path):
 
 
 def test_clear_removes_only_own_names_and_links_as_links(tmp_path):
-    file, folder = _victim(tmp_path)
+    file, folder = victim(tmp_path)
     out = tmp_path / "out"
     (out / "checkpoints" / "step-0000001").mkdir(parents=True)
     (out / "checkpoints" / "step-0000001" / "w.bin").write_text("x")
@@ -98,11 +86,11 @@ def test_clear_removes_only_own_names_and_links_as_links(tmp_path):
     assert sorted(p.name for p in (out / "checkpoints").iterdir()) == ["other", "step-0000001", "step-0000002.tmp"]
     (out / "checkpoints" / "other").rmdir()
     assert clear_output(out, SPEC) == ["notes.txt"]  # now all its own: removed entry by entry, links as links
-    assert _untouched(file, folder)
+    assert untouched(file, folder)
 
 
 def test_install_refuses_other_files_and_links_and_changes_nothing(tmp_path):
-    file, folder = _victim(tmp_path)
+    file, folder = victim(tmp_path)
     new = tmp_path / "new"
     new.mkdir()
     (new / "done.json").write_text("new")
@@ -115,22 +103,22 @@ def test_install_refuses_other_files_and_links_and_changes_nothing(tmp_path):
     link.symlink_to(folder, target_is_directory=True)
     with pytest.raises(FileExistsError, match="symbolic link"):
         install_folder(new, link, SPEC)
-    assert (out / "notes.txt").read_text() == "mine" and (new / "done.json").exists() and _untouched(file, folder)
+    assert (out / "notes.txt").read_text() == "mine" and (new / "done.json").exists() and untouched(file, folder)
     old = tmp_path / "old"
     old.mkdir()
     (old / "data.bin").symlink_to(file)  # an earlier output with a link planted at one of its names
     install_folder(new, old, SPEC)
-    assert sorted(p.name for p in old.iterdir()) == ["done.json"] and _untouched(file, folder)
+    assert sorted(p.name for p in old.iterdir()) == ["done.json"] and untouched(file, folder)
 
 
 def test_write_staged_replaces_a_planted_link(tmp_path):
-    file, folder = _victim(tmp_path)
+    file, folder = victim(tmp_path)
     out = tmp_path / "out"
     out.mkdir()
     (out / "config.json").symlink_to(file)
     write_staged(out, lambda stage: (stage / "config.json").write_text("new"))
     assert not (out / "config.json").is_symlink() and (out / "config.json").read_text() == "new"
-    assert sorted(p.name for p in out.iterdir()) == ["config.json"] and _untouched(file, folder)
+    assert sorted(p.name for p in out.iterdir()) == ["config.json"] and untouched(file, folder)
 
 
 # ----------------------------------------------------------------------------- heads import
@@ -163,13 +151,13 @@ def test_heads_import_never_replaces_a_folder_of_other_files(tmp_path, capsys, f
 
 def test_heads_import_refuses_a_link_as_out(tmp_path, capsys):
     src = _published_medusa(tmp_path / "src")
-    file, folder = _victim(tmp_path)
+    file, folder = victim(tmp_path)
     link = tmp_path / "heads"
     link.symlink_to(folder, target_is_directory=True)
     for extra in ([], ["--force"]):
         code, _, err = cli(["heads", "import", str(src), "--out", str(link), *extra], capsys)
         assert code == 2 and "symbolic link" in _one_error_line(err)
-    assert link.is_symlink() and _untouched(file, folder)
+    assert link.is_symlink() and untouched(file, folder)
 
 
 def test_heads_import_force_replaces_its_own_files_only_and_unlinks_links(tmp_path, capsys):
@@ -178,7 +166,7 @@ def test_heads_import_force_replaces_its_own_files_only_and_unlinks_links(tmp_pa
     code, _, err = cli(["heads", "import", str(src), "--out", str(out)], capsys)
     assert code == 0, err
     names = sorted(p.name for p in out.iterdir())
-    file, folder = _victim(tmp_path)
+    file, folder = victim(tmp_path)
     weights = next(p for p in out.iterdir() if p.suffix == ".safetensors")
     weights.unlink()
     weights.symlink_to(file)  # planted at one of the folder's own names
@@ -187,7 +175,7 @@ def test_heads_import_force_replaces_its_own_files_only_and_unlinks_links(tmp_pa
     code, _, err = cli(["heads", "import", str(src), "--out", str(out), "--force"], capsys)
     assert code == 0, err
     assert sorted(p.name for p in out.iterdir()) == names and not weights.is_symlink()
-    assert _untouched(file, folder)
+    assert untouched(file, folder)
 
 
 # ----------------------------------------------------------------------------- datastore build
@@ -212,13 +200,13 @@ def test_datastore_build_never_replaces_a_folder_of_other_files(tmp_path, capsys
 
 
 def test_datastore_build_refuses_a_link_as_out(tmp_path, capsys):
-    file, folder = _victim(tmp_path)
+    file, folder = victim(tmp_path)
     link = tmp_path / "ds"
     link.symlink_to(folder, target_is_directory=True)
     code, _, err = cli(["datastore", "build", "--from", str(_corpus(tmp_path)), "--out", str(link), "--force",
                         "--model", str(tmp_path / "no-model")], capsys)
     assert code == 2 and "symbolic link" in _one_error_line(err)
-    assert link.is_symlink() and _untouched(file, folder)
+    assert link.is_symlink() and untouched(file, folder)
 
 
 def test_datastore_force_replaces_its_own_files_and_unlinks_a_planted_link(tiny_model_dir, tmp_path, capsys):
@@ -229,13 +217,13 @@ def test_datastore_force_replaces_its_own_files_and_unlinks_a_planted_link(tiny_
     code, _, err = cli(args, capsys)
     assert code == 0, err
     names = sorted(p.name for p in out.iterdir())
-    file, folder = _victim(tmp_path)
+    file, folder = victim(tmp_path)
     (out / store.TOKENS).unlink()
     (out / store.TOKENS).symlink_to(file)
     code, _, err = cli([*args, "--force"], capsys)
     assert code == 0, err
     assert sorted(p.name for p in out.iterdir()) == names and not (out / store.TOKENS).is_symlink()
-    assert store.read_meta(out)["entries"] == 2 and _untouched(file, folder)
+    assert store.read_meta(out)["entries"] == 2 and untouched(file, folder)
 
 
 # ----------------------------------------------------------------------------- training commands
@@ -268,14 +256,14 @@ def test_every_trainer_refuses_a_folder_of_other_files_and_a_link(tmp_path, monk
     out = tmp_path / "Documents"
     out.mkdir()
     (out / "thesis.tex").write_text("years of work")
-    file, folder = _victim(tmp_path)
+    file, folder = victim(tmp_path)
     link = tmp_path / "link"
     link.symlink_to(folder, target_is_directory=True)
     for target, extra, why in ((out, [], "does not write"), (out, ["--force"], "does not write"),
                                (link, [], "symbolic link"), (link, ["--force"], "symbolic link")):
         code, err = _train(command(target) + extra, capsys)
         assert code == 2 and why in _one_error_line(err)  # refused before any model or data loads
-    assert [p.name for p in out.iterdir()] == ["thesis.tex"] and _untouched(file, folder)
+    assert [p.name for p in out.iterdir()] == ["thesis.tex"] and untouched(file, folder)
 
 
 def test_scratch_force_over_planted_checkpoint_links_writes_none_through_them(tmp_path, tiny_model_dir, capsys):
@@ -284,7 +272,7 @@ def test_scratch_force_over_planted_checkpoint_links_writes_none_through_them(tm
     `--keep 1` rotates without following or failing, and the links' folder is untouched."""
     text = tmp_path / "text.txt"
     text.write_text("the cat sat on the mat and the dog sat on the log " * 10)
-    file, folder = _victim(tmp_path)
+    file, folder = victim(tmp_path)
     out = tmp_path / "drafter"
     (out / "checkpoints").mkdir(parents=True)
     (out / "checkpoints" / "step-0000001.tmp").symlink_to(folder, target_is_directory=True)
@@ -299,25 +287,25 @@ def test_scratch_force_over_planted_checkpoint_links_writes_none_through_them(tm
     ckpts = sorted((out / "checkpoints").iterdir())
     assert [p.name for p in ckpts] == ["step-0000002"] and not ckpts[0].is_symlink()
     assert not (out / "config.json").is_symlink() and json.loads((out / "training.json").read_text())["steps_done"] == 2
-    assert _untouched(file, folder)
+    assert untouched(file, folder)
 
 
 # ----------------------------------------------------------------------------- other writers
 
 def test_distill_data_refuses_a_link_as_its_output(tmp_path, capsys):
-    file, folder = _victim(tmp_path)
+    file, folder = victim(tmp_path)
     link = tmp_path / "data.jsonl"
     link.symlink_to(file)
     code, err = _train(["drafter", "distill-data", "--target", "no-model", "-o", link], capsys)
     assert code == 2 and "symbolic link" in _one_error_line(err)
-    assert _untouched(file, folder)
+    assert untouched(file, folder)
 
 
 def test_feature_cache_is_never_written_through_a_link(tmp_path):
     from specbench_cli.errors import UsageError
     from specbench_cli.training.heads.data import FEATURES_FILE, FeatureCache, _save_cache
 
-    file, folder = _victim(tmp_path)
+    file, folder = victim(tmp_path)
     cache = FeatureCache(tokens=torch.tensor([2, 5, 6], dtype=torch.int32), features=torch.zeros(3, 4, dtype=torch.float16),
                          offsets=torch.tensor([0, 3]), starts=torch.tensor([1]), meta={})
     link = tmp_path / "linked.features"
@@ -328,7 +316,7 @@ def test_feature_cache_is_never_written_through_a_link(tmp_path):
     own.mkdir()
     (own / FEATURES_FILE).symlink_to(file)
     _save_cache(cache, own, {})
-    assert not (own / FEATURES_FILE).is_symlink() and _untouched(file, folder)
+    assert not (own / FEATURES_FILE).is_symlink() and untouched(file, folder)
 
 
 def test_study_result_files_replace_a_planted_link(tmp_path, monkeypatch):
@@ -336,13 +324,13 @@ def test_study_result_files_replace_a_planted_link(tmp_path, monkeypatch):
     sys.modules.pop("bench_json", None)
     import bench_json
 
-    file, folder = _victim(tmp_path)
+    file, folder = victim(tmp_path)
     for name, write in (("r.json", lambda out: bench_json.write_result({"a": 1}, out)),
                         ("t.md", lambda out: bench_json.write_table(["| a |"], out))):
         (tmp_path / name).symlink_to(file)
         write(tmp_path / name)
         assert not (tmp_path / name).is_symlink() and (tmp_path / name).read_text().strip()
-    assert _untouched(file, folder)
+    assert untouched(file, folder)
 
 
 def _plain_writes(path: Path) -> list[str]:

@@ -10,22 +10,11 @@ from pathlib import Path
 import pytest
 import torch
 from helpers.tiny import make_model, make_tokenizer
+from helpers.victims import untouched, victim
 
 from specbench_cli.atomic import atomic_write
 from specbench_cli.errors import UsageError
 from specbench_cli.training.common.checkpoint import list_checkpoints, write_checkpoint
-
-
-def _victim(tmp_path: Path) -> tuple[Path, Path]:
-    outside = tmp_path / "outside"
-    (outside / "folder").mkdir(parents=True)
-    (outside / "file.txt").write_text("precious")
-    (outside / "folder" / "keep.txt").write_text("precious too")
-    return outside / "file.txt", outside / "folder"
-
-
-def _untouched(file: Path, folder: Path) -> bool:
-    return file.read_text() == "precious" and sorted(p.name for p in folder.iterdir()) == ["keep.txt"]
 
 
 def _write(folder: Path) -> None:
@@ -37,19 +26,19 @@ def _complete(folder: Path) -> bool:
 
 
 def test_a_link_at_the_temporary_name_never_receives_the_checkpoint(tmp_path):
-    file, folder = _victim(tmp_path)
+    file, folder = victim(tmp_path)
     root = tmp_path / "checkpoints"
     root.mkdir()
     (root / "step-0000001.tmp").symlink_to(folder, target_is_directory=True)
     ck = write_checkpoint(root, 1, _write, keep=2, complete=_complete)
     assert ck.is_dir() and not ck.is_symlink() and (ck / "state.json").is_file()
-    assert sorted(p.name for p in root.iterdir()) == ["step-0000001"] and _untouched(file, folder)
+    assert sorted(p.name for p in root.iterdir()) == ["step-0000001"] and untouched(file, folder)
 
 
 def test_rotation_neither_follows_nor_fails_on_links(tmp_path):
     """`--keep 1`: a link at an older step's name is no checkpoint (never resumed from, never
     removed through); one at the name being saved is unlinked and replaced."""
-    file, folder = _victim(tmp_path)
+    file, folder = victim(tmp_path)
     root = tmp_path / "checkpoints"
     root.mkdir()
     (folder / "state.json").write_text("{}")  # the link's folder even looks like a checkpoint
@@ -61,16 +50,16 @@ def test_rotation_neither_follows_nor_fails_on_links(tmp_path):
     assert [p.name for p in list_checkpoints(root, _complete)] == ["step-0000003"]
     assert not (root / "step-0000003").is_symlink() and (root / "step-0000001").is_symlink()
     (folder / "state.json").unlink()
-    assert _untouched(file, folder)
+    assert untouched(file, folder)
 
 
 def test_a_link_as_the_checkpoints_folder_is_refused(tmp_path):
-    file, folder = _victim(tmp_path)
+    file, folder = victim(tmp_path)
     root = tmp_path / "checkpoints"
     root.symlink_to(folder, target_is_directory=True)
     with pytest.raises(UsageError, match="symbolic link"):
         write_checkpoint(root, 1, _write, keep=1, complete=_complete)
-    assert list_checkpoints(root, _complete) == [] and _untouched(file, folder)
+    assert list_checkpoints(root, _complete) == [] and untouched(file, folder)
 
 
 def test_resuming_a_folder_with_planted_links_writes_none_through_them(tmp_path):
@@ -97,7 +86,7 @@ def test_resuming_a_folder_with_planted_links_writes_none_through_them(tmp_path)
 
     out = tmp_path / "run"
     run(1, resume=False)
-    file, folder = _victim(tmp_path)
+    file, folder = victim(tmp_path)
     for name in ("config.json", "model.safetensors", "tokenizer.json", "training.json", "history.jsonl"):
         (out / name).unlink()
         (out / name).symlink_to(file)
@@ -106,4 +95,4 @@ def test_resuming_a_folder_with_planted_links_writes_none_through_them(tmp_path)
     assert summary["resumed_from"] == 1 and json.loads((out / "training.json").read_text())["steps_done"] == 2
     assert not any(p.is_symlink() for p in out.iterdir())
     assert [p.name for p in (out / "checkpoints").iterdir()] == ["step-0000002"]
-    assert _untouched(file, folder)
+    assert untouched(file, folder)

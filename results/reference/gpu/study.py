@@ -54,6 +54,14 @@ ROOT = HERE.parents[2]
 sys.path.insert(0, str(ROOT / "benchmarks" / "gpu"))
 import check  # noqa: E402  (benchmarks/gpu/check.py: the GPU check's steps)
 
+
+def _write(path: Path, text: str) -> None:
+    """Write a result file atomically (a link planted at its name is replaced, never written
+    through); specbench is imported here, once the route has made sure it is installed."""
+    from specbench_cli.atomic import atomic_write
+
+    atomic_write(path, text)
+
 QUESTIONS = HERE / "spec-bench-18.jsonl"
 METHODS = "ar,pld,samd,suffix,recycling,lookahead,tr-jacobi,medusa"
 DTYPES = ("float32", "bfloat16")
@@ -191,7 +199,7 @@ def shape_cost(shape: dict, device: str, dtype: str, cfg: dict, out: Path, name:
     key = {"model": name, "shape": shape, "device": device, "dtype": dtype, "context": 400, "torch": torch.__version__}
     curve = measure_curve(model, cfg["cost_q"], 400, cfg["cost_repeats"], cfg["cost_warmup"], key=key)
     record = {**curve.to_dict(), "params": params, "build_seconds": round(built, 1)}
-    (out / f"cost-{name}-{dtype}.json").write_text(json.dumps(record, indent=1), encoding="utf-8")
+    _write(out / f"cost-{name}-{dtype}.json", json.dumps(record, indent=1))
     plot_curve(curve, out / f"cost-{name}-{dtype}.png",
                title=f"{name} (random weights, {params / 1e9:.2f} B parameters) · {device} · {dtype} · context 400")
     del model
@@ -288,7 +296,7 @@ def in_process(step: Callable[[], dict], log: Path) -> dict:
     except Exception as e:  # noqa: BLE001 - one step's failure is recorded; the others still run
         import traceback
 
-        log.write_text(traceback.format_exc(), encoding="utf-8")
+        _write(log, traceback.format_exc())
         result = {"exit": 1, "error": f"{type(e).__name__}: {e}"}
     result.setdefault("seconds", round(time.perf_counter() - start, 1))
     print(f"  {'ok' if result['exit'] == 0 else 'exit ' + str(result['exit'])} in {result['seconds']:.0f} s: "
@@ -350,7 +358,7 @@ def main() -> int:
     out = a.out.resolve()
     check.use_folder(out)
     env = check.environment(a.device, pkg)
-    (out / "env.json").write_text(json.dumps(env, indent=1), encoding="utf-8")
+    _write(out / "env.json", json.dumps(env, indent=1))
     print(f"specbench GPU study on {env.get('gpu') or env.get('cpu')} (torch {env['torch']}, transformers "
           f"{env['transformers']}, specbench_cli {env['package']['kind']} at {pkg}) -> {out}", flush=True)
     if a.model:
@@ -393,8 +401,8 @@ def main() -> int:
 
     summary["seconds"] = round(clock.elapsed(), 1)
     summary["runs"] = [steps[f"run_{d}"]["run"] for d in DTYPES if steps.get(f"run_{d}", {}).get("run")]
-    (out / "summary.json").write_text(json.dumps(summary, indent=1), encoding="utf-8")
-    (out / "summary.md").write_text(markdown(summary, out), encoding="utf-8")
+    _write(out / "summary.json", json.dumps(summary, indent=1))
+    _write(out / "summary.md", markdown(summary, out))
     failed = check.failed_steps(steps)
     print(f"summary: {out / 'summary.md'} ({summary['seconds']:.0f} s)"
           + (f"; failed: {', '.join(failed)}" if failed else "; every step passed"))
