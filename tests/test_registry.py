@@ -130,7 +130,7 @@ def test_an_installed_package_adds_a_format_a_task_source_a_head_kind_and_a_targ
     assert "letters:WORD" in [s.usage for s in tasks.sources()]
     assert "eagle-twin" in kinds.names() and kinds.get("eagle-twin").name == "eagle-twin"
     assert "eagle-twin" in [k.name for k in kinds.kinds()]  # heads folders of the kind are recognised
-    assert targets.names() == ["hf", "llama.cpp", "not-a-target"]
+    assert targets.names() == ["hf", "llama.cpp", "zero-cost", "not-a-target"]
     with pytest.raises(UsageError, match="target 'not-a-target' .* is not a subclass of"):
         targets.get("not-a-target")
 

@@ -45,13 +45,32 @@ def drafter(name: str, target, budget: int = 10):
     return methods.get(name).create(MethodContext(target, None, budget=budget))
 
 
-def test_registered_and_listed(capsys):
+def test_registered_and_listed(capsys, tmp_path):
     code, out, _ = cli(["list", "targets"], capsys)
     assert code == 0 and "zero-cost" in out
     cls = targets.get("zero-cost")
     assert cls is ZeroCostTarget
     loaded = cls.load("any-model", vocab=VOCAB)
     assert isinstance(loaded, ZeroCostTarget) and loaded.vocab_size == VOCAB
+    (tmp_path / "config.json").write_text(json.dumps({"vocab_size": 300}))
+    assert cls.load("alias", resolved=str(tmp_path)).vocab_size == 300  # the model's own vocabulary
+    assert cls.load(str(tmp_path / "missing")).vocab_size == 32000
+
+
+def test_a_run_on_the_zero_cost_target(tiny_model_dir, tmp_path, capsys, isolated_cache):
+    """`specbench run --target zero-cost`: the run's tokenizer, the target's answers, lossless
+    methods equal to AR."""
+    from helpers.cli import only_run_dir, run_rows
+
+    out = tmp_path / "runs"
+    code, _, err = cli(["run", "--target", "zero-cost", "--model", str(tiny_model_dir), "--methods", "ar,pld",
+                        "--limit", "1", "--categories", "mt_bench", "--max-new-tokens", "12", "--output-dir",
+                        str(out), "--threads", "1", "--no-report"], capsys)
+    assert code == 0, err
+    rows = run_rows(only_run_dir(out))
+    by = {r["method"]: r for r in rows}
+    assert set(by) == {"ar", "pld"} and by["ar"]["new_tokens"] > 0
+    assert by["pld"]["output_ids"] == by["ar"]["output_ids"]
 
 
 def test_ar_produces_the_targets_own_answer():

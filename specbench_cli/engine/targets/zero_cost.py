@@ -30,14 +30,17 @@ CUDA device makes the host wait for it is counted, and its result is a plain hos
 - a host tensor written from a device one (`host[idx] = device_values`).
 
 Results of other operations stay `SyncCounted` (they are device values). The count is the
-target's, so it is the same whatever device the tensors physically sit on.
+target's, so it is the same whatever device the tensors physically sit on. (One over-count on a
+CPU: `.to(target.device)` of a counted tensor names the host there, and counts.)
 """
 
 from __future__ import annotations
 
+import json
 import random
 import time
 from collections import Counter
+from pathlib import Path
 from typing import Any, Optional, Sequence
 
 from specbench_cli.engine.draft import Draft, depths
@@ -201,6 +204,19 @@ class _ZeroCostBatch(Batch):
         return max((len(s.tokens) for s in self.seqs), default=0)
 
 
+def config_vocab(folder: str) -> Optional[int]:
+    """`vocab_size` of a model folder's config.json (or of its `text_config`), or None."""
+    path = Path(folder) / "config.json"
+    try:
+        config = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(config, dict):
+        return None
+    vocab = config.get("vocab_size") or (config.get("text_config") or {}).get("vocab_size")
+    return vocab if isinstance(vocab, int) and not isinstance(vocab, bool) and vocab > RESERVED else None
+
+
 class ZeroCostTarget(Target):
     """A target whose forward returns logits it holds (module doc). `vocab`: the logits' width;
     `count`: return the logits as `SyncCounted` tensors counting into `meter`; `device`: where
@@ -226,10 +242,12 @@ class ZeroCostTarget(Target):
 
     @classmethod
     def load(cls, ref: str, *, device: str = "cpu", dtype: str = "float32", **options: Any) -> "ZeroCostTarget":
-        """`ref` is not read (the run's tokenizer comes from it); options: `vocab` (default
-        32000; the tokenizer's size keeps every token decodable), `seed`, `count`."""
-        return cls(vocab=int(options.get("vocab", 32000)), device=device,
-                   count=bool(options.get("count", True)), seed=int(options.get("seed", 0)))
+        """`ref`'s weights are never read (the run's tokenizer comes from it); the vocabulary is
+        its config.json's `vocab_size` where `resolved` (or `ref`) is a model folder, so every
+        token decodes, else 32000. Options: `vocab`, `seed`, `count`."""
+        vocab = options.get("vocab") or config_vocab(str(options.get("resolved") or ref)) or 32000
+        return cls(vocab=int(vocab), device=device, count=bool(options.get("count", True)),
+                   seed=int(options.get("seed", 0)))
 
     # -- the model ------------------------------------------------------------------------------
     def other(self, token: int, length: int) -> int:
