@@ -157,7 +157,8 @@ class MaskProbe(Method):
         h = table.shape[1]
         # drawn once per run (fixed seed): chain c, mask j
         self.noise = torch.randn((m, max(self.steps, 1), h), generator=gen)
-        self.jitter = torch.randn((h,), generator=gen) * 0.5 * self.emb_std.cpu()
+        # drawn on the host (the same numbers on every device), kept beside the table
+        self.jitter = (torch.randn((h,), generator=gen).to(self.device) * 0.5 * self.emb_std)
 
     def params(self) -> dict:
         o = self.opts
@@ -170,20 +171,20 @@ class MaskProbe(Method):
 
     # -- mask embeddings ------------------------------------------------------------------------
     def init_masks(self, prompt_ids: list[int]) -> torch.Tensor:
-        """`[chains, S, H]` mask embeddings (float32, CPU) for this prompt."""
+        """`[chains, S, H]` mask embeddings (float32, on the table's device) for this prompt."""
         m, s, h = self.chains, self.steps, self.table.shape[1]
         init = self.opts.init
         if init == "gaussian":
-            return self.emb_mean.cpu() + self.noise[:, :s] * self.emb_std.cpu()
+            return self.emb_mean + self.noise[:, :s].to(self.device) * self.emb_std
         ids = torch.tensor(prompt_ids or [0], dtype=torch.long, device=self.device)
         if init == "last":
             need = m * s
             last = ids[-need:]
             if last.numel() < need:  # short prompt: repeat its first token in front
                 last = torch.cat([last[:1].expand(need - last.numel()), last])
-            vecs = self.table[last].float().cpu().view(m, s, h)       # chain 0 = most recent
+            vecs = self.table[last].float().view(m, s, h)             # chain 0 = most recent
             return vecs.flip(0)
-        self.mean = self.table[ids].float().mean(0).cpu()             # "mean"
+        self.mean = self.table[ids].float().mean(0)                   # "mean": kept on the device
         return self._mean_masks()
 
     def _mean_masks(self) -> torch.Tensor:
@@ -193,7 +194,8 @@ class MaskProbe(Method):
 
     # -- drafter contract ---------------------------------------------------------------------
     def reset(self, prompt_ids: list[int]) -> None:
-        self.masks = (self.init_masks(prompt_ids) * self.scale).to(self.device, self.dtype)
+        # init_masks and _mean_masks work on the table's device: only the dtype changes here
+        self.masks = (self.init_masks(prompt_ids) * self.scale).to(dtype=self.dtype)
         self.cands: list[tuple[list[int], list[float]]] = []  # per next depth: (tokens, probs)
         self.mask_nodes: list[list[int]] = []                   # per chain: node index of mask j
 
@@ -226,28 +228,17 @@ class MaskProbe(Method):
                 self.mask_nodes.append(chain)
         return Draft(tokens=tokens, parents=parents, acceptable=acceptable, embeds=embeds or None)
 
-    def observe(self, result: VerifyResult) -> None:
-        if self.steps == 0:  # no room for masks at this budget (BC 1): nothing to keep up to date
-            return
-        if self.opts.init == "mean" and self.opts.ema > 0:
-            # one row view per token (plain indexing: no index list copied to the device), one read
-            e = torch.stack([self.table[t] for t in result.new_tokens]).float().cpu()
-            w = self.opts.ema
-            for vec in e:  # one EMA update per accepted token (bonus included)
-                self.mean.mul_(1 - w).add_(vec, alpha=w)
-            self.masks = (self._mean_masks() * self.scale).to(self.device, self.dtype)
+    def host_values(self, logits: torch.Tensor) -> Optional[torch.Tensor]:
+        """The candidates of every probed depth, `[2, S, k]` (ids, probabilities): the top-k of
+        each depth's mask row (or of the mean of the chains' distributions there), computed on
+        the device before the verdict and brought to the host in the loop's one transfer;
+        `observe` keeps the depths past the accepted path. None on a step without masks."""
         if not self.mask_nodes:
-            self.cands = []
-            return
-        shift = len(result.accepted)  # next depth d reads mask shift + d (1-based)
-        first = shift                 # 0-based index of that mask in each chain
-        if first >= self.steps:
-            self.cands = []
-            return
+            return None
         m = len(self.mask_nodes)
         # each chain's masks are consecutive nodes: its rows are a slice (no index copied to the device)
-        chains = [result.logits[self.mask_nodes[c][first] + 1:self.mask_nodes[c][-1] + 2] for c in range(m)]
-        x = (chains[0] if m == 1 else torch.cat(chains)).float()  # [m * depths, V]
+        chains = [logits[self.mask_nodes[c][0] + 1:self.mask_nodes[c][-1] + 2] for c in range(m)]
+        x = (chains[0] if m == 1 else torch.cat(chains)).float()  # [m * S, V]
         k = min(self.opts.top_k + 1, x.shape[-1])         # +1: pruning may drop one candidate
         if m == 1:  # top-k of the logits, normalised by one logsumexp pass (no full softmax)
             top = x.topk(k, dim=-1)
@@ -260,6 +251,30 @@ class MaskProbe(Method):
                 summed = summed + probs[c * n:(c + 1) * n]
             top = summed.topk(k, dim=-1)
             values = top.values / m
-        # ids and probabilities in one transfer (float64 holds both exactly)
-        ids, probs = torch.stack([top.indices.double(), values.double()]).tolist()
-        self.cands = [([int(t) for t in row], p) for row, p in zip(ids, probs)]
+        return torch.stack([top.indices.double(), values.double()])  # float64 holds both exactly
+
+    def observe(self, result: VerifyResult) -> None:
+        if self.steps == 0:  # no room for masks at this budget (BC 1): nothing to keep up to date
+            return
+        if self.opts.init == "mean" and self.opts.ema > 0:
+            # on the device: one row view per token (plain indexing: no index list copied to the
+            # device), one EMA update per accepted token (bonus included); nothing read back
+            w = self.opts.ema
+            for t in result.new_tokens:
+                self.mean.mul_(1 - w).add_(self.table[t].float(), alpha=w)
+            self.masks = (self._mean_masks() * self.scale).to(dtype=self.dtype)
+        if not self.mask_nodes:
+            self.cands = []
+            return
+        first = len(result.accepted)  # next depth d reads mask first + d (1-based): 0-based index in a chain
+        if first >= self.steps:
+            self.cands = []
+            return
+        flat = result.values
+        if flat is None:  # a result made by hand (no loop): the same work, read here
+            flat = self.host_values(result.logits).reshape(-1).tolist()
+        half = len(flat) // 2
+        k = half // self.steps
+        ids, probs = flat[:half], flat[half:]
+        self.cands = [([int(t) for t in ids[j * k:(j + 1) * k]], probs[j * k:(j + 1) * k])
+                      for j in range(first, self.steps)]

@@ -16,8 +16,9 @@ paths, Medusa-style), whose node tokens are filled from a candidate table:
   uniformly from the context (prompt + generated), with a fixed seed.
 
 After verification the greedy verifier's longest accepted path wins; the continuation of
-that path through the rejected nodes (at each level the child the target scored highest)
-supplies the next table's rows: one `topk` over those few rows only.
+that path through the rejected nodes (at each level the child the target scored highest, read
+from the row's top-k the loop brings to the host; the first child when none is among them)
+supplies the next table's rows, from that same top-k.
 
 The template is derived from the block complexity BC once, in `plan`: `r` retrieval
 nodes (`min(5, max(1, (BC-1)//2))`) and the `BC-1-r` Jacobi paths of highest prior value,
@@ -38,7 +39,6 @@ from typing import Optional
 from specbench_cli.config import MAX_BUDGET
 from specbench_cli.engine.draft import Draft, children_lists, paths_to_parents
 from specbench_cli.engine.drafter import DecodeState, Structure, VerifyResult
-from specbench_cli.lazy import torch
 from specbench_cli.methods.core.method import Method
 from specbench_cli.methods.pld import NgramIndex
 from specbench_cli.options import opt
@@ -124,8 +124,7 @@ class TRJacobi(Method):
         self.retrieval_len = sum(1 for key in keys if key[-1] == RETRIEVAL)
         self.depth = max((len(k) for k in keys), default=0)
         self.k_needed = 1 + max((c for _, c in self.slots if c >= 0), default=-1)
-        # the loop hands every verified row's top-k over as host lists (`observe` reads no logits
-        # unless no child of a row on the continuation is among its top-k)
+        # the loop hands every verified row's top-k over as host lists (`observe` reads no logits)
         self.host_topk = max(self.k_needed, 1) if self.parents else 0
 
     def params(self) -> dict:
@@ -166,9 +165,10 @@ class TRJacobi(Method):
     def observe(self, result: VerifyResult) -> None:
         if not self.parents:
             return
-        logits = result.logits
-        k = min(self.k_needed, logits.shape[-1])
+        k = min(self.k_needed, result.logits.shape[-1])
         top = result.top if result.top is not None and all(len(t) >= k for t in result.top) else None
+        if top is None:  # a result made by hand (no loop): the same top-k, read here
+            top = result.logits.topk(max(k, 1), dim=-1).indices.tolist()
         # Continue below the accepted path through rejected nodes: at each level the child the
         # target scored highest at its parent's row (the most plausible wrong guess).
         rows: list[int] = []
@@ -178,27 +178,20 @@ class TRJacobi(Method):
             kids = self.children[row]
             if not kids:
                 break
-            child = kids[0] if len(kids) == 1 else self._best_child(kids, tokens, row, logits, top)
+            child = kids[0] if len(kids) == 1 else self._best_child(kids, tokens, top[row])
             row = child + 1
             rows.append(row)
         if not rows or self.k_needed == 0:
             self.table = []
             return
-        if top is not None:
-            self.table = [top[r][:k] for r in rows]
-        else:
-            self.table = logits[rows].topk(k, dim=-1).indices.tolist()
+        self.table = [top[r][:k] for r in rows]
 
     @staticmethod
-    def _best_child(kids: list[int], tokens: list[int], row: int, logits, top: Optional[list[list[int]]]) -> int:
-        """The child whose token the target scored highest at `row` (the first such on a tie).
-        When one of them is among the row's host top-k, the best ranked there is that child (a
-        higher score than a top-k member's is in the top-k too); otherwise the logits decide."""
-        if top is not None:
-            rank = {t: i for i, t in enumerate(top[row])}
-            ranked = [(rank[tokens[c]], j) for j, c in enumerate(kids) if tokens[c] in rank]
-            if ranked:
-                return kids[min(ranked)[1]]
-        # one scalar view per child (plain indexing: no index list copied to the device), one read
-        scores = torch.stack([logits[row, tokens[c]] for c in kids])
-        return kids[int(scores.argmax())]
+    def _best_child(kids: list[int], tokens: list[int], ranked: list[int]) -> int:
+        """The child whose token ranks best in its parent row's host top-k `ranked` (that is the
+        child the target scored highest: a higher score than a top-k member's is in the top-k
+        too); when none is there, the first child (template order: the retrieval node, then the
+        Jacobi ranks best first), so the drafter never reads the logits itself."""
+        rank = {t: i for i, t in enumerate(ranked)}
+        best = min(((rank[tokens[c]], j) for j, c in enumerate(kids) if tokens[c] in rank), default=None)
+        return kids[best[1]] if best is not None else kids[0]

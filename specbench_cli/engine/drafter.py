@@ -70,6 +70,8 @@ class VerifyResult:
     preds:    greedy argmax per row, when decoding greedily.
     top:      `[n+1][k]` the target's k = `host_topk` best token ids per row, best first (as
               `torch.topk` ranks them), on the host; None unless the drafter declares `host_topk`.
+    values:   the flat float list of what the drafter's `host_values` computed on this step's
+              logits, brought to the host in the loop's one transfer; None when it computed nothing.
     state:    the DecodeState `propose` was given; its `ids` is the engine's sequence, which by
               now ends with `new_tokens` (the root is `state.ids[-1 - len(new_tokens)]`).
     """
@@ -82,6 +84,7 @@ class VerifyResult:
     preds: Optional[list[int]]
     state: DecodeState
     top: Optional[list[list[int]]] = None
+    values: Optional[list[float]] = None
 
 
 class Drafter:
@@ -110,6 +113,15 @@ class Drafter:
     def propose(self, state: DecodeState) -> Draft:
         """The draft for this step: at most `state.budget - 1` nodes."""
         return Draft()
+
+    def host_values(self, logits: torch.Tensor) -> Optional[torch.Tensor]:
+        """Work on this step's logits (`[n+1, V]`, the rows of the draft `propose` just returned;
+        on the device, or a float32 host view on a CPU) whose result `observe` reads: any tensor,
+        which the loop brings to the host in the step's one transfer as `VerifyResult.values`
+        (flattened, as float64: token ids and probabilities alike are exact). Called after the
+        forward and before the verdict, so it cannot depend on what is accepted. None (the
+        default): nothing."""
+        return None
 
     def observe(self, result: VerifyResult) -> None:
         """See what the target accepted and its logits at every node."""

@@ -11,8 +11,8 @@ target (engine/target.py) computes every forward and holds the keys/values:
        b. one target forward over every live sequence's root + tree (`Target.verify`);
        c. each sequence's verdict from its own rows' logits (and its own sampling generator):
           the accepted path and the bonus token. Greedy decoding waits for the device once per
-          step: every row's argmax (and the top-k a drafter declares it reads, `host_topk`) comes
-          to the host in one transfer, and verdicts and drafters work on those host lists;
+          step: every row's argmax (and the top-k a drafter declares it reads, `host_topk`, and
+          what its `host_values` computes on its rows) comes to the host in one transfer, and verdicts and drafters work on those host lists;
        d. the target keeps each sequence's root and accepted path (`Target.commit`);
        e. each drafter sees its result (`observe`); metrics are recorded;
        f. a sequence that reached EOS, its cap or its drafter's `finished()` (a lossy drafter
@@ -45,6 +45,7 @@ against batch size 1 is not assumed: the tests and reports measure it (cross-bat
 from __future__ import annotations
 
 import time
+from array import array
 from dataclasses import dataclass, field
 from typing import Any, Optional, Sequence
 
@@ -143,28 +144,61 @@ class Decoder:
             return verify_greedy(draft, logits, preds)
         return verify_sampling(draft, logits, self.sampling, generator)
 
-    def _to_host(self, logits: torch.Tensor, k: int) -> tuple[Optional[list[int]], Optional[list[list[int]]]]:
+    def _to_host(self, logits: torch.Tensor, k: int, hooks: Sequence[tuple[int, int, Any]] = ()
+                 ) -> tuple[Optional[list[int]], Optional[list[list[int]]], list[Optional[list[float]]]]:
         """A step's one transfer from the device: every row's argmax (greedy decoding: the
         verdicts') and, when drafters ask for them (`Drafter.host_topk`), every row's `k` best
-        token ids, as host lists (None where not needed)."""
+        token ids, as host lists (None where not needed); and per `(start, end, host_values)` in
+        `hooks` (None: no hook) what that drafter's `Drafter.host_values` computed on its rows
+        `start:end`, as a flat float list (None where it computed nothing)."""
         greedy = self.sampling.greedy
         k = min(k, logits.shape[-1])
-        if not greedy and not k:
-            return None, None
+        values: list[Optional[list[float]]] = [None] * len(hooks)
+        if not greedy and not k and not any(h for _, _, h in hooks):
+            return None, None, values
         if logits.device.type == "cpu":
             # torch's CPU argmax over a long last dimension is an unvectorised loop (10 x 49152
             # float32 logits: 1.1 ms on one core; numpy's, the same first-maximum rule: 0.05 ms):
-            # the logits' host view once, numpy's argmax, torch's topk on that view
+            # the logits' host view once, numpy's argmax, torch's topk on that view; the drafters'
+            # own work runs on that host view too (nothing more to wait for)
             host = (logits if logits.dtype == torch.float32 else logits.float()).detach().numpy()
+            view = torch.from_numpy(host)
+            for i, (start, end, hook) in enumerate(hooks):
+                out = hook(view[start:end]) if hook is not None else None
+                values[i] = out.to(torch.float64).reshape(-1).tolist() if out is not None else None
             preds = host.argmax(axis=-1).tolist() if greedy else None
-            return preds, (torch.from_numpy(host).topk(k, dim=-1).indices.tolist() if k else None)
-        if not k:
-            return logits.argmax(dim=-1).tolist(), None
-        top = logits.topk(k, dim=-1).indices
-        if not greedy:
-            return None, top.tolist()
-        both = torch.cat([logits.argmax(dim=-1, keepdim=True), top], dim=1).tolist()
-        return [row[0] for row in both], [row[1:] for row in both]
+            return preds, (view.topk(k, dim=-1).indices.tolist() if k else None), values
+        packed, sizes = [], []
+        for i, (start, end, hook) in enumerate(hooks):
+            out = hook(logits[start:end]) if hook is not None else None
+            if out is not None:
+                flat = out.to(torch.float64).reshape(-1)
+                packed.append(flat)
+                sizes.append((i, flat.numel()))
+        if not packed:
+            if not k:
+                return logits.argmax(dim=-1).tolist(), None, values
+            top = logits.topk(k, dim=-1).indices
+            if not greedy:
+                return None, top.tolist(), values
+            both = torch.cat([logits.argmax(dim=-1, keepdim=True), top], dim=1).tolist()
+            return [row[0] for row in both], [row[1:] for row in both], values
+        # the drafters' floats travel as their int64 bit patterns beside the ids (one tensor, one
+        # transfer) and are read back bit for bit on the host
+        cols = ([logits.argmax(dim=-1, keepdim=True)] if greedy else []) + ([logits.topk(k, dim=-1).indices] if k else [])
+        ints = torch.cat(cols, dim=1).reshape(-1) if cols else None
+        bits = torch.cat(packed).view(torch.int64)
+        flat = torch.cat([ints, bits]).tolist() if ints is not None else bits.tolist()
+        n_int = ints.numel() if ints is not None else 0
+        floats = array("d", array("q", flat[n_int:]).tobytes()).tolist()
+        at = 0
+        for i, size in sizes:
+            values[i] = floats[at:at + size]
+            at += size
+        width = int(greedy) + k
+        rows = [flat[r * width:(r + 1) * width] for r in range(logits.shape[0])] if width else []
+        preds = [row[0] for row in rows] if greedy else None
+        return preds, ([row[int(greedy):] for row in rows] if k else None), values
 
     def generate(self, drafter: Drafter, prompt_ids: list[int], max_new_tokens: int, budget: int,
                  generator: Optional[torch.Generator] = None) -> Generation:
@@ -250,6 +284,9 @@ class Decoder:
         # 2. decode
         policies = [getattr(d, "budget_policy", None) for d in drafters]  # engine/budget.py
         topk = [int(getattr(d, "host_topk", 0) or 0) for d in drafters]   # VerifyResult.top
+        # VerifyResult.values: the drafters that override Drafter.host_values (duck-typed ones may lack it)
+        hooked = [getattr(d, "host_values", None) if getattr(type(d), "host_values", Drafter.host_values)
+                  is not Drafter.host_values else None for d in drafters]
         while live:
             t0 = clock()
             states, drafts, own = [], [], []
@@ -275,16 +312,19 @@ class Decoder:
             t1 = clock()
             # the step's one wait for the device: every sequence's argmax (and top-k) at once
             k = max(topk[b] for b in live)
-            preds, tops = self._to_host(fwd.logits, k)
-            verdicts, parts, bounds, start = [], [], [], 0
+            bounds, start = [], 0
+            for r in range(len(live)):
+                bounds.append((start, start + 1 + len(drafts[r])))
+                start += 1 + len(drafts[r])
+            hooks = [(s, e, hooked[b]) for (s, e), b in zip(bounds, live)] if any(hooked[b] for b in live) else ()
+            preds, tops, values = self._to_host(fwd.logits, k, hooks)
+            verdicts, parts = [], []
             for r, b in enumerate(live):                                                   # 2c
-                rows = 1 + len(drafts[r])
-                part = fwd.logits[start:start + rows]
-                bounds.append((start, start + rows))
+                start, end = bounds[r]
+                part = fwd.logits[start:end]
                 parts.append(part)
                 verdicts.append(self._choose(drafts[r], part, gens[b],
-                                             preds[start:start + rows] if preds is not None else None))
-                start += rows
+                                             preds[start:end] if preds is not None else None))
             t2 = clock()
             keeps = [[0] + [a + 1 for a in v.accepted] for v in verdicts]
             target.commit(batch, past, keeps)                                              # 2d
@@ -307,7 +347,7 @@ class Decoder:
                     if topk[b] < k:
                         top = [row[:topk[b]] for row in top]
                 results.append(VerifyResult(drafts[r], v.accepted, v.new_tokens, parts[r], fresh[b], v.preds,
-                                            states[r], top))
+                                            states[r], top, values[r] if values else None))
             proposing = list(own)
             for r, b in enumerate(live):                                                   # 2e
                 ts = clock()

@@ -25,8 +25,8 @@ from specbench_cli.methods.core.method import MethodContext
 SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "host_overhead.py"
 VOCAB = 512
 # the drafters that wait for nothing: every value they read comes from the loop's host lists
-NO_SYNC = ["ar", "pld", "jacobi", "lookahead", "recycling", "samd", "suffix"]
-LOSSLESS_HERE = NO_SYNC + ["tr-jacobi", "mask-probe"]
+NO_SYNC = ["ar", "pld", "jacobi", "lookahead", "recycling", "samd", "suffix", "tr-jacobi", "mask-probe"]
+LOSSLESS_HERE = NO_SYNC
 
 
 @lru_cache(maxsize=1)
@@ -180,7 +180,7 @@ def test_the_benchmarks_counter_counts_a_planted_item():
     assert out["syncs"] == 2 * out["steps"]  # the loop's one transfer and the planted read
 
 
-@pytest.mark.parametrize("name", ["ar", "pld"])
+@pytest.mark.parametrize("name", ["ar", "pld", "tr-jacobi", "mask-probe"])
 @pytest.mark.parametrize("batch", [1, 3])
 def test_ar_and_pld_wait_for_the_device_once_per_step(name, batch):
     b = bench()
@@ -245,3 +245,32 @@ def test_the_benchmark_runs_and_reports_ar_and_pld(tmp_path, capsys):
         assert r["syncs_per_step"] <= 1 and r["drafter_syncs_per_step"] == 0
         assert set(r["ms"]) >= {"host", "propose", "budget", "accept", "commit", "observe", "other", "forward"}
     assert "eagle" in data["skipped"] and "| pld |" in capsys.readouterr().out
+
+
+class _DeviceLogits(torch.Tensor):
+    """CPU logits that report a CUDA device, so the loop takes its device branch (one packed read)."""
+
+    @property
+    def device(self):
+        return torch.device("cuda")
+
+
+@pytest.mark.parametrize("greedy", [True, False])
+def test_the_one_transfer_carries_the_drafters_values_bit_for_bit(greedy):
+    """The device branch packs argmax, top-k and every drafter's `host_values` (floats as their
+    bits) into one read; what comes back equals the host branch's and the hooks' own results."""
+    from specbench_cli.engine.verify import SamplingConfig
+    gen = torch.Generator().manual_seed(0)
+    logits = torch.randn((7, 50), generator=gen)
+    hook = lambda rows: torch.stack([rows.topk(3, dim=-1).indices.double(), rows.softmax(-1).topk(3).values.double()])
+    hooks = [(0, 3, hook), (3, 5, None), (5, 7, hook)]
+    dec = Decoder(ZeroCostTarget(VOCAB, count=False), set(),
+                  sampling=SamplingConfig() if greedy else SamplingConfig(temperature=1.0))
+    host = dec._to_host(logits, 4, hooks)
+    device = dec._to_host(logits.as_subclass(_DeviceLogits), 4, hooks)
+    assert host == device
+    preds, tops, values = device
+    assert preds == (logits.argmax(-1).tolist() if greedy else None)
+    assert tops == logits.topk(4, dim=-1).indices.tolist()
+    assert values[1] is None
+    assert values[0] == hook(logits[0:3]).reshape(-1).tolist() and values[2] == hook(logits[5:7]).reshape(-1).tolist()
