@@ -11,7 +11,9 @@ small, so 128-token answers draft something (llama.cpp's defaults never draft th
 Each question is one `POST /completion` with the prompt's token ids, `n_predict` = the cap,
 greedy (`temperature` 0, `top_k` 1), no prompt cache, `return_tokens`; the reply's `tokens`
 (EOS included, as llama.cpp stops after it), its `timings` and the `/metrics` counters before
-and after it make the row (engines/method.py). With `--engine-url llama.cpp:NAME=URL` an
+and after it make the row (engines/method.py): draft and accepted tokens from `timings` (exact;
+/metrics prints them rounded to 6 significant digits), drafts and per-position counts from
+/metrics (their rounding, past 10^6, allowed for). With `--engine-url llama.cpp:NAME=URL` an
 llama-server someone else started is used instead, its configuration as given there.
 """
 
@@ -115,6 +117,14 @@ class LlamaCppMethod(EngineMethod):
             raise EngineError(f"{self.name}: {len(tokens)} tokens returned but {kept['predicted_n']} counted "
                               f"(timings.predicted_n)")
         return Reply(tokens, float(kept.get("prompt_ms", 0.0)) / 1000, kept)
+
+    def exact_totals(self, reply: Reply) -> Optional[tuple[int, int]]:
+        """The reply's own `timings.draft_n` and `draft_n_accepted` (this request's, exact):
+        llama-server prints its /metrics counters with 6 significant digits (`1.23457e+06`), so
+        past a million draft tokens their difference around one request is off by up to tens.
+        /metrics still gives the drafts and the per-position counts, which timings lack."""
+        t = reply.timings
+        return (t["draft_n"], t["draft_n_accepted"]) if "draft_n" in t and "draft_n_accepted" in t else None
 
     def params(self) -> dict:
         return {**super().params(), "spec_type": self.spec_type or "none", "server_args": self.spec_args()}

@@ -23,7 +23,10 @@ be a finite, non-negative whole number, every time finite, non-negative and with
 own round trip, and the counters must be ones the request could have produced (at most one draft
 per generated token, at most the longest draft's tokens a draft, accepted <= drafted, positions
 below the longest draft), checked before anything is sized by them; otherwise the question's row
-is an error row saying which value is wrong (EngineError).
+is an error row saying which value is wrong (EngineError). A counter /metrics printed rounded
+(llama-server's 6 significant digits) is checked to within its rounding (Counters.slack), and an
+engine whose replies count draft and accepted tokens exactly (llama.cpp's `timings`) has those
+taken from the reply (EngineMethod.exact_totals).
 """
 
 from __future__ import annotations
@@ -57,12 +60,20 @@ class EngineSettings:
 
 @dataclass
 class Counters:
-    """One request's speculation counters (vLLM's names; llama.cpp exports the same ones)."""
+    """One request's speculation counters (vLLM's names; llama.cpp exports the same ones).
+
+    `slack`: how far each count ('drafts', 'draft_tokens', 'accepted', 'per_pos' a list by
+    position) may be from the server's own, where /metrics printed a counter rounded (llama.cpp's
+    6 significant digits, `1.23457e+06`: server.printed_bound): the rounding bounds of the two
+    values a difference came from, summed; none where both were printed in full (exact).
+    `totals_from`: 'timings' where draft_tokens and accepted are the reply's own exact counts."""
 
     drafts: int = 0
     draft_tokens: int = 0
     accepted: int = 0
     per_pos: list[int] = field(default_factory=list)
+    slack: dict[str, Any] = field(default_factory=dict, compare=False)
+    totals_from: str = field(default="", compare=False)
 
 
 @dataclass
@@ -117,66 +128,100 @@ def checked_timings(timings: dict) -> dict:
 def counter_deltas(before: dict[str, float], after: dict[str, float], prefix: str,
                    max_draft: int = DRAFT_LIMIT) -> Counters:
     """`prefix:spec_decode_*` counters of `after` minus `before` (every label set of a name
-    summed; the per-position series by their `position` label). EngineError for a value that is
-    not a count, a counter that went down, a position label that is not a number, or a position at
-    or past `max_draft` that counted anything during the request (a server may list positions up
-    to a longer draft it never makes; none sizes a list before this check)."""
-    def total(name: str, metrics: dict[str, float]) -> int:
-        return sum(engine_count(v, f"/metrics {k}") for k, v in metrics.items()
-                   if k.split("{", 1)[0] == f"{prefix}:{name}")
+    summed; the per-position series by their `position` label), with the slack their printed
+    rounding leaves (Counters; `bounds` of server.Metrics, none for a plain dict). EngineError for
+    a value that is not a count, a counter that went down by more than its rounding (by no more:
+    0), a position label that is not a number, or a position at or past `max_draft` that counted
+    anything during the request beyond its rounding (a server may list positions up to a longer
+    draft it never makes; none sizes a list before this check)."""
+    bounds = {**getattr(before, "bounds", {}), **{f"after {k}": v for k, v in getattr(after, "bounds", {}).items()}}
 
-    def per_pos(metrics: dict[str, float]) -> dict[int, int]:
-        out: dict[int, int] = {}
+    def total(name: str, metrics: dict[str, float], tag: str) -> tuple[int, int]:
+        keys = [k for k in metrics if k.split("{", 1)[0] == f"{prefix}:{name}"]
+        return (sum(engine_count(metrics[k], f"/metrics {k}") for k in keys),
+                sum(bounds.get(f"{tag}{k}", 0) for k in keys))
+
+    def per_pos(metrics: dict[str, float], tag: str) -> dict[int, tuple[int, int]]:
+        out: dict[int, tuple[int, int]] = {}
         for k, v in metrics.items():
             if k.split("{", 1)[0] == f"{prefix}:spec_decode_num_accepted_tokens_per_pos_total" and 'position="' in k:
                 label = k.split('position="', 1)[1].split('"', 1)[0]
                 if not _POSITION.fullmatch(label):
                     raise EngineError(f"/metrics {k[:200]}: position {label[:40]!r} is not a draft position")
                 pos = int(label)
-                out[pos] = out.get(pos, 0) + engine_count(v, f"/metrics {k}")
+                n, bound = out.get(pos, (0, 0))
+                out[pos] = (n + engine_count(v, f"/metrics {k}"), bound + bounds.get(f"{tag}{k}", 0))
         return out
 
-    def delta(name: str, now: int, then: int) -> int:
-        if now < then:
-            raise EngineError(f"/metrics {prefix}:{name} went down during the request ({then} -> {now}): a server "
-                              f"restarted or shared")
-        return now - then
+    def delta(name: str, now: tuple[int, int], then: tuple[int, int]) -> tuple[int, int]:
+        """(now - then, its slack); a fall within the two values' rounding is 0 (it may be none)."""
+        slack = now[1] + then[1]
+        if now[0] < then[0] - slack:
+            raise EngineError(f"/metrics {prefix}:{name} went down during the request ({then[0]} -> {now[0]}): a "
+                              f"server restarted or shared")
+        return max(0, now[0] - then[0]), slack
 
-    d = {n: delta(n, total(n, after), total(n, before)) for n in
+    d = {n: delta(n, total(n, after, "after "), total(n, before, "")) for n in
          ("spec_decode_num_drafts_total", "spec_decode_num_draft_tokens_total", "spec_decode_num_accepted_tokens_total")}
-    pa, pb = per_pos(after), per_pos(before)
+    pa, pb = per_pos(after, "after "), per_pos(before, "")
     name = "spec_decode_num_accepted_tokens_per_pos_total"
-    counted = {k: delta(f'{name}{{position="{k}"}}', v, pb.get(k, 0)) for k, v in pa.items()}
-    beyond = sorted(k for k, n in counted.items() if n and k >= max_draft)
+    counted = {k: delta(f'{name}{{position="{k}"}}', v, pb.get(k, (0, 0))) for k, v in pa.items()}
+    beyond = sorted(k for k, (n, slack) in counted.items() if n > slack and k >= max_draft)
     if beyond:
-        raise EngineError(f'/metrics {prefix}:{name}{{position="{beyond[0]}"}} counted {counted[beyond[0]]} '
+        raise EngineError(f'/metrics {prefix}:{name}{{position="{beyond[0]}"}} counted {counted[beyond[0]][0]} '
                           f"acceptances, but position {beyond[0]} is not one of a draft of at most {max_draft} "
                           f"tokens (0 to {max_draft - 1})")
-    top = max((k for k, n in counted.items() if n), default=-1)
-    positions = [counted.get(k, 0) for k in range(top + 1)]
-    while positions and positions[-1] == 0:
+    top = max((k for k, (n, _) in counted.items() if n and k < max_draft), default=-1)
+    positions = [counted.get(k, (0, 0)) for k in range(top + 1)]
+    while positions and positions[-1][0] == 0:
         positions.pop()
-    return Counters(d["spec_decode_num_drafts_total"], d["spec_decode_num_draft_tokens_total"],
-                    d["spec_decode_num_accepted_tokens_total"], positions)
+    slack = {key: d[n][1] for key, n in (("drafts", "spec_decode_num_drafts_total"),
+                                         ("draft_tokens", "spec_decode_num_draft_tokens_total"),
+                                         ("accepted", "spec_decode_num_accepted_tokens_total")) if d[n][1]}
+    if any(s for _, s in positions):
+        slack["per_pos"] = [s for _, s in positions]
+    return Counters(d["spec_decode_num_drafts_total"][0], d["spec_decode_num_draft_tokens_total"][0],
+                    d["spec_decode_num_accepted_tokens_total"][0], [n for n, _ in positions], slack)
 
 
-def check_counters(c: Counters, generated: int, max_draft: int) -> None:
-    """EngineError unless `c` could come from one answer of `generated` tokens with drafts of at
-    most `max_draft` tokens: a draft is verified by a step that adds at least one token (drafts <=
-    generated), holds at most `max_draft` tokens (one more draft may be made and never verified,
-    as the answer ends), accepts at most what it drafted, and a position is accepted at most once
-    a draft."""
-    if c.drafts > generated:
-        raise EngineError(f"the server counted {c.drafts} drafts for an answer of {generated} tokens (at most one "
-                          f"draft per token)")
-    if c.draft_tokens > (c.drafts + 1) * max_draft:
-        raise EngineError(f"the server counted {c.draft_tokens} draft tokens in {c.drafts} drafts (at most "
-                          f"{max_draft} a draft, and one more draft unverified)")
-    if c.accepted > c.draft_tokens:
-        raise EngineError(f"the server counted {c.accepted} accepted tokens of {c.draft_tokens} drafted")
-    if any(n > c.drafts for n in c.per_pos):
-        raise EngineError(f"the server counted {max(c.per_pos)} acceptances at one draft position in {c.drafts} "
-                          f"drafts")
+def _counted(n: int, slack: int) -> str:
+    return f"{n} (+/- {slack}, as /metrics printed it)" if slack else str(n)
+
+
+def check_counters(c: Counters, generated: int, max_draft: int) -> Counters:
+    """`c` if it could come from one answer of `generated` tokens with drafts of at most
+    `max_draft` tokens, else EngineError: a draft is verified by a step that adds at least one
+    token (drafts <= generated), holds at most `max_draft` tokens (one more draft may be made and
+    never verified, as the answer ends), accepts at most what it drafted, and a position is
+    accepted at most once a draft. A count known only to within its `slack` (rounded /metrics)
+    fails only when no value within it would pass, and is then brought to the nearest value that
+    does (drafts to `generated`, accepted to the draft tokens, a position to the drafts); exact
+    counts are checked exactly."""
+    slack = c.slack
+    s_drafts, s_tokens, s_accepted = slack.get("drafts", 0), slack.get("draft_tokens", 0), slack.get("accepted", 0)
+    s_pos = list(slack.get("per_pos", [])) + [0] * (len(c.per_pos) - len(slack.get("per_pos", [])))
+    if c.drafts - s_drafts > generated:
+        raise EngineError(f"the server counted {_counted(c.drafts, s_drafts)} drafts for an answer of {generated} "
+                          f"tokens (at most one draft per token)")
+    most_drafts = min(c.drafts + s_drafts, generated)   # the most the server's own count can be
+    if c.draft_tokens - s_tokens > (most_drafts + 1) * max_draft:
+        raise EngineError(f"the server counted {_counted(c.draft_tokens, s_tokens)} draft tokens in "
+                          f"{_counted(c.drafts, s_drafts)} drafts (at most {max_draft} a draft, and one more draft "
+                          f"unverified)")
+    if c.accepted - s_accepted > c.draft_tokens + s_tokens:
+        raise EngineError(f"the server counted {_counted(c.accepted, s_accepted)} accepted tokens of "
+                          f"{_counted(c.draft_tokens, s_tokens)} drafted")
+    over = [(n, s) for n, s in zip(c.per_pos, s_pos) if n - s > most_drafts]
+    if over:
+        raise EngineError(f"the server counted {_counted(*max(over))} acceptances at one draft position in "
+                          f"{_counted(c.drafts, s_drafts)} drafts")
+    if not slack:
+        return c
+    accepted = min(c.accepted, c.draft_tokens)
+    drafts = min(c.drafts, generated)
+    if s_drafts:  # each drafted step adds 1 + its accepted tokens to the G - 1 after the prompt's
+        drafts = min(drafts, max(generated - 1 - accepted, max(c.per_pos, default=0), 0))
+    return Counters(drafts, c.draft_tokens, accepted, [min(n, drafts) for n in c.per_pos], c.slack, c.totals_from)
 
 
 def steps_from_counters(generated: int, c: Counters) -> tuple[list[int], list[int], list[int]]:
@@ -340,6 +385,7 @@ class EngineMethod(Method):
         g.accept_lengths, g.draft_sizes, g.draft_path_lengths = accept_lengths, sizes, paths
         g.budget_used = [1 + d for d in sizes]
         g.stats = {"engine": self.engine, "counters_from": source, "generated": len(reply.tokens),
+                   **({"totals_from": counters.totals_from} if counters.totals_from else {}),
                    "spec_decode_num_drafts": counters.drafts, "spec_decode_num_draft_tokens": counters.draft_tokens,
                    "spec_decode_num_accepted_tokens": counters.accepted,
                    "spec_decode_num_accepted_tokens_per_pos": counters.per_pos, **({"timings": reply.timings}
@@ -365,6 +411,11 @@ class EngineMethod(Method):
                               f"counters are unknown")
         if before is not None and after is not None:
             counters, source = counter_deltas(before, after, self.metrics_prefix, longest), "metrics"
+            exact = self.exact_totals(reply)
+            if exact is not None:  # /metrics as it came is checked (above all, a hostile one) before it is replaced
+                counters = check_counters(counters, generated, longest)
+                slack = {k: v for k, v in counters.slack.items() if k not in ("draft_tokens", "accepted")}
+                counters = Counters(counters.drafts, exact[0], exact[1], counters.per_pos, slack, "timings")
         else:  # no /metrics: totals from the reply's timings, drafts estimated as full-length ones
             t = reply.timings
             drafted = engine_count(t.get("draft_n", 0) or 0, "timings.draft_n")
@@ -375,8 +426,12 @@ class EngineMethod(Method):
                                   f"and one more)")
             drafts = min(generated, -(-drafted // max(1, self.draft_length()))) if drafted else 0
             counters, source = Counters(drafts, drafted, accepted), "timings"
-        check_counters(counters, generated, longest)
-        return counters, source
+        return check_counters(counters, generated, longest), source
+
+    def exact_totals(self, reply: Reply) -> Optional[tuple[int, int]]:
+        """(draft tokens, accepted tokens) of this request exactly as the reply counts them, to use
+        instead of /metrics' (which may print them rounded), or None where the reply has none."""
+        return None
 
     def check_tokens(self, tokens: Any, max_new_tokens: int) -> None:
         """EngineError for a reply that cannot be an answer: not a list of token ids, ids outside

@@ -22,6 +22,7 @@ import contextlib
 import ctypes
 import errno
 import http.client
+import ipaddress
 import json
 import os
 import re
@@ -41,6 +42,8 @@ from specbench_cli.errors import RuntimeFailure
 
 PR_SET_PDEATHSIG = 1
 STOP_GRACE_S = 5.0
+PROBE_S = 2.0              # one readiness probe's whole exchange, at most (within the start's timeout)
+PROBE_BYTES = 64 << 10     # what a readiness probe's answer may hold
 
 
 class EngineError(RuntimeFailure):
@@ -109,15 +112,65 @@ def _shut(sock: socket.socket) -> None:
         socket.socket.shutdown(sock, socket.SHUT_RDWR)
 
 
+def _resolve(host: str, port: int, deadline: _Deadline) -> list:
+    """getaddrinfo(host, port) within the time `deadline` has left. A name lookup blocks in the
+    resolver, which no socket shutdown reaches, so it runs in a worker thread that is abandoned
+    when the deadline passes first (it ends when the resolver gives up); an IP literal (the
+    servers specbench starts) needs no lookup and no thread."""
+    with contextlib.suppress(ValueError):
+        ipaddress.ip_address(host)
+        return socket.getaddrinfo(host, port, 0, socket.SOCK_STREAM)
+    found: list = []
+
+    def lookup() -> None:
+        try:
+            found.append(socket.getaddrinfo(host, port, 0, socket.SOCK_STREAM))
+        except OSError as e:
+            found.append(e)
+
+    worker = threading.Thread(target=lookup, name=f"specbench-lookup-{host[:40]}", daemon=True)
+    worker.start()
+    worker.join(max(0.0, deadline.left()))
+    if not found:
+        raise TimeoutError(f"looking up {host[:80]} took past the deadline")
+    if isinstance(found[0], BaseException):
+        raise found[0]
+    return found[0]
+
+
+def _connect(address: tuple, timeout: Any, source_address: Any, deadline: _Deadline) -> socket.socket:
+    """socket.create_connection's work (each address of the host in turn) with the lookup and
+    each connect bounded by the time `deadline` has left."""
+    host, port = address
+    failed: Optional[OSError] = None
+    for family, kind, proto, _, where in _resolve(host, port, deadline):
+        sock = socket.socket(family, kind, proto)
+        try:
+            left = deadline.left()
+            if left <= 0:
+                raise TimeoutError("the deadline passed")
+            sock.settimeout(min(timeout, left) if isinstance(timeout, (int, float)) else left)
+            if source_address:
+                sock.bind(source_address)
+            sock.connect(where)
+            return sock
+        except OSError as e:
+            failed = e
+            sock.close()
+    raise failed or OSError(f"{host[:80]}: no address to connect to")
+
+
 def _watched(connection: type, deadline: _Deadline) -> type:
-    """`connection` (http.client's HTTP(S)Connection) whose sockets `deadline` watches, each
-    connect bounded by the time left."""
+    """`connection` (http.client's HTTP(S)Connection) whose sockets `deadline` watches, the name
+    lookup and each connect bounded by the time left."""
     class Watched(connection):  # type: ignore[misc, valid-type]
         def connect(self) -> None:
             left = deadline.left()
             if left <= 0:
                 raise TimeoutError("the deadline passed")
             self.timeout = min(self.timeout, left) if isinstance(self.timeout, (int, float)) else left
+            self._create_connection = lambda address, timeout, source=None: _connect(address, timeout, source,
+                                                                                     deadline)
             super().connect()
             deadline.watch(self.sock)
     return Watched
@@ -155,11 +208,13 @@ def request_json(url: str, body: Optional[dict] = None, timeout: float = 60.0,
         raise EngineError(f"{url} answered something that is not JSON: {text[:120]!r}") from None
 
 
-def request_text(req: urllib.request.Request | str, timeout: float, max_bytes: int = MAX_REPLY_BYTES) -> str:
+def request_text(req: urllib.request.Request | str, timeout: float, max_bytes: int = MAX_REPLY_BYTES,
+                 bound: str = "--engine-timeout") -> str:
     """The reply to `req` as text, within `timeout` seconds of wall-clock time for the whole
-    exchange (connect, headers, body) and at most `max_bytes` bytes; else EngineError."""
+    exchange (the host name's lookup, connect, headers, body) and at most `max_bytes` bytes; else
+    EngineError (a late reply's names `bound`, what set the timeout)."""
     url = req.full_url if isinstance(req, urllib.request.Request) else req
-    late = EngineError(f"{url}: no answer within {timeout:g} s (the whole reply; --engine-timeout)")
+    late = EngineError(f"{url}: no answer within {timeout:g} s (the whole reply; {bound})")
     deadline = _Deadline(timeout)
     try:
         opener = urllib.request.build_opener(_HTTP(deadline), _HTTPS(deadline))
@@ -218,10 +273,20 @@ def _read_capped(reply: Any, url: str, max_bytes: int) -> bytes:
     return b"".join(pieces)
 
 
-def parse_metrics(text: str, prefix: str = "") -> dict[str, float]:
-    """Prometheus text -> {'name' or 'name{labels}': value} (comments skipped; with `prefix`,
-    only the series whose name starts with it). Values as written: the caller checks them."""
-    out: dict[str, float] = {}
+class Metrics(dict):
+    """{'name' or 'name{labels}': value} of a /metrics page, and `bounds`: {the same keys: how far
+    the value as printed may be from the server's own (printed_bound)}, for the keys where it
+    is not exact."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.bounds: dict[str, int] = {}
+
+
+def parse_metrics(text: str, prefix: str = "") -> Metrics:
+    """Prometheus text -> Metrics (comments skipped; with `prefix`, only the series whose name
+    starts with it). Values as written: the caller checks them."""
+    out = Metrics()
     for line in text.splitlines():
         line = line.strip()
         if not line or line.startswith("#") or not line.startswith(prefix):
@@ -231,7 +296,33 @@ def parse_metrics(text: str, prefix: str = "") -> dict[str, float]:
             out[name.strip()] = float(value)
         except ValueError:
             continue
+        bound = printed_bound(value)
+        if bound:
+            out.bounds[name.strip()] = bound
     return out
+
+
+# A number in exponent form: llama-server prints its counters as C++ doubles (`<<`, like printf's
+# %g: 6 significant digits, trailing zeros dropped), so 1234567 reads `1.23457e+06`.
+_EXPONENT_FORM = re.compile(r"[+-]?([0-9]+)(?:\.([0-9]*))?[eE]([+-]?[0-9]{1,4})")
+PRINTED_DIGITS = 6
+
+
+def printed_bound(text: str) -> int:
+    """How far a whole number printed as `text` may be from the value it was printed from: 0 for
+    one printed in full (`1234567`, `1234567.0`: Python's and Go's exporters), else half a unit
+    of its last digit at 6 significant digits or as many as it shows, whichever is more
+    (`1.23457e+06`: 5; `1e+06`, which %g printed from anything in 999,995..1,000,005: 5)."""
+    found = _EXPONENT_FORM.fullmatch(text.strip())
+    if not found:
+        return 0
+    whole, fraction, exponent = found.group(1).lstrip("0"), found.group(2) or "", int(found.group(3))
+    digits = (whole + fraction).lstrip("0")
+    if not digits:
+        return 0
+    top = exponent + len(whole) - 1 if whole else exponent - (len(fraction) - len(fraction.lstrip("0"))) - 1
+    last = top - max(PRINTED_DIGITS, len(digits)) + 1   # the power of ten of its last digit
+    return 5 * 10 ** (min(last, 40) - 1) if last > 0 else 0
 
 
 # ----------------------------------------------------------------------------- processes
@@ -360,19 +451,24 @@ class Server:
         return self
 
     def _wait_ready(self) -> None:
+        """Probe `health` until it answers (any 2xx), each probe through the deadline client
+        (request_text) with PROBE_S of wall-clock time at most, and never past the start's own
+        `timeout`: a server that accepts the connection and drips its answer cannot hold the
+        start past it. EngineError (its log's last lines, the last probe's failure) otherwise."""
         deadline = time.monotonic() + self.timeout
         while True:
             if self.proc is None or self.proc.poll() is not None:
                 raise EngineError(f"{self.argv[0]} exited with code {self.proc.returncode if self.proc else '?'} "
                                   f"while starting{self.tail_note()}")
+            probe = max(0.05, min(PROBE_S, deadline - time.monotonic()))
             try:
-                with urllib.request.urlopen(self.url + self.health, timeout=2) as reply:
-                    if reply.status == 200:
-                        return
-            except (urllib.error.URLError, OSError, ValueError):
-                pass
+                request_text(self.url + self.health, probe, PROBE_BYTES, bound="one readiness probe")
+                return
+            except (EngineError, OSError, ValueError) as e:
+                last = str(e)
             if time.monotonic() > deadline:
-                raise EngineError(f"{self.argv[0]} was not ready within {self.timeout:g} s{self.tail_note()}")
+                raise EngineError(f"{self.argv[0]} was not ready within {self.timeout:g} s (the last {self.health} "
+                                  f"probe: {last[:300]}){self.tail_note()}")
             time.sleep(0.1)
 
     def alive(self) -> bool:

@@ -15,7 +15,14 @@ string). What makes it hostile, each off by default:
 - `metrics_lines`: /metrics as that many counter lines, streamed; `no_metrics`: /metrics is 404;
 - `models`: what /v1/models answers (JSON);
 - `hostile_from`: the first completion (1-based) that is hostile; those before answer well and
-  count one draft of 2 tokens, one accepted (a run's warm-up, its first questions).
+  count one draft of 2 tokens, one accepted (a run's warm-up, its first questions);
+- `health_drip`: seconds between bytes of the /health answer (a server that accepts the
+  readiness probe and never quite answers it);
+- `start`: counter totals before the first request; `printed`: how /metrics prints a counter
+  (llama-server's C++ `<<` is `"%g" % value`: 6 significant digits, `1.23457e+06`).
+
+Run as a program (`python hostile_server.py [--health-drip S] ... --host H --port P`, other
+arguments ignored) it serves on that port, as a server specbench starts would.
 
 `sent` counts the completion bytes that went out, so a test can see a client stop reading.
 """
@@ -35,13 +42,16 @@ class HostileServer:
     def __init__(self, *, counts: Optional[dict[str, float]] = None, positions: Optional[dict[str, float]] = None,
                  timings: Optional[dict[str, Any]] = None, reply: Optional[Callable[[dict], Any]] = None,
                  drip: Optional[float] = None, flood: int = 0, declared: Optional[int] = None,
-                 metrics_lines: int = 0, no_metrics: bool = False, models: Any = None, hostile_from: int = 1) -> None:
+                 metrics_lines: int = 0, no_metrics: bool = False, models: Any = None, hostile_from: int = 1,
+                 health_drip: Optional[float] = None, start: Optional[dict[str, float]] = None,
+                 printed: Callable[[float], str] = str, port: int = 0) -> None:
         self.counts = {"drafts": 2, "draft_tokens": 6, "accepted": 2, **(counts or {})}
         self.positions = {"0": 1, "1": 1} if positions is None else positions
         self.timings, self.reply, self.drip, self.flood, self.declared = timings or {}, reply, drip, flood, declared
         self.metrics_lines, self.no_metrics, self.hostile_from = metrics_lines, no_metrics, hostile_from
         self.models = {"data": [{"id": "served"}]} if models is None else models
-        self.totals: dict[str, float] = {"drafts": 0, "draft_tokens": 0, "accepted": 0}
+        self.health_drip, self.printed = health_drip, printed
+        self.totals: dict[str, float] = {"drafts": 0, "draft_tokens": 0, "accepted": 0, **(start or {})}
         self.pos_totals: dict[str, float] = {}
         self.requests = self.sent = 0
         self.lock = threading.Lock()
@@ -55,6 +65,8 @@ class HostileServer:
 
             def do_GET(self) -> None:
                 if self.path == "/health":
+                    if outer.health_drip:
+                        return self.dribble(b'{"status":"ok"}', outer.health_drip)
                     return self.send(200, b'{"status":"ok"}')
                 if self.path == "/v1/models":
                     return self.send(200, json.dumps(outer.models).encode())
@@ -83,7 +95,7 @@ class HostileServer:
                     answer = outer.reply(body)
                 data = answer if isinstance(answer, bytes) else json.dumps(answer).encode()
                 if hostile and outer.drip:
-                    return self.dribble(data)
+                    return self.dribble(data, outer.drip)
                 self.send(200, data)
 
             def send(self, code: int, data: bytes, kind: str = "application/json") -> None:
@@ -110,7 +122,7 @@ class HostileServer:
                 except OSError:  # the client stopped reading: what it should do
                     self.close_connection = True
 
-            def dribble(self, data: bytes) -> None:
+            def dribble(self, data: bytes, every: float) -> None:
                 raw = (f"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {len(data)}\r\n"
                        f"Connection: close\r\n\r\n").encode() + data
                 self.close_connection = True
@@ -119,11 +131,11 @@ class HostileServer:
                         self.wfile.write(raw[i:i + 1])
                         self.wfile.flush()
                         outer.sent += 1
-                        time.sleep(outer.drip)
+                        time.sleep(every)
                 except OSError:
                     pass
 
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", port), Handler)
         self.httpd.daemon_threads = True
         threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
         self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
@@ -141,9 +153,10 @@ class HostileServer:
         lines = []
         for prefix in ("llamacpp", "vllm"):
             p = f"{prefix}:spec_decode_"
-            lines += [f"# HELP {p}num_drafts_total drafts", f"{p}num_drafts_total {self.totals['drafts']}",
-                      f"{p}num_draft_tokens_total {self.totals['draft_tokens']}",
-                      f"{p}num_accepted_tokens_total {self.totals['accepted']}"]
+            shown = {k: self.printed(v) for k, v in self.totals.items()}
+            lines += [f"# HELP {p}num_drafts_total drafts", f"{p}num_drafts_total {shown['drafts']}",
+                      f"{p}num_draft_tokens_total {shown['draft_tokens']}",
+                      f"{p}num_accepted_tokens_total {shown['accepted']}"]
             lines += [f'{p}num_accepted_tokens_per_pos_total{{position="{k}"}} {v}' for k, v in self.pos_totals.items()]
         return "\n".join(lines) + "\n"
 
@@ -171,3 +184,18 @@ def _metric_lines(n: int):
     per = 20000
     for i in range(0, n, per):
         yield line * min(per, n - i)
+
+
+def main(argv: list[str]) -> None:
+    """Serve on `--port` (a server specbench starts); `--health-drip S` as the option."""
+    drip = float(argv[argv.index("--health-drip") + 1]) if "--health-drip" in argv else None
+    server = HostileServer(health_drip=drip, port=int(argv[argv.index("--port") + 1]))
+    print(f"hostile server listening on {server.url}", flush=True)
+    while True:
+        time.sleep(3600)
+
+
+if __name__ == "__main__":
+    import sys
+
+    main(sys.argv[1:])

@@ -15,14 +15,15 @@ import subprocess
 import sys
 import time
 import tracemalloc
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 from hostile_server import HostileServer  # tests/engines is on the path (pytest's rootdir-less import)
 
 from specbench_cli.engines import methods as engine_methods
-from specbench_cli.engines.method import EngineSettings
-from specbench_cli.engines.server import EngineError, request_json, request_text
+from specbench_cli.engines.method import EngineSettings, check_counters, counter_deltas
+from specbench_cli.engines.server import EngineError, parse_metrics, printed_bound, request_json, request_text
 from specbench_cli.methods.core.method import MethodContext
 
 EOS = 2
@@ -280,3 +281,123 @@ def test_hostile_replies_in_a_run_are_error_rows_and_the_folder_stays_readable(t
                             text=True, timeout=300)
     assert report.returncode == 0, report.stderr[-2000:]
 
+
+
+# ----------------------------------------------------------------------------- a server's start, a host's lookup
+
+HOSTILE = Path(__file__).with_name("hostile_server.py")
+
+
+def test_a_server_dripping_its_health_answer_cannot_hold_the_start(tmp_path):
+    """A server specbench starts that accepts the readiness probe and sends its 200 a byte every
+    0.3 s (never tripping a per-read timeout; the answer would take half a minute and then say
+    ready): the start gives up at its own bound (--engine-timeout 3 here) with one clear error,
+    the engine-start failure every row of the method gets (a run's warm-up ends the run with it),
+    and the server is stopped."""
+    exe = tmp_path / "bin" / "llama-server"
+    exe.parent.mkdir()
+    pid_file = tmp_path / "server.pid"
+    exe.write_text(f'#!/bin/sh\necho $$ > {pid_file}\nexec {sys.executable} {HOSTILE} --health-drip 0.3 "$@"\n')
+    exe.chmod(0o755)
+    m = engine_methods.get("llama.cpp:ngram-mod")(MethodContext(budget=4))
+    m.binary, m.gguf = str(exe), "model.gguf"
+    m.settings = EngineSettings(model="model.gguf", timeout=3.0, threads=1, vocab_size=1000)
+    start = time.monotonic()
+    with pytest.raises(EngineError, match=r"was not ready within 3 s \(the last /health probe: http://127\.0\.0\.1:"
+                                          r"\d+/health: no answer within [0-9.]+ s \(the whole reply; one readiness "
+                                          r"probe\)\)") as info:
+        m.generate([5, 6, 7], 8, {EOS}, tmp_path / "run")
+    assert time.monotonic() - start < HANG_GUARD_S
+    one_clear_line(str(info.value))
+    assert m.server is None
+    pid = int(pid_file.read_text())
+    with pytest.raises(ProcessLookupError):   # stopped (and reaped) on the way out
+        os.kill(pid, 0)
+    assert "hostile server listening" in (tmp_path / "run" / "engines" / "llama.cpp-ngram-mod.log").read_text()
+
+
+def test_a_host_names_lookup_is_within_the_deadline(monkeypatch):
+    """The lookup of an --engine-url host name blocks in the resolver, which no socket deadline
+    reaches: it runs in a worker the deadline abandons, so the request fails at its deadline while
+    the lookup is still stuck (before, the request waited for the resolver, however long)."""
+    import socket
+    import threading
+
+    real, stuck, released, finished = socket.getaddrinfo, threading.Event(), threading.Event(), threading.Event()
+
+    def slow_lookup(host, *args, **kw):
+        if host != "slow-lookup.invalid":
+            return real(host, *args, **kw)
+        stuck.set()
+        released.wait(HANG_GUARD_S)
+        finished.set()
+        raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+
+    monkeypatch.setattr(socket, "getaddrinfo", slow_lookup)
+    try:
+        with pytest.raises(EngineError, match=r"slow-lookup\.invalid:8080/metrics: no answer within 1 s") as info:
+            request_text("http://slow-lookup.invalid:8080/metrics", 1.0)
+        one_clear_line(str(info.value))
+        assert stuck.is_set() and not finished.is_set()   # it gave up while the lookup was still stuck
+    finally:
+        released.set()
+    with HostileServer() as server:   # an IP literal needs no lookup; a good server still answers
+        assert request_text(server.url + "/health", 5.0) == '{"status":"ok"}'
+
+
+# ----------------------------------------------------------------------------- counters printed rounded
+
+SIX_DIGITS = "%g".__mod__   # how llama-server prints a counter: C++ `<<` of a double, 6 significant digits
+
+
+def test_printed_bound_is_half_a_unit_of_the_sixth_digit_and_zero_for_numbers_printed_in_full():
+    assert [printed_bound(t) for t in ("1.23457e+06", "1e+06", "3e+07", "1.2345678e+06", "1234567", "1234567.0",
+                                       "999999", "2.5e-01")] == [5, 5, 50, 0, 0, 0, 0, 0]
+
+
+def test_llama_cpp_counts_come_from_timings_when_metrics_print_them_rounded():
+    """Past a million, llama-server's /metrics reads `1.23457e+06`: around a request of 2 drafts,
+    4 draft tokens and 2 accepted, the printed differences are 10 drafts (for 8 tokens), 0 draft
+    tokens and 10 accepted, which the plain checks refuse. The row is ok: draft and accepted
+    tokens from the reply's exact timings, the drafts from /metrics within their rounding."""
+    with HostileServer(start={"drafts": 1_234_564, "draft_tokens": 1_000_010, "accepted": 1_000_004},
+                       counts={"drafts": 2, "draft_tokens": 4, "accepted": 2},
+                       timings={"draft_n": 4, "draft_n_accepted": 2}, printed=SIX_DIGITS) as server:
+        m = engine(server.url, started=True)
+        seen, metrics = [], m.metrics
+        m.metrics = lambda: seen.append(metrics()) or seen[-1]
+        g = m.generate([5, 6, 7], 8, {EOS})
+    s = g.stats
+    assert s["counters_from"] == "metrics" and s["totals_from"] == "timings"
+    assert (s["spec_decode_num_draft_tokens"], s["spec_decode_num_accepted_tokens"]) == (4, 2)
+    assert 2 <= s["spec_decode_num_drafts"] <= 7 - 2 and s["spec_decode_num_accepted_tokens_per_pos"] == [1, 1]
+    assert sum(g.accept_lengths) == 7 and sum(g.draft_sizes) == 4
+    plain = counter_deltas(dict(seen[0]), dict(seen[1]), "llamacpp")   # the values as printed, taken as exact
+    assert (plain.drafts, plain.draft_tokens, plain.accepted) == (10, 0, 10)
+    with pytest.raises(EngineError, match="10 drafts for an answer of 8 tokens"):
+        check_counters(plain, 8, 3)
+
+
+@pytest.mark.parametrize("start, counts, printed, match", [
+    ({"drafts": 1_234_564}, {"drafts": 30}, SIX_DIGITS,
+     r"counted 30 \(\+/- 10, as /metrics printed it\) drafts for an answer of 8 tokens"),
+    ({"drafts": 1_234_564}, {"drafts": -30}, SIX_DIGITS, r"num_drafts_total went down during the request"),
+    ({"drafts": 1_234_564, "draft_tokens": 1_000_010, "accepted": 1_000_004}, {"accepted": 7}, str,
+     r"7 accepted tokens of 6 drafted"),
+    ({"drafts": 1_234_564}, {"drafts": 9}, str, r"counted 9 drafts for an answer of 8 tokens"),
+], ids=["past_the_rounding", "down_past_the_rounding", "exact_accepted_over_drafted", "exact_drafts_over_tokens"])
+def test_rounding_is_allowed_only_as_far_as_the_printed_digits_go(start, counts, printed, match):
+    """A printed counter is given half a unit of its last digit (6 significant digits), no more;
+    counters printed in full are checked exactly, however large."""
+    with HostileServer(start=start, counts=counts, printed=printed) as server:
+        one_clear_line(refused(engine(server.url, started=True), match)[0])
+
+
+def test_a_fall_within_the_rounding_is_none():
+    before = parse_metrics("llamacpp:spec_decode_num_drafts_total 1.23457e+06\n")
+    after = parse_metrics("llamacpp:spec_decode_num_drafts_total 1.23456e+06\n")
+    c = counter_deltas(before, after, "llamacpp")
+    assert c.drafts == 0 and c.slack == {"drafts": 10}
+    with pytest.raises(EngineError, match=r"went down during the request \(1234570 -> 1234560\)"):
+        counter_deltas(parse_metrics("llamacpp:spec_decode_num_drafts_total 1234570\n"),
+                       parse_metrics("llamacpp:spec_decode_num_drafts_total 1234560\n"), "llamacpp")
