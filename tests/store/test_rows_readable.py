@@ -272,8 +272,10 @@ def test_a_nan_from_a_decoder_becomes_an_error_row_and_the_run_goes_on(tiny_mode
     for line in (run / "samples.jsonl").read_text().splitlines():
         json.loads(line, parse_constant=_no_constant)
     pld = [r for r in run_rows(run) if r["method"] == "pld"]
-    assert pld and all(r["status"] == "error" and r["error"] == "InvalidRow: 'prefill_time' must be a finite "
-                       "number >= 0, got NaN" for r in pld)
+    invalid = "InvalidRow: 'prefill_time' must be a finite number >= 0, got NaN"
+    assert pld and all(r["status"] == "error" for r in pld)
+    assert all(r["error"] == invalid for r in pld if r["turn"] == 0)
+    assert all(r["error"] == f"not run: an earlier turn failed ({invalid})" for r in pld if r["turn"] > 0)
     assert all(r["status"] == "ok" for r in run_rows(run) if r["method"] == "ar")
     monkeypatch.setattr(Runner, "_generate", real)
     code, _, err = cli(["run", "--resume", str(run), "--no-report", "--retry-errors"], capsys)
