@@ -110,7 +110,7 @@ def test_a_wheelhouse_without_this_project_is_one_error_line(tmp_path, house):
 
 
 def test_the_tests_must_have_imported_the_installed_package(tmp_path):
-    """installed_pytest.py stops a session whose tests imported another `specbench_cli` than the
+    """installed_pytest.py stops a pytest run whose tests imported another `specbench_cli` than the
     installed one: here a planted source-like folder next to the test, which pytest's own path
     handling puts first."""
     planted = tmp_path / "specbench_cli"

@@ -4,7 +4,7 @@
 
 Runs pytest in this process with the given arguments; once the tests are collected (every test
 module imported), the `specbench_cli` they imported must live in PACKAGE_FOLDER (the installed
-package the caller imported itself), else the session stops with exit status 3 before any test
+package the caller imported itself), else the pytest run stops with exit status 3 before any test
 runs: a checkout's source folder, which lacks `methods` and `tasks`, reached through the current
 folder or a test folder on the path, can no longer pass for the installed package. The header of
 pytest's output names the folder. Run it as a script (its own folder, not the current one, is
