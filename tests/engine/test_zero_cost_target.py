@@ -5,15 +5,14 @@ loop's one wait for the device per step with no drafter waiting on its own. Coun
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import random
-from functools import lru_cache
 from pathlib import Path
 
 import pytest
 import torch
 from helpers.cli import cli
+from helpers.scripts import load_script
 
 from specbench_cli import methods, targets
 from specbench_cli.engine.draft import Draft
@@ -29,12 +28,8 @@ NO_SYNC = ["ar", "pld", "jacobi", "lookahead", "recycling", "samd", "suffix", "t
 LOSSLESS_HERE = NO_SYNC
 
 
-@lru_cache(maxsize=1)
 def bench():
-    spec = importlib.util.spec_from_file_location("host_overhead", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(SCRIPT, "host_overhead")
 
 
 def prompts(n: int = 3, length: int = 120) -> list[list[int]]:

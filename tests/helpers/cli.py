@@ -36,3 +36,12 @@ def only_run_dir(out_dir):
 
 def run_rows(run):
     return [json.loads(line) for line in (run / "samples.jsonl").read_text().splitlines() if line.strip()]
+
+
+def one_error_line(code: int, out: str, err: str) -> str:
+    """The one `error:` line of a refused command (exit 2, no traceback; notes and warnings aside)."""
+    lines = [line for line in err.splitlines() if line.strip() and not line.startswith(("note:", "warning:"))]
+    assert code == 2, f"exit {code}\nstdout: {out}\nstderr: {err}"
+    assert "Traceback" not in out + err
+    assert len(lines) == 1 and lines[0].startswith("error: "), err
+    return lines[0]

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers.cli import cli
+from helpers.cli import cli, one_error_line
 from helpers.tiny import make_tokenizer
 
 from specbench_cli.errors import UsageError
@@ -41,12 +41,6 @@ def no_model_loads(monkeypatch):
     monkeypatch.setattr(specbench_cli.models.load, "load_model", refuse)
 
 
-def one_error_line(code: int, out: str, err: str) -> str:
-    lines = [line for line in err.splitlines() if line.strip() and not line.startswith(("note:", "warning:"))]
-    assert code == 2, f"exit {code}\nstdout: {out}\nstderr: {err}"
-    assert "Traceback" not in out + err
-    assert len(lines) == 1 and lines[0].startswith("error: "), err
-    return lines[0]
 
 
 # -- datastores: tokens.npy and lengths.npy (samd's static automaton, suffix's global tree) ----------

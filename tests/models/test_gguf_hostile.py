@@ -29,8 +29,9 @@ from pathlib import Path
 from typing import Any, Optional
 
 import pytest
-from helpers.cli import cli
+from helpers.cli import cli, one_error_line
 from helpers.embedded import needs_model
+from helpers.llama_build import require_llama_cpp_build
 
 from specbench_cli.errors import UsageError
 from specbench_cli.gguf_header import ARCHITECTURES, GGML_TYPES, check_gguf, read_gguf
@@ -432,12 +433,6 @@ def run_args(model: Path, tmp_path: Path, *extra: str) -> list[str]:
             "--max-new-tokens", "4", "--output-dir", str(tmp_path / "out"), "--threads", "1", "--no-report", *extra]
 
 
-def one_error_line(code: int, out: str, err: str) -> str:
-    lines = [line for line in err.splitlines() if line.strip() and not line.startswith(("note:", "warning:"))]
-    assert code == 2, f"exit {code}\nstdout: {out}\nstderr: {err}"
-    assert "Traceback" not in err + out
-    assert len(lines) == 1 and lines[0].startswith("error: "), err
-    return lines[0]
 
 
 @needs_model
@@ -503,15 +498,6 @@ LOAD = textwrap.dedent("""
 """)
 
 
-def llama_cpp_build():
-    from specbench_cli.engines.locate import find_llama_cpp
-
-    found = find_llama_cpp()
-    if found is None or found.library is None:
-        if os.environ.get("CI"):
-            pytest.fail("CI builds llama.cpp (tools/build-llama-cpp.sh): libllama.so was not found", pytrace=False)
-        pytest.skip("llama.cpp's libllama.so is not built (tools/build-llama-cpp.sh)")
-    return found
 
 
 def python(*args: str, cache: Optional[Path] = None, timeout: int = 300) -> subprocess.CompletedProcess:
@@ -525,7 +511,7 @@ def python(*args: str, cache: Optional[Path] = None, timeout: int = 300) -> subp
 def test_block_count_513_on_the_llama_cpp_target_is_exit_2_not_sigabrt(tmp_path):
     """The target's own check runs before libllama opens the file: exit 2, one line. The control
     (check taken out) shows the file is hostile: llama.cpp aborts the process (SIGABRT)."""
-    llama_cpp_build()
+    require_llama_cpp_build()
     crafted = patched_embedded(tmp_path, "blocks-513.gguf", "llama.block_count", 513)
     res = python("-c", LOAD, str(crafted), "checked")
     assert res.returncode == 2, (res.returncode, res.stderr[-2000:])
@@ -539,7 +525,7 @@ def test_block_count_513_on_the_llama_cpp_target_is_exit_2_not_sigabrt(tmp_path)
 @needs_model
 def test_block_count_513_through_specbench_run_target_llama_cpp(tmp_path):
     """The whole command (a process of its own): exit 2 with one line, no signal, no run folder."""
-    llama_cpp_build()
+    require_llama_cpp_build()
     crafted = patched_embedded(tmp_path, "blocks-513.gguf", "llama.block_count", 513)
     res = python("-m", "specbench_cli", *run_args(crafted, tmp_path, "--target", "llama.cpp"), cache=tmp_path / "cache")
     line = one_error_line(res.returncode, res.stdout, res.stderr)
