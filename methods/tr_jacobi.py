@@ -16,9 +16,10 @@ paths, Medusa-style), whose node tokens are filled from a candidate table:
   uniformly from the context (prompt + generated), with a fixed seed.
 
 After verification the greedy verifier's longest accepted path wins; the continuation of
-that path through the rejected nodes (at each level the child the target scored highest, read
-from the row's top-k the loop brings to the host; the first child when none is among them)
-supplies the next table's rows, from that same top-k.
+that path through the rejected nodes (at each level the child the target scored highest at
+its parent's row; every node's score is gathered on the device by `host_values` and comes to
+the host in the loop's one transfer) supplies the next table's rows, from the rows' top-k the
+loop brings to the host too.
 
 The template is derived from the block complexity BC once, in `plan`: `r` retrieval
 nodes (`min(5, max(1, (BC-1)//2))`) and the `BC-1-r` Jacobi paths of highest prior value,
@@ -35,6 +36,8 @@ import random
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Optional
+
+import torch
 
 from specbench_cli.config import MAX_BUDGET
 from specbench_cli.engine.draft import Draft, children_lists, paths_to_parents
@@ -126,6 +129,10 @@ class TRJacobi(Method):
         self.k_needed = 1 + max((c for _, c in self.slots if c >= 0), default=-1)
         # the loop hands every verified row's top-k over as host lists (`observe` reads no logits)
         self.host_topk = max(self.k_needed, 1) if self.parents else 0
+        # per node: its parent's row in the verified logits (the root's row is 0)
+        self.parent_rows = [p + 1 for p in parents]
+        self._index: dict = {}   # device -> the parent rows as an index tensor there
+        self._tokens: list[int] = []
 
     def params(self) -> dict:
         o = self.opts
@@ -160,7 +167,20 @@ class TRJacobi(Method):
                 tokens.append(table[d][c])
             else:
                 tokens.append(noise[i])
+        self._tokens = tokens
         return Draft(tokens=tokens, parents=self.parents)
+
+    def host_values(self, logits: torch.Tensor) -> Optional[torch.Tensor]:
+        """Every node's score at its parent's row (`logits[parent + 1, token]`): one gather on
+        the device, read in `observe` to pick the continuation below the accepted path."""
+        if not self.parents or logits.shape[0] != len(self.parents) + 1:
+            return None
+        rows = self._index.get(logits.device)
+        if rows is None:
+            rows = self._index[logits.device] = torch.tensor(self.parent_rows, dtype=torch.long,
+                                                             device=logits.device)
+        tokens = torch.tensor(self._tokens, dtype=torch.long).to(logits.device, non_blocking=True)
+        return logits[rows, tokens]
 
     def observe(self, result: VerifyResult) -> None:
         if not self.parents:
@@ -169,29 +189,24 @@ class TRJacobi(Method):
         top = result.top if result.top is not None and all(len(t) >= k for t in result.top) else None
         if top is None:  # a result made by hand (no loop): the same top-k, read here
             top = result.logits.topk(max(k, 1), dim=-1).indices.tolist()
+        scores = result.values
+        if scores is None or len(scores) != len(self.parents):  # a result made by hand (no loop)
+            dev = result.logits.device
+            scores = result.logits[torch.tensor(self.parent_rows, device=dev),
+                                   torch.tensor(result.draft.tokens, dtype=torch.long, device=dev)].double().tolist()
         # Continue below the accepted path through rejected nodes: at each level the child the
-        # target scored highest at its parent's row (the most plausible wrong guess).
+        # target scored highest at its parent's row (the most plausible wrong guess; the first
+        # such child on a tie).
         rows: list[int] = []
         row = result.accepted[-1] + 1 if result.accepted else 0
-        tokens = result.draft.tokens
         while len(rows) < self.depth:
             kids = self.children[row]
             if not kids:
                 break
-            child = kids[0] if len(kids) == 1 else self._best_child(kids, tokens, top[row])
+            child = kids[0] if len(kids) == 1 else max(kids, key=lambda c: (scores[c], -c))
             row = child + 1
             rows.append(row)
         if not rows or self.k_needed == 0:
             self.table = []
             return
         self.table = [top[r][:k] for r in rows]
-
-    @staticmethod
-    def _best_child(kids: list[int], tokens: list[int], ranked: list[int]) -> int:
-        """The child whose token ranks best in its parent row's host top-k `ranked` (that is the
-        child the target scored highest: a higher score than a top-k member's is in the top-k
-        too); when none is there, the first child (template order: the retrieval node, then the
-        Jacobi ranks best first), so the drafter never reads the logits itself."""
-        rank = {t: i for i, t in enumerate(ranked)}
-        best = min(((rank[tokens[c]], j) for j, c in enumerate(kids) if tokens[c] in rank), default=None)
-        return kids[best[1]] if best is not None else kids[0]
