@@ -18,24 +18,36 @@ Fairness rules this file enforces:
   over the questions (each repeat) remembering nothing, so it never sees another pass's answer
   to the question it decodes, and is handed each of its finished turns in run order, on
   `--resume` too (the rows already written, where the run reaches them).
+
+Batches (`--batch-size N`; batch size 1 is a batch of one, as in the loop): the run's questions
+are cut, in order, into groups of N consecutive questions (the last group may be smaller); group
+i is batch `batch_id` i of each repeat (rows at batch size 1 record no `batch_id`). Per group every
+method decodes the same turn index of its questions together (engine/loop.py), a second turn only
+after all first turns of the group (its prompt holds the first answer); questions without that
+turn sit it out. Each sequence slot has its own drafter (run/replicas.py; at batch size 1 the
+method itself). Rows stay one per question and turn, recording `batch_size` and `batch_id`. The
+fairness rules above hold per group: AR decodes the group first, at the same N, then the other
+methods in an order that rotates from group to group; every method of a question gets the same
+cap and sampling seed at every batch size.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import hashlib
+import math
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
 from specbench_cli.config import RunConfig, at_temperature, temperatures
 from specbench_cli.engines.naming import compared_with, is_baseline
 from specbench_cli.models.header import model_context_length
-from specbench_cli.models.pieces import token_pieces
 from specbench_cli.models.prompting import ChatPrompter, stop_token_ids, user_turn
 from specbench_cli.run import limits
 from specbench_cli.run.auto import bcauto
-from specbench_cli.run.plan import method_context, plan_methods
-from specbench_cli.store.rows import PARTS, SampleRow, row_key
+from specbench_cli.run.plan import method_context, plan_instance, plan_methods
+from specbench_cli.run.replicas import replicas
+from specbench_cli.store.rows import SampleRow, record_generation, row_key
 from specbench_cli.store.runfolder import RunFolder, now_iso
 
 
@@ -44,42 +56,47 @@ def sample_seed(seed: int, question_id: str, turn: int, repeat: int) -> int:
     return int.from_bytes(h[:8], "little") & 0x7FFFFFFFFFFFFFFF
 
 
+# the keys of a row the progress line's numbers read (report/metrics.py `question_throughputs`,
+# `mean_accepted_tokens`)
+LIVE_KEYS = ("task", "category", "question_id", "turn", "repeat", "batch_size", "temperature", "status",
+             "new_tokens", "wall_time", "accept_lengths", "steps")
+
+
 @dataclass
 class Live:
-    """Running numbers per method for the progress line, on the basis of the tables: tok/s is
-    the mean over questions of each question's tokens / seconds (all its turns), #MAT is pooled
-    over steps. A question whose turn failed is left out, as in the tables."""
+    """Running numbers per method for the progress line, computed as the tables compute them
+    (report/metrics.py): tok/s the mean over questions of each question's tokens / seconds (all
+    its turns), #MAT pooled over steps. A question whose turn failed is left out, as in the tables."""
 
-    questions: dict[str, dict[tuple, list[float]]] = field(default_factory=dict)  # method -> key -> [tok, s]
-    failed: dict[str, set] = field(default_factory=dict)
-    accepted: dict[str, int] = field(default_factory=dict)
-    steps: dict[str, int] = field(default_factory=dict)
+    rows: dict[str, list[dict]] = field(default_factory=dict)  # entry -> its rows so far (`LIVE_KEYS`)
     sweep: bool = False  # several temperatures: one entry per method and temperature
+    parts: dict[str, str] = field(default_factory=dict)  # entry -> its part of the line, until its next row
 
     def add(self, row: dict) -> None:
         m = f"{row['method']} T={row.get('temperature', 0.0):g}" if self.sweep else row["method"]
-        key = (row.get("task"), str(row["question_id"]), row.get("repeat", 0))
-        per_question = self.questions.setdefault(m, {})
-        if row["status"] != "ok":
-            self.failed.setdefault(m, set()).add(key)
-            return
-        tokens_seconds = per_question.setdefault(key, [0.0, 0.0])
-        tokens_seconds[0] += row["new_tokens"]
-        tokens_seconds[1] += row["wall_time"]
-        self.accepted[m] = self.accepted.get(m, 0) + sum(row["accept_lengths"])
-        self.steps[m] = self.steps.get(m, 0) + row["steps"]
+        # one group per entry of the line: the entry stands for the method and its label
+        self.rows.setdefault(m, []).append({**{k: row[k] for k in LIVE_KEYS if k in row}, "method": m,
+                                            "method_label": m, "block_complexity": 0})
+        self.parts.pop(m, None)
 
     def tokens_per_s(self, method: str) -> float:
-        failed = self.failed.get(method, set())
-        rates = [tok / s for key, (tok, s) in self.questions.get(method, {}).items() if s > 0 and key not in failed]
-        return sum(rates) / len(rates) if rates else 0.0
+        from specbench_cli.report import metrics
+
+        rate = metrics.mean_throughput(metrics.question_throughputs(self.rows.get(method, [])))
+        return 0.0 if math.isnan(rate) else rate  # no question finished yet: 0
+
+    def mat(self, method: str) -> float:
+        from specbench_cli.report import metrics
+
+        ok = [r for r in self.rows.get(method, []) if r["status"] == "ok"]
+        tau = metrics.mean_accepted_tokens([r["accept_lengths"] for r in ok], [r["steps"] for r in ok])
+        return 0.0 if math.isnan(tau) else tau  # no step yet: 0
 
     def line(self) -> str:
-        parts = []
-        for m in self.questions:
-            mat = self.accepted.get(m, 0) / self.steps[m] if self.steps.get(m) else 0.0
-            parts.append(f"{m} {self.tokens_per_s(m):.1f} tok/s #MAT {mat:.2f}")
-        return " | ".join(parts)
+        for m in self.rows:
+            if m not in self.parts:
+                self.parts[m] = f"{m} {self.tokens_per_s(m):.1f} tok/s #MAT {self.mat(m):.2f}"
+        return " | ".join(self.parts[m] for m in self.rows)
 
 
 def check_temperatures(cfg: RunConfig) -> dict:
@@ -95,7 +112,13 @@ def check_temperatures(cfg: RunConfig) -> dict:
     return plans[0]
 
 
+def _error_text(e: Exception) -> str:
+    return f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+
+
 class Runner:
+    """The run at every batch size (module doc)."""
+
     def __init__(self, cfg: RunConfig, store: RunFolder, on_row: Callable[[dict, Live], None] | None = None) -> None:
         self.sweep_cfg, self.temperatures = cfg, temperatures(cfg)
         self.cfg = at_temperature(cfg, self.temperatures[0])  # the settings of the temperature being decoded
@@ -126,17 +149,32 @@ class Runner:
             self.methods[name] = m.bind(lm.target, lm.tokenizer)
         self.torch = torch
 
-    # -- one generation -----------------------------------------------------------------------
-    def _generate(self, method, prompt_ids: list[int], seed: int, max_new: int):
-        if getattr(method, "decodes_itself", False):  # an engine's own speculation (engines/method.py)
-            return method.generate(prompt_ids, max_new, self.decoder.eos_ids, getattr(self.store, "path", None))
-        gen = self.torch.Generator().manual_seed(seed) if not self.sampling.greedy else None
-        return self.decoder.generate(method, prompt_ids, max_new, method.ctx.budget, gen)
+        def fresh(spec: str, method) -> Any:
+            twin = plan_instance(self.cfg, spec, method.ctx.budget)
+            twin.ctx = dataclasses.replace(twin.ctx, trust_remote_code=method.ctx.trust_remote_code)
+            return twin.bind(lm.target, lm.tokenizer)
+
+        # one drafter per sequence slot of a batch: the method itself, then copies (run/replicas.py)
+        n = self.cfg.batch_size
+        self.drafters = {name: replicas(m, n, lambda name=name, m=m: fresh(name, m)) for name, m in self.methods.items()}
+
+    # -- one batch of generations -------------------------------------------------------------
+    def _generate(self, name: str, prompts: list[list[int]], caps: list[int], seeds: list[int]) -> list:
+        """Method `name`'s answers to `prompts` decoded together, each within its cap, sampled
+        from its own seed: one `Generation` each (engine/loop.py)."""
+        method = self.methods[name]
+        if getattr(method, "decodes_itself", False):  # an engine's own speculation (engines/method.py), batch size 1
+            run_dir = getattr(self.store, "path", None)
+            return [method.generate(ids, cap, self.decoder.eos_ids, run_dir) for ids, cap in zip(prompts, caps)]
+        gens = [self.torch.Generator().manual_seed(s) for s in seeds] if not self.sampling.greedy else None
+        return self.decoder.generate_batch(self.drafters[name][: len(prompts)], prompts, caps, method.ctx.budget, gens)
 
     def warmup(self, question) -> None:
+        """Every method decodes a short answer to `question` once, at the run's batch size, untimed."""
         ids = self.prompter(user_turn(question.turns[0]))
-        for m in self.methods.values():
-            self._generate(m, ids, 0, min(16, self.cfg.max_new_tokens))
+        n = self.cfg.batch_size
+        for name in self.methods:
+            self._generate(name, [ids] * n, [min(16, self.cfg.max_new_tokens)] * n, [0] * n)
 
     def _row(self, name: str, method, q, turn: int, repeat: int, gen=None, error: str | None = None,
              prompt_tokens: int = 0, max_new: Optional[int] = None, batch_id: Optional[int] = None) -> dict:
@@ -151,67 +189,31 @@ class Runner:
             block_complexity=method.ctx.budget, temperature=self.cfg.temperature, top_p=self.cfg.top_p,
             status="error" if gen is None else "ok", error=error, prompt_tokens=prompt_tokens, max_new_tokens=max_new)
         if gen is not None:
-            row.prompt_tokens, row.new_tokens, row.steps = gen.prompt_tokens, len(gen.output_ids), gen.steps
-            row.wall_time, row.prefill_time = gen.wall_time, gen.prefill_time
-            row.accept_lengths, row.draft_sizes, row.budget_used = gen.accept_lengths, gen.draft_sizes, gen.budget_used
-            row.draft_path_lengths = gen.draft_path_lengths
-            row.step_draft_ms, row.step_verify_ms = gen.step_draft_ms, gen.step_verify_ms
-            row.draft_time, row.verify_time, row.overhead_time = gen.draft_time, gen.verify_time, gen.overhead_time
-            row.draft_depths = gen.draft_depths
-            if gen.propose_time is not None:  # the step split (absent on CUDA without --time-steps)
-                for part in PARTS:
-                    setattr(row, f"step_{part}_ms", getattr(gen, f"step_{part}_ms"))
-                    setattr(row, f"{part}_time", getattr(gen, f"{part}_time"))
-            row.output_ids = gen.output_ids
-            row.method_stats = gen.stats
-            row.output_text = self.lm.tokenizer.decode(gen.output_ids, skip_special_tokens=True)
-            row.output_pieces = token_pieces(self.lm.tokenizer, gen.output_ids)  # for `report --html`
+            record_generation(row, gen, self.lm.tokenizer)
         row.timestamp = now_iso()
         return row.to_dict()
 
-    def _run_question(self, name: str, q, repeat: int, done: dict[tuple, dict], ar_rows: dict[tuple, dict]) -> None:
-        method = self.methods[name]
-        messages: list[dict] = []
-        failed = None
-        for turn, text in enumerate(q.turns):
-            messages.append({"role": "user", "content": text})
-            key = (name, q.task, q.id, turn, repeat, self.cfg.temperature)
-            if key in done:  # resumed: reuse the stored answer as conversation history
-                row = done[key]
-                failed = failed or (row["error"] if row["status"] != "ok" else None)
-                messages.append({"role": "assistant", "content": row.get("output_text", "")})
-                self._remember(name, row)
-                continue
-            prompt_ids: list[int] = []
-            if failed:
-                row = self._row(name, method, q, turn, repeat, error=f"not run: an earlier turn failed ({failed})")
-            else:
-                try:
-                    prompt_ids = self.prompter(messages)
-                    cap = self.room.new_tokens(len(prompt_ids), self.cfg.max_new_tokens)
-                    gen = self._generate(method, prompt_ids, sample_seed(self.cfg.seed, q.id, turn, repeat), cap)
-                    row = self._row(name, method, q, turn, repeat, gen, max_new=cap)
-                except Exception as e:  # noqa: BLE001 - a failing sample is recorded, never hidden
-                    failed = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
-                    row = self._row(name, method, q, turn, repeat, error=failed, prompt_tokens=len(prompt_ids))
-            self.record(row, ar_rows)  # a row the store refuses (NaN, negative) is stored as an error row
-            failed = failed or (row["error"] if row["status"] != "ok" else None)
-            messages.append({"role": "assistant", "content": row["output_text"]})
-
     def _remember(self, name: str, row: dict) -> None:
-        """A finished answer joins what method `name` remembers of this pass (docs/adding-a-method.md)."""
+        """A finished answer joins what method `name` remembers of this pass (docs/adding-a-method.md),
+        in every slot's drafter: a later group sees what a batch-1 run would have seen by then
+        (answers of the same group are decoded together, so none sees another's)."""
         if row["status"] == "ok":
-            self.methods[name].remember(list(row["output_ids"]))
+            for drafter in self.drafters[name]:
+                drafter.remember(list(row["output_ids"]))
 
     def _forget(self, name: str) -> None:
         """Method `name` starts a pass of the run with nothing remembered."""
-        self.methods[name].forget()
+        for drafter in self.drafters[name]:
+            drafter.forget()
 
     # -- the whole run ------------------------------------------------------------------------
-    def work(self, questions) -> list[tuple[str, Any, int]]:
-        """(method, question, repeat) in run order: per question AR first, the others rotating."""
-        return [(name, q, r) for r in range(self.cfg.repeats) for i, q in enumerate(questions)
-                for name in self.order(i + r)]
+    def work(self, questions) -> list[tuple[str, tuple, int, Optional[int]]]:
+        """(method, group of questions, repeat, batch id) in run order: per group AR first, the
+        others rotating; the batch id is None at batch size 1 (rows record none)."""
+        n = self.cfg.batch_size
+        groups = [tuple(questions[i:i + n]) for i in range(0, len(questions), n)]
+        return [(name, group, r, b if n > 1 else None) for r in range(self.cfg.repeats)
+                for b, group in enumerate(groups) for name in self.order(b + r)]
 
     def order(self, k: int) -> list[str]:
         """AR (then each engine's own AR, `ENGINE:ar`), then the other methods rotated by `k` (slow
@@ -223,12 +225,61 @@ class Runner:
 
     def unit_keys(self, unit) -> list[tuple]:
         """The row keys a unit of `work` writes."""
-        name, q, r = unit
-        return [(name, q.task, q.id, t, r, self.cfg.temperature) for t in range(len(q.turns))]
+        name, group, r, _ = unit
+        return [(name, q.task, q.id, t, r, self.cfg.temperature) for q in group for t in range(len(q.turns))]
 
     def run_unit(self, unit, done: dict[tuple, dict], ar_rows: dict[tuple, dict]) -> None:
-        name, q, r = unit
-        self._run_question(name, q, r, done, ar_rows)
+        """Method `name` answers a group of questions turn by turn: each turn of every question
+        that has it decoded together; a turn stored before (--resume) is the history of the next,
+        and after a failed turn the question's later turns are error rows that say so."""
+        name, group, repeat, batch_id = unit
+        method = self.methods[name]
+        messages: dict[int, list[dict]] = {i: [] for i in range(len(group))}
+        failed: dict[int, str] = {}
+        for turn in range(max(len(q.turns) for q in group)):
+            members = [i for i, q in enumerate(group) if turn < len(q.turns)]
+            rows: dict[int, dict] = {}
+            todo: list[tuple[int, list[int], int]] = []  # (member, prompt ids, cap)
+            for i in members:
+                q = group[i]
+                messages[i].append({"role": "user", "content": q.turns[turn]})
+                key = (name, q.task, q.id, turn, repeat, self.cfg.temperature)
+                if key in done:  # resumed: reuse the stored answer as conversation history
+                    row = done[key]
+                    if row["status"] != "ok" and i not in failed:
+                        failed[i] = row["error"]
+                    messages[i].append({"role": "assistant", "content": row.get("output_text", "")})
+                    self._remember(name, row)
+                    continue
+                if i in failed:
+                    rows[i] = self._row(name, method, q, turn, repeat, error=f"not run: an earlier turn failed "
+                                        f"({failed[i]})", batch_id=batch_id)
+                    continue
+                prompt_ids: list[int] = []
+                try:
+                    prompt_ids = self.prompter(messages[i])
+                    todo.append((i, prompt_ids, self.room.new_tokens(len(prompt_ids), self.cfg.max_new_tokens)))
+                except Exception as e:  # noqa: BLE001 - a failing sample is recorded, never hidden
+                    failed[i] = _error_text(e)
+                    rows[i] = self._row(name, method, q, turn, repeat, error=failed[i],
+                                        prompt_tokens=len(prompt_ids), batch_id=batch_id)
+            if todo:
+                seeds = [sample_seed(self.cfg.seed, group[i].id, turn, repeat) for i, _, _ in todo]
+                try:
+                    gens = self._generate(name, [p for _, p, _ in todo], [c for _, _, c in todo], seeds)
+                    for (i, _, cap), gen in zip(todo, gens):
+                        rows[i] = self._row(name, method, group[i], turn, repeat, gen, max_new=cap, batch_id=batch_id)
+                except Exception as e:  # noqa: BLE001 - the whole batch failed: every member's row says so
+                    for i, prompt_ids, _ in todo:
+                        failed[i] = _error_text(e)
+                        rows[i] = self._row(name, method, group[i], turn, repeat, error=failed[i],
+                                            prompt_tokens=len(prompt_ids), batch_id=batch_id)
+            for i in members:
+                if i in rows:
+                    row = self.record(rows[i], ar_rows)  # a row the store refuses (NaN, negative) is stored as an error row
+                    if row["status"] != "ok":
+                        failed.setdefault(i, row["error"])
+                    messages[i].append({"role": "assistant", "content": row["output_text"]})
 
     def record(self, row: dict, ar_rows: dict[tuple, dict]) -> dict:
         """Compare a finished row with AR's, store it and report it."""

@@ -21,7 +21,6 @@ from specbench_cli.models.prompting import default_threads, set_threads
 from specbench_cli.run import limits
 from specbench_cli.run.auto.bcauto import instance_label
 from specbench_cli.run.auto.calibrate import adaptive_specs, auto_specs, calibration_questions, prepare
-from specbench_cli.run.batched import BatchRunner
 from specbench_cli.run.plan import auto_candidates, load_questions, plan_methods
 from specbench_cli.run.resume import retry_error_rows
 from specbench_cli.run.runner import Runner
@@ -104,7 +103,7 @@ def _execute(cfg: RunConfig, store: Optional[RunFolder], report: bool, trust_rem
     limits.check_batch_loaded(cfg, questions, lm, largest)  # the same with exact prompt lengths
     # the cost curve (recorded when cached; measured when `auto` needs it) and auto budgets
     planned, costs = prepare(cfg, lm, planned, questions, threads, store.read_manifest() if store else None)
-    runner = (BatchRunner if cfg.batch_size > 1 else Runner)(cfg, store)  # store set below
+    runner = Runner(cfg, store)  # store set below
     runner.setup(lm, planned)
     limits.check_prompts(questions, runner.prompter, runner.room)  # a first turn that cannot fit: before decoding
     if store is None:

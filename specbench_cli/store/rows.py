@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, Optional
 
 from specbench_cli.errors import RuntimeFailure, UsageError
+from specbench_cli.models.pieces import token_pieces
 from specbench_cli.options import is_int
 
 STATUSES = ("ok", "error")
@@ -98,6 +99,31 @@ class SampleRow:
     @property
     def key(self) -> tuple:
         return row_key(self.to_dict())
+
+
+# What a `Generation` (engine/loop.py) measured that a row records under the same name; the
+# step split (`PARTS`) only where it was measured, so a row without it keeps null there.
+MEASURED = ("prompt_tokens", "steps", "wall_time", "prefill_time", "accept_lengths", "draft_sizes", "budget_used",
+            "draft_path_lengths", "step_draft_ms", "step_verify_ms", "draft_time", "verify_time", "overhead_time",
+            "draft_depths", "output_ids")
+SPLIT = (*(f"step_{part}_ms" for part in PARTS), *(f"{part}_time" for part in PARTS))
+
+
+def record_generation(row: SampleRow, gen: Any, tokenizer: Any) -> SampleRow:
+    """`row` (whose turn, decoded how) filled with what `gen` measured: the one place a
+    generation becomes row fields. `MEASURED` as they are, `SPLIT` where `gen` has the step
+    split, the answer's length, text and per-token pieces (for `report --html`) through
+    `tokenizer`, and the drafter's own counters as `method_stats`."""
+    for name in MEASURED:
+        setattr(row, name, getattr(gen, name))
+    if gen.propose_time is not None:  # the step split (absent on CUDA without --time-steps)
+        for name in SPLIT:
+            setattr(row, name, getattr(gen, name))
+    row.new_tokens = len(gen.output_ids)
+    row.method_stats = gen.stats
+    row.output_text = tokenizer.decode(gen.output_ids, skip_special_tokens=True)
+    row.output_pieces = token_pieces(tokenizer, gen.output_ids)
+    return row
 
 
 def required_keys(status: Optional[str] = None) -> tuple[str, ...]:

@@ -91,7 +91,7 @@ def test_resume_keeps_finished_rows_and_completes_the_rest(tiny_model_dir, tmp_p
 def test_ctrl_c_keeps_finished_rows_and_says_how_to_resume(tiny_model_dir, tmp_path, capsys, monkeypatch):
     from specbench_cli.run.runner import Runner
 
-    real = Runner._run_question
+    real = Runner.run_unit
     calls = {"n": 0}
 
     def interrupt_on_third(self, *a, **k):
@@ -100,13 +100,13 @@ def test_ctrl_c_keeps_finished_rows_and_says_how_to_resume(tiny_model_dir, tmp_p
             raise KeyboardInterrupt
         return real(self, *a, **k)
 
-    monkeypatch.setattr(Runner, "_run_question", interrupt_on_third)
+    monkeypatch.setattr(Runner, "run_unit", interrupt_on_third)
     code, _, err = cli(tiny_run_args(tiny_model_dir, tmp_path), capsys)
     assert code == 130
     assert "--resume" in err
     run = only_run_dir(tmp_path)
     assert len(run_rows(run)) == 4  # ar and pld on the two-turn question, 2 rows each
-    monkeypatch.setattr(Runner, "_run_question", real)
+    monkeypatch.setattr(Runner, "run_unit", real)
     assert cli(["run", "--resume", str(run), "--no-report"], capsys)[0] == 0
     assert len(run_rows(run)) == 6
 

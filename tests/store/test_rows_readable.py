@@ -259,11 +259,12 @@ def test_a_nan_from_a_decoder_becomes_an_error_row_and_the_run_goes_on(tiny_mode
 
     real = Runner._generate
 
-    def poisoned(self, method, prompt_ids, seed, max_new):
-        gen = real(self, method, prompt_ids, seed, max_new)
-        if method.name == "pld":
-            gen.prefill_time = NAN
-        return gen
+    def poisoned(self, name, prompts, caps, seeds):
+        gens = real(self, name, prompts, caps, seeds)
+        if name == "pld":
+            for gen in gens:
+                gen.prefill_time = NAN
+        return gens
 
     monkeypatch.setattr(Runner, "_generate", poisoned)
     code, _, err = cli(tiny_run_args(tiny_model_dir, tmp_path), capsys)
@@ -292,12 +293,13 @@ def test_after_a_turn_stored_as_an_error_row_the_later_turns_are_not_run(tiny_mo
     real = Runner._generate
     calls = []
 
-    def poisoned(self, method, prompt_ids, seed, max_new):
-        gen = real(self, method, prompt_ids, seed, max_new)
-        if method.name == "pld":
-            calls.append(len(prompt_ids))
-            gen.prefill_time = NAN
-        return gen
+    def poisoned(self, name, prompts, caps, seeds):
+        gens = real(self, name, prompts, caps, seeds)
+        if name == "pld":
+            calls.append(len(prompts[0]))
+            for gen in gens:
+                gen.prefill_time = NAN
+        return gens
 
     monkeypatch.setattr(Runner, "_generate", poisoned)
     code, _, err = cli(["run", "--model", str(tiny_model_dir), "--methods", "pld", "--tasks", "refine", "--limit", "1",

@@ -72,7 +72,7 @@ def test_the_lock_is_released_when_the_run_fails(tiny_model_dir, tmp_path, capsy
     def interrupt(self, *a, **k):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(Runner, "_run_question", interrupt)
+    monkeypatch.setattr(Runner, "run_unit", interrupt)
     assert cli(tiny_run_args(tiny_model_dir, tmp_path), capsys)[0] == 130
     assert not (only_run_dir(tmp_path) / "run.lock").exists()
 
