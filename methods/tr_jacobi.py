@@ -37,11 +37,10 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Optional
 
-import torch
-
 from specbench_cli.config import MAX_BUDGET
 from specbench_cli.engine.draft import Draft, children_lists, paths_to_parents
 from specbench_cli.engine.drafter import DecodeState, Structure, VerifyResult
+from specbench_cli.lazy import torch
 from specbench_cli.methods.core.method import Method
 from specbench_cli.methods.pld import NgramIndex
 from specbench_cli.options import opt
@@ -170,7 +169,7 @@ class TRJacobi(Method):
         self._tokens = tokens
         return Draft(tokens=tokens, parents=self.parents)
 
-    def host_values(self, logits: torch.Tensor) -> Optional[torch.Tensor]:
+    def host_values(self, logits: "torch.Tensor") -> Optional["torch.Tensor"]:
         """Every node's score at its parent's row (`logits[parent + 1, token]`): one gather on
         the device, read in `observe` to pick the continuation below the accepted path."""
         if not self.parents or logits.shape[0] != len(self.parents) + 1:
