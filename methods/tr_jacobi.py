@@ -39,7 +39,7 @@ from typing import Optional
 
 import torch
 
-from specbench_cli.config import MAX_BUDGET
+from specbench_cli.config.syntax import MAX_BUDGET
 from specbench_cli.engine.draft import Draft, children_lists, paths_to_parents
 from specbench_cli.engine.drafter import DecodeState, Structure, VerifyResult
 from specbench_cli.methods.core.method import Method

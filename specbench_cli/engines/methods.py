@@ -43,15 +43,15 @@ def plan(cfg, spec: str, budget: int, options: dict, context):
     """The engine method `spec` planned against run `cfg` (its options, the run's engine flags):
     UsageError (exit 2, before any model loads) for an unknown name, sampling, batches, a missing
     llama.cpp build or a missing --engine-url."""
-    from specbench_cli.config import parse_spec
+    from specbench_cli.config.instance import parse_instance
     from specbench_cli.engines.method import EngineSettings, split_urls
     from specbench_cli.engines.naming import engine_of
     from specbench_cli.errors import UsageError
 
     for other in cfg.methods:  # an unknown name says so before any other engine method's check
-        if engine_of(parse_spec(other)[0]):
-            get(parse_spec(other)[0])
-    base = parse_spec(spec)[0]
+        if engine_of(parse_instance(other).name):
+            get(parse_instance(other).name)
+    base = parse_instance(spec).name
     cls = get(base)  # unknown: one line naming the known ones
     if cfg.temperature > 0:
         raise UsageError(f"{spec}: engine methods run greedy only (--temperature 0)")

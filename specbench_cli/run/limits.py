@@ -12,7 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterable, Optional
 
-from specbench_cli.config import AUTO, RunConfig
+from specbench_cli.config.fields import RunConfig
+from specbench_cli.config.syntax import AUTO
 from specbench_cli.errors import UsageError
 
 

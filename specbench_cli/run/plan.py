@@ -10,7 +10,7 @@ from typing import Optional
 
 from specbench_cli import methods as method_registry
 from specbench_cli import tasks as task_registry
-from specbench_cli.config import ADAPTIVE, AUTO, DEFAULT_BUDGET, RunConfig, method_order, parse_spec
+from specbench_cli.config import ADAPTIVE, AUTO, DEFAULT_BUDGET, RunConfig, method_order, parse_instance
 from specbench_cli.errors import UsageError
 from specbench_cli.run.auto import bcauto
 from specbench_cli.tasks.base import select as select_questions
@@ -68,7 +68,7 @@ def plan_methods(cfg: RunConfig) -> dict:
                 raise UsageError(f"method '{spec}': an engine method takes a fixed BC (NAME@N), not auto")
             budget = DEFAULT_BUDGET
         if budget == AUTO:
-            method_registry.get(parse_spec(spec)[0])  # an unknown name says so, not "nothing fits"
+            method_registry.get(parse_instance(spec).name)  # an unknown name says so, not "nothing fits"
             fits = bcauto.feasible_budgets(lambda b: plan_instance(cfg, spec, b), auto_candidates(cfg), spec)
             budget = DEFAULT_BUDGET if DEFAULT_BUDGET in fits else fits[-1]
         elif budget == ADAPTIVE:
@@ -76,7 +76,7 @@ def plan_methods(cfg: RunConfig) -> dict:
         planned[spec] = plan_instance(cfg, spec, budget)
         if bcauto.instance_budget(spec, cfg.block_complexity) == ADAPTIVE and not planned[spec].adaptive_budget:
             able = [n for n in method_registry.names() if getattr(method_registry.get(n), "adaptive_budget", False)]
-            raise UsageError(f"{spec}: {parse_spec(spec)[0]} cannot take an adaptive budget (its drafts have "
+            raise UsageError(f"{spec}: {parse_instance(spec).name} cannot take an adaptive budget (its drafts have "
                              "input-only nodes, embeddings or state that must see every node verified); give it "
                              f"a fixed BC or auto (NAME@adaptive takes: {', '.join(able)})")
     check_target(cfg, planned)
@@ -117,7 +117,7 @@ def method_needs(method) -> tuple[str, ...]:
 def plan_instance(cfg: RunConfig, spec: str, budget: int):
     """One method instance planned at `budget`; options given for its name and for the instance
     (`-o pld.max_ngram=4`, `-o pld@auto.max_ngram=4`) apply, the instance's last."""
-    base = parse_spec(spec)[0]
+    base = parse_instance(spec).name
     options = {**cfg.method_options.get(base, {}), **(cfg.method_options.get(spec, {}) if spec != base else {})}
     from specbench_cli.engines.naming import engine_of
 

@@ -1,6 +1,6 @@
 """`specbench run`: questions x methods -> rows in a run folder.
 
-The run's options are config.py, planning run/plan.py, the orchestration (checks, lock,
+The run's options are config/, planning run/plan.py, the orchestration (checks, lock,
 manifest, progress) workflow.py, auto budgets run/auto/.
 
 Fairness rules this file enforces:

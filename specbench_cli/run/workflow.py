@@ -4,7 +4,6 @@ run with a progress bar, survive Ctrl-C, summarise."""
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import time
 from pathlib import Path
 from typing import Optional
@@ -13,7 +12,8 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.text import Text
 
-from specbench_cli.config import RunConfig
+from specbench_cli.config.fields import RunConfig
+from specbench_cli.config.manifest import manifest_config
 from specbench_cli.console import err
 from specbench_cli.errors import RuntimeFailure
 from specbench_cli.models.load import declared_context
@@ -108,7 +108,7 @@ def _execute(cfg: RunConfig, store: Optional[RunFolder], report: bool, trust_rem
     runner.setup(lm, planned)
     limits.check_prompts(questions, runner.prompter, runner.room)  # a first turn that cannot fit: before decoding
     if store is None:
-        manifest = {"config": {**dataclasses.asdict(cfg), "threads": threads,
+        manifest = {"config": {**manifest_config(cfg), "threads": threads,
                                "methods": list(runner.methods)},
                     "model": lm.manifest(), **environment(), **costs,
                     "methods": {n: {"label": instance_label(n, m.label(), cfg.block_complexity), "params": m.params(),

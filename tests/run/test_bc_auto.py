@@ -8,7 +8,7 @@ import json
 import pytest
 from helpers.cli import cli
 
-from specbench_cli.config import parse_spec
+from specbench_cli.config.instance import parse_instance
 from specbench_cli.run.auto import bcauto
 from specbench_cli.run.auto import cost as costmod
 
@@ -94,7 +94,7 @@ def test_a_disturbed_curve_point_is_replaced_by_the_next_larger_q():
 @pytest.mark.parametrize("spec,parsed", [("pld", ("pld", None)), ("pld@auto", ("pld", "auto")),
                                          ("lookahead@16", ("lookahead", 16))])
 def test_instance_specs(spec, parsed):
-    assert parse_spec(spec) == parsed
+    assert (parse_instance(spec).name, parse_instance(spec).budget) == parsed
 
 
 def test_instance_budget_and_label():

@@ -27,7 +27,7 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from specbench_cli.config import ADAPTIVE, AR, AUTO, Budget, parse_spec
+from specbench_cli.config import ADAPTIVE, AR, AUTO, Budget, parse_instance
 from specbench_cli.errors import UsageError
 
 DEFAULT_CANDIDATES = (1, 2, 3, 4, 6, 8, 12, 16, 24)
@@ -41,7 +41,8 @@ TIE = 0.01                  # predictions this close to the best are a tie: the 
 def instance_budget(spec: str, run_bc: Budget) -> Budget:
     """The budget an instance runs at: its own, else the run's. AR always processes one token
     per forward: under `--block-complexity auto` its rows record 1."""
-    base, own = parse_spec(spec)
+    inst = parse_instance(spec)
+    base, own = inst.name, inst.budget
     if base == AR:
         return run_bc if isinstance(run_bc, int) else 1
     return own if own is not None else run_bc
@@ -51,7 +52,8 @@ def instance_label(spec: str, label: str, run_bc: Budget = 10) -> str:
     """The method's label plus the instance suffix ('pld(max_ngram=4)@auto'); under
     `--block-complexity auto` a plain name is labelled `@auto` too (tables then show its BC), and
     `@adaptive` under `--block-complexity adaptive`."""
-    base, own = parse_spec(spec)
+    inst = parse_instance(spec)
+    base, own = inst.name, inst.budget
     if own is None and base != AR and run_bc in (AUTO, ADAPTIVE):
         own = run_bc
     return label if own is None else f"{label}@{own}"
