@@ -48,8 +48,7 @@ def config_parameters() -> list[tuple[str, Any, Any]]:
 
 def run(ctx: typer.Context, **params: Any) -> None:
     """Run methods on a task suite and write results/<run_id>/."""
-    from specbench_cli.run.plan import default_methods
-    from specbench_cli.run.runner import check_temperatures
+    from specbench_cli.run.plan import check_config, default_methods
     from specbench_cli.run.workflow import execute
     from specbench_cli.store.runfolder import RunFolder
 
@@ -71,7 +70,7 @@ def run(ctx: typer.Context, **params: Any) -> None:
         # the manifest stores the planned method list: AR first, the defaults when none were named
         normalise["methods"] = ("methods", lambda v: method_order(split_list(v) or default_methods()))
         check_resume_flags(given, cfg, normalise, str(extra["resume"]))
-        planned = check_temperatures(cfg)
+        planned = check_config(cfg)
         err.print(f"resuming {extra['resume']} ({len(store.rows())} rows already there)")
     else:
         store = None
@@ -91,7 +90,7 @@ def run(ctx: typer.Context, **params: Any) -> None:
             from specbench_cli.methods.heads.common import apply_heads_flag
 
             apply_heads_flag(cfg.methods, cfg.method_options, extra["heads"])
-        planned = check_temperatures(cfg)
+        planned = check_config(cfg)
         if tour:
             err.print(f"note: quick tour: {cfg.limit} mini question per category, {cfg.max_new_tokens} new tokens "
                       f"(the whole suite: --tasks mini)", highlight=False, soft_wrap=True)

@@ -31,11 +31,8 @@ from typing import Any, Callable, List, Optional
 
 from specbench_cli.config.declare import Cli, GridKey, grid_options, method_sets, one_of, option, str_list, whole
 from specbench_cli.config.engines import check_engine_bin, check_engine_timeout, check_engine_urls
-from specbench_cli.config.instance import parse_instance
 from specbench_cli.config.presets import check_preset
 from specbench_cli.config.syntax import (
-    ADAPTIVE,
-    AUTO,
     BATCH,
     CALIBRATION_TOKENS,
     DEFAULT_BUDGET,
@@ -251,24 +248,13 @@ class RunConfig:
                         "the plan."), check=check_kernels)
 
     def validate(self) -> None:
-        """Every field's own check (values are normalised in place: '10' -> 10), and options
-        only for methods the run has. Needs no registry and no model."""
+        """Every field's own check (values are normalised in place: '10' -> 10). Needs no
+        registry and no model; the method instances are parsed and checked against the other
+        settings once, by planning (run/plan.py `method_instances`)."""
         for f in dataclasses.fields(self):
             check = f.metadata["check"]
             if check is not None:
                 setattr(self, f.name, check(getattr(self, f.name)))
-        if isinstance(self.temperature, list):  # auto budgets are calibrated at one temperature
-            bcs = [self.block_complexity] + [parse_instance(m).budget for m in self.methods]
-            if any(bc in (AUTO, ADAPTIVE) for bc in bcs):
-                raise UsageError("--temperature with several values takes fixed budgets: 'auto' and 'adaptive' "
-                                 "are calibrated at one temperature (run each temperature on its own)")
-        from specbench_cli.engines.naming import with_baselines
-
-        listed = with_baselines([parse_instance(m).name for m in self.methods])  # ENGINE:ar joins its engine's methods
-        named = set(self.methods) | set(listed)
-        for m in self.method_options:
-            if m not in named:
-                raise UsageError(f"options given for method '{m}', which is not in --methods")
 
     @classmethod
     def from_cli(cls, params: dict[str, Any]) -> "RunConfig":

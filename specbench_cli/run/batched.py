@@ -34,7 +34,7 @@ class BatchRunner(Runner):
         super().setup(lm, planned)
 
         def fresh(spec: str, method) -> Any:
-            twin = plan_instance(self.cfg, spec, method.ctx.budget)
+            twin = plan_instance(self.cfg, self.instances[spec], method.ctx.budget)
             twin.ctx = dataclasses.replace(twin.ctx, trust_remote_code=method.ctx.trust_remote_code)
             return twin.bind(lm.target, lm.tokenizer)
 

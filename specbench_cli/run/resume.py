@@ -163,18 +163,16 @@ def _split_options(options: dict[str, dict[str, Any]]) -> tuple[dict[str, dict[s
 def _options_class(method: str) -> Optional[type]:
     """The `Options` dataclass of a method name (`pld`, `pld@6`, `llama.cpp:ar`); None for a name
     no registry knows (planning refuses it with its own line)."""
-    from specbench_cli.engines.naming import engine_of
-
     try:
-        base = parse_instance(method).name
-        if engine_of(base):
+        inst = parse_instance(method)
+        if inst.engine is not None:
             from specbench_cli.engines import methods as engine_methods
 
-            cls = engine_methods.get(base)
+            cls = engine_methods.get(inst.name)
         else:
             from specbench_cli import methods as method_registry
 
-            cls = method_registry.get(base)
+            cls = method_registry.get(inst.name)
     except UsageError:
         return None
     options = getattr(cls, "Options", None)

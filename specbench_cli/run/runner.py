@@ -33,7 +33,6 @@ from specbench_cli.models.header import model_context_length
 from specbench_cli.models.pieces import token_pieces
 from specbench_cli.models.prompting import ChatPrompter, stop_token_ids, user_turn
 from specbench_cli.run import limits
-from specbench_cli.run.auto import bcauto
 from specbench_cli.run.plan import method_context, plan_methods
 from specbench_cli.store.rows import PARTS, SampleRow, row_key
 from specbench_cli.store.runfolder import RunFolder, now_iso
@@ -82,19 +81,6 @@ class Live:
         return " | ".join(parts)
 
 
-def check_temperatures(cfg: RunConfig) -> dict:
-    """`check_config` (run/plan.py) at every temperature of the run, before any model loads (a
-    method that cannot sample is refused at the temperature it cannot take); returns the
-    instances planned at the first temperature, the ones the run binds first."""
-    from specbench_cli.run.plan import check_config
-
-    if not isinstance(cfg.temperature, list):
-        return check_config(cfg)
-    cfg.validate()
-    plans = [check_config(at_temperature(cfg, t)) for t in temperatures(cfg)]
-    return plans[0]
-
-
 class Runner:
     def __init__(self, cfg: RunConfig, store: RunFolder, on_row: Callable[[dict, Live], None] | None = None) -> None:
         self.sweep_cfg, self.temperatures = cfg, temperatures(cfg)
@@ -105,7 +91,7 @@ class Runner:
 
     # -- set-up -------------------------------------------------------------------------------
     def setup(self, lm, planned: Optional[dict] = None) -> None:
-        """Bind the planned methods (`plan_methods`) to the loaded target."""
+        """Bind the planned methods (`plan_methods`: MethodInstance -> method) to the loaded target."""
         import torch
 
         from specbench_cli.engine.loop import Decoder
@@ -119,11 +105,12 @@ class Runner:
         planned = planned if planned is not None else plan_methods(self.cfg)
         # every method of a question gets the same cap, so answers stay comparable with AR's
         self.room = limits.Room(model_context_length(lm.target), [m.ctx.budget for m in planned.values()])
-        self.methods = {}
-        for name, m in planned.items():
+        self.methods, self.instances = {}, {}  # by instance label (the rows' `method`)
+        for inst, m in planned.items():
             # a draft model loaded for a method inherits how the target was loaded (--trust-remote-code)
             m.ctx = dataclasses.replace(m.ctx, trust_remote_code=getattr(lm, "trust_remote_code", False))
-            self.methods[name] = m.bind(lm.target, lm.tokenizer)
+            self.methods[inst.label] = m.bind(lm.target, lm.tokenizer)
+            self.instances[inst.label] = inst
         self.torch = torch
 
     # -- one generation -----------------------------------------------------------------------
@@ -143,7 +130,7 @@ class Runner:
         """The SampleRow of one turn: measured from `gen`, or an error row."""
         row = SampleRow(
             batch_size=self.cfg.batch_size, batch_id=batch_id,
-            method=name, method_label=bcauto.instance_label(name, method.label(), self.cfg.block_complexity), method_params=method.params(),
+            method=name, method_label=self.instances[name].row_label(method.label(), self.cfg.block_complexity), method_params=method.params(),
             lossless=method.lossless,
             extra_params=method.extra_params, structure=method.structure.value, task=q.task, category=q.category,
             subcategory=q.subcategory, difficulty=q.difficulty, question_id=q.id, turn=turn, repeat=repeat,
@@ -273,7 +260,7 @@ class Runner:
             self.cfg = at_temperature(self.sweep_cfg, t)
             if i and any(k not in done for u in self.work(questions) for k in self.unit_keys(u)):
                 self._close()  # planned and bound again: drafts follow the sampling (run/plan.py)
-                self.setup(self.lm, plan_methods(self.cfg))
+                self.setup(self.lm, plan_methods(self.cfg, list(self.instances.values())))
             step = None
             if progress:  # one bar over every temperature (a later temperature's start is no news)
                 def step(d: int, n: int, base: int = i * per) -> None:

@@ -114,8 +114,8 @@ def test_the_table_round_trips_and_bad_records_are_refused():
 def test_adaptive_is_a_budget_word_and_an_instance_suffix():
     assert parse_bc("adaptive") == ADAPTIVE and parse_bc(" Adaptive ") == ADAPTIVE
     assert (parse_instance("pld@adaptive").name, parse_instance("pld@adaptive").budget) == ("pld", ADAPTIVE)
-    assert bcauto.instance_label("pld", "pld", ADAPTIVE) == "pld@adaptive"
-    assert bcauto.instance_label("ar", "ar", ADAPTIVE) == "ar"
+    assert parse_instance("pld").row_label("pld", ADAPTIVE) == "pld@adaptive"
+    assert parse_instance("ar").row_label("ar", ADAPTIVE) == "ar"
     with pytest.raises(UsageError):
         parse_bc("adaptiv")
 
