@@ -329,10 +329,10 @@ def suffix_instance(declared: dict) -> str:
     """The run's `suffix` instance whose every step drafts from the suffix trees (an instance name
     is `suffix`, `suffix@BC` or `suffix@auto`; one with a model fallback drafts some steps from
     that model, which a trace cannot replay); `ar` when there is none."""
-    from specbench_cli.config import parse_spec
+    from specbench_cli.config.instance import parse_instance
 
     for name, entry in declared.items():
-        if parse_spec(name)[0] == "suffix" and ((entry or {}).get("params") or {}).get("fallback", "none") == "none":
+        if parse_instance(name).name == "suffix" and ((entry or {}).get("params") or {}).get("fallback", "none") == "none":
             return name
     return "ar"
 

@@ -25,7 +25,7 @@ import random
 from dataclasses import dataclass
 from typing import Optional
 
-from specbench_cli.config import MAX_BUDGET
+from specbench_cli.config.syntax import MAX_BUDGET
 from specbench_cli.engine.draft import Draft
 from specbench_cli.engine.drafter import DecodeState, Structure, VerifyResult
 from specbench_cli.errors import UsageError

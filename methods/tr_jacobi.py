@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Optional
 
-from specbench_cli.config import MAX_BUDGET
+from specbench_cli.config.syntax import MAX_BUDGET
 from specbench_cli.engine.draft import Draft, children_lists, paths_to_parents
 from specbench_cli.engine.drafter import DecodeState, Structure, VerifyResult
 from specbench_cli.lazy import torch

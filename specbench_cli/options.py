@@ -1,13 +1,13 @@
 """Typed options: dataclass fields whose annotations (and declared bounds or choices) are the
 checks. One module for both kinds of options:
 
-- the run options (`config.py`): a manifest's or a grid's JSON/TOML value is checked against the
+- the run options (`config/fields.py`): a manifest's or a grid's JSON/TOML value is checked against the
   `RunConfig` field's annotation with `fits`, and named with `hint_name`;
 - every method's `Options` (`-o METHOD.KEY=VALUE`): `parse_options` turns the typed text into the
   field's type and `check_option` checks it with the same `fits`, then the declared bounds.
 
 A number's bounds are a `Bound`, declared once and checked (and worded) by it wherever they
-apply: method options (`opt(lo=, hi=)`), run options (config.py) and every number option of
+apply: method options (`opt(lo=, hi=)`), run options (config/) and every number option of
 every command (cli/main.py).
 
 Nothing here needs a model or torch.

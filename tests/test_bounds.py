@@ -1,5 +1,5 @@
 """A bound is declared once, as an `options.Bound`, and the same object checks and words the refusal
-for method options (`opt(lo=, hi=)`), run options (config.py) and every number option of every
+for method options (`opt(lo=, hi=)`), run options (config/) and every number option of every
 command (cli/main.py's `NUMBER`)."""
 
 from __future__ import annotations
@@ -54,8 +54,8 @@ def test_method_options_run_options_and_command_numbers_share_the_declaration():
 
 def test_no_bound_is_worded_by_hand_in_the_three_places():
     """The wording lives in `Bound.span`; the modules that declare bounds only declare them."""
-    for module in ("specbench_cli/config.py", "specbench_cli/cli/main.py"):
-        text = (ROOT / module).read_text(encoding="utf-8")
+    for module in sorted((ROOT / "specbench_cli/config").glob("*.py")) + [ROOT / "specbench_cli/cli/main.py"]:
+        text = module.read_text(encoding="utf-8")
         assert "must be at least" not in text and "must be at most" not in text and ">= 0 (got" not in text, module
     options = (ROOT / "specbench_cli/options.py").read_text(encoding="utf-8")
     assert options.count("between {") == 1  # Bound.span

@@ -76,7 +76,7 @@ def _declared(flag: str, command=None) -> Bound:
     cost`), else the run option's under that flag (config.flag_bounds), else `NUMBER`: a refusal
     then names the real bound (`--batch-size -1`: between 1 and 256), never a looser one. Only
     when a value is refused, so a good command line imports nothing for it."""
-    from specbench_cli.config import flag_bounds
+    from specbench_cli.config.fields import flag_bounds
 
     own = getattr(command, "bounds", None)
     declared = (own() if callable(own) else {}).get(flag) or flag_bounds().get(flag)

@@ -1,4 +1,4 @@
-"""`specbench run`. Its parameters are derived from `RunConfig` (config.py): each field's `Cli`
+"""`specbench run`. Its parameters are derived from `RunConfig` (config/fields.py): each field's `Cli`
 metadata gives the flags, help, type and default; the few parameters that are not run settings
 (`--heads`, `--resume`, ...) are declared below."""
 
@@ -12,7 +12,10 @@ from typing import Any, Optional
 
 import typer
 
-from specbench_cli.config import UNSET, RunConfig, field_default, method_order, resume_normalisers, split_list
+from specbench_cli.config.declare import UNSET, field_default
+from specbench_cli.config.fields import RunConfig, resume_normalisers
+from specbench_cli.config.instance import method_order
+from specbench_cli.config.syntax import split_list
 from specbench_cli.console import err
 from specbench_cli.errors import UsageError
 from specbench_cli.methods.heads.kinds import HEAD_METHODS
@@ -45,8 +48,7 @@ def config_parameters() -> list[tuple[str, Any, Any]]:
 
 def run(ctx: typer.Context, **params: Any) -> None:
     """Run methods on a task suite and write results/<run_id>/."""
-    from specbench_cli.run.plan import default_methods
-    from specbench_cli.run.runner import check_temperatures
+    from specbench_cli.run.plan import check_config, default_methods
     from specbench_cli.run.workflow import execute
     from specbench_cli.store.runfolder import RunFolder
 
@@ -57,7 +59,7 @@ def run(ctx: typer.Context, **params: Any) -> None:
         if extra["heads"]:
             raise UsageError("--heads cannot change a resumed run: its methods' options are in the manifest "
                              "(drop --heads, or start a new run)")
-        from specbench_cli.config import config_from_manifest
+        from specbench_cli.config.manifest import config_from_manifest
         from specbench_cli.run.resume import check_resume_flags
 
         store = RunFolder.open(extra["resume"])
@@ -68,27 +70,27 @@ def run(ctx: typer.Context, **params: Any) -> None:
         # the manifest stores the planned method list: AR first, the defaults when none were named
         normalise["methods"] = ("methods", lambda v: method_order(split_list(v) or default_methods()))
         check_resume_flags(given, cfg, normalise, str(extra["resume"]))
-        planned = check_temperatures(cfg)
+        planned = check_config(cfg)
         err.print(f"resuming {extra['resume']} ({len(store.rows())} rows already there)")
     else:
         store = None
         cfg = RunConfig.from_cli(params)
         cfg.methods = cfg.methods or default_methods()
         if cfg.preset:
-            from specbench_cli.config import apply_preset
+            from specbench_cli.config.presets import apply_preset
 
             names = {f.metadata["cli"].name: f.name for f in dataclasses.fields(RunConfig)}
             apply_preset(cfg, {names[n] for n in ctx.params if n in names
                                and ctx.get_parameter_source(n).name not in ("DEFAULT", "DEFAULT_MAP")})
         explicit = {n for n in ctx.params if ctx.get_parameter_source(n).name not in ("DEFAULT", "DEFAULT_MAP")}
-        from specbench_cli.config import apply_tour
+        from specbench_cli.config.presets import apply_tour
 
         tour = not cfg.preset and not explicit & {"tasks", "question_ids"} and apply_tour(cfg, explicit)
         if extra["heads"]:
             from specbench_cli.methods.heads.common import apply_heads_flag
 
             apply_heads_flag(cfg.methods, cfg.method_options, extra["heads"])
-        planned = check_temperatures(cfg)
+        planned = check_config(cfg)
         if tour:
             err.print(f"note: quick tour: {cfg.limit} mini question per category, {cfg.max_new_tokens} new tokens "
                       f"(the whole suite: --tasks mini)", highlight=False, soft_wrap=True)

@@ -39,24 +39,18 @@ def describe(name: str) -> dict[str, Any]:
     return _REGISTRY.describe(name, {"summary": ""})
 
 
-def plan(cfg, spec: str, budget: int, options: dict, context):
-    """The engine method `spec` planned against run `cfg` (its options, the run's engine flags):
-    UsageError (exit 2, before any model loads) for an unknown name, sampling, batches, a missing
-    llama.cpp build or a missing --engine-url."""
-    from specbench_cli.config import parse_spec
+def plan(cfg, inst, budget: int, options: dict, context):
+    """The engine method instance `inst` (a `config.instance.MethodInstance`) planned against run
+    `cfg` (its options, the run's engine flags): UsageError (exit 2, before any model loads) for an
+    unknown name, sampling, batches, a missing llama.cpp build or a missing --engine-url."""
     from specbench_cli.engines.method import EngineSettings, split_urls
-    from specbench_cli.engines.naming import engine_of
     from specbench_cli.errors import UsageError
 
-    for other in cfg.methods:  # an unknown name says so before any other engine method's check
-        if engine_of(parse_spec(other)[0]):
-            get(parse_spec(other)[0])
-    base = parse_spec(spec)[0]
-    cls = get(base)  # unknown: one line naming the known ones
+    cls = get(inst.name)  # unknown: one line naming the known ones
     if cfg.temperature > 0:
-        raise UsageError(f"{spec}: engine methods run greedy only (--temperature 0)")
+        raise UsageError(f"{inst.label}: engine methods run greedy only (--temperature 0)")
     if cfg.batch_size > 1:
-        raise UsageError(f"{spec}: engine methods decode one question at a time (--batch-size 1)")
+        raise UsageError(f"{inst.label}: engine methods decode one question at a time (--batch-size 1)")
     method = cls(context, **options)
     urls = split_urls(cfg.engine_url)
     threads = cfg.threads
@@ -64,6 +58,6 @@ def plan(cfg, spec: str, budget: int, options: dict, context):
         from specbench_cli.models.prompting import default_threads
 
         threads = default_threads()
-    method.configure(EngineSettings(model=cfg.model, engine_bin=cfg.engine_bin, url=urls.get(spec, urls.get(base, urls.get(""))),
+    method.configure(EngineSettings(model=cfg.model, engine_bin=cfg.engine_bin, url=urls.get(inst.label, urls.get(inst.name, urls.get(""))),
                                     timeout=cfg.engine_timeout, threads=threads, dtype=cfg.dtype, seed=cfg.seed))
     return method

@@ -12,17 +12,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterable, Optional
 
-from specbench_cli.config import AUTO, RunConfig
+from specbench_cli.config.fields import RunConfig
+from specbench_cli.config.syntax import AUTO
 from specbench_cli.errors import UsageError
 
 
 def largest_budget(cfg: RunConfig, planned: dict, candidates: Iterable[int]) -> int:
-    """The largest BC any instance may use: a fixed one's, or the largest `auto` candidate."""
-    from specbench_cli.run.auto import bcauto
-
-    fixed = [m.ctx.budget for spec, m in planned.items()
-             if bcauto.instance_budget(spec, cfg.block_complexity) != AUTO]
-    auto = list(candidates) if any(bcauto.instance_budget(s, cfg.block_complexity) == AUTO for s in planned) else []
+    """The largest BC any instance may use: a fixed one's, or the largest `auto` candidate
+    (`planned`: MethodInstance -> planned method)."""
+    fixed = [m.ctx.budget for inst, m in planned.items() if inst.budget_in(cfg.block_complexity) != AUTO]
+    auto = list(candidates) if any(inst.budget_in(cfg.block_complexity) == AUTO for inst in planned) else []
     return max(fixed + auto + [1])
 
 

@@ -1,7 +1,8 @@
 """Planning a run before any model loads: every method instance (`pld`, `pld@6`, `pld@auto`)
-with its options checked against its budget and sampling, the default method set, and the
-questions. `check_config` is everything `specbench run` verifies before loading a model; the instances
-it plans are the ones the run binds.
+parsed once into a `MethodInstance` (config/instance.py) and planned with its options checked
+against its budget and sampling, the default method set, and the questions. `check_config` is
+everything `specbench run` verifies before loading a model; the instances it plans are the ones
+the run binds, keyed by their `MethodInstance`.
 """
 
 from __future__ import annotations
@@ -10,17 +11,23 @@ from typing import Optional
 
 from specbench_cli import methods as method_registry
 from specbench_cli import tasks as task_registry
-from specbench_cli.config import ADAPTIVE, AUTO, DEFAULT_BUDGET, RunConfig, method_order, parse_spec
+from specbench_cli.config.fields import RunConfig, at_temperature, temperatures
+from specbench_cli.config.instance import MethodInstance, parse_instance, run_order
+from specbench_cli.config.syntax import ADAPTIVE, AUTO, DEFAULT_BUDGET
+from specbench_cli.engines.naming import engine_ar
 from specbench_cli.errors import UsageError
 from specbench_cli.run.auto import bcauto
 from specbench_cli.tasks.base import select as select_questions
 
 
 def check_config(cfg: RunConfig) -> dict:
-    """The field checks (`RunConfig.validate`), then what needs the registries: the tasks
-    exist and every method instance plans with its options. No model is loaded. Returns the
-    planned instances (`plan_methods`), which the run then binds: a run plans once."""
+    """The field checks (`RunConfig.validate`) and the method instances (`method_instances`),
+    then what needs the registries: the tasks exist and every method instance plans with its
+    options, at every temperature of the run (a method that cannot sample is refused at the
+    temperature it cannot take). No model is loaded. Returns the instances planned at the first
+    temperature (`plan_methods`), which the run then binds: a run plans once."""
     cfg.validate()
+    instances = method_instances(cfg)
     from specbench_cli.tasks import hf
 
     for t in cfg.tasks:
@@ -37,7 +44,26 @@ def check_config(cfg: RunConfig) -> dict:
         *some, last = task_registry.reading_questions_file()
         raise UsageError(f"--questions {cfg.questions} is not read by --tasks {','.join(cfg.tasks)} "
                          f"(use --tasks {', '.join(some)} or {last} with a file)")
-    return plan_methods(cfg)
+    plans = [plan_methods(at_temperature(cfg, t), instances) for t in temperatures(cfg)]
+    return plans[0]
+
+
+def method_instances(cfg: RunConfig) -> list[MethodInstance]:
+    """The run's method instances in run order (AR first, `config.instance.run_order`), each
+    parsed once from `--methods`. UsageError for one that does not parse, for an `auto` or
+    `adaptive` budget in a temperature sweep, and for options given for a method the run does
+    not have. Needs no registry and no model."""
+    listed = [parse_instance(m) for m in cfg.methods]
+    if isinstance(cfg.temperature, list):  # auto budgets are calibrated at one temperature
+        if any(bc in (AUTO, ADAPTIVE) for bc in [cfg.block_complexity] + [i.budget for i in listed]):
+            raise UsageError("--temperature with several values takes fixed budgets: 'auto' and 'adaptive' "
+                             "are calibrated at one temperature (run each temperature on its own)")
+    named = {n for i in listed for n in (i.label, i.name)}
+    named |= {engine_ar(i.engine) for i in listed if i.engine is not None}  # ENGINE:ar joins its engine's methods
+    for m in cfg.method_options:
+        if m not in named:
+            raise UsageError(f"options given for method '{m}', which is not in --methods")
+    return run_order(listed)
 
 
 def method_context(cfg: RunConfig, target=None, tokenizer=None, budget: Optional[int] = None):
@@ -53,30 +79,39 @@ def method_context(cfg: RunConfig, target=None, tokenizer=None, budget: Optional
                          draft_model=cfg.draft_model, target_ref=cfg.model)
 
 
-def plan_methods(cfg: RunConfig) -> dict:
-    """Every method instance of the run (`pld`, `pld@6`, `pld@auto`), planned (options parsed
-    and checked against its BC and sampling) but not bound: no model is loaded, so bad options
-    fail in well under a second. An `auto` instance is planned at the default budget here and
-    must accept at least one candidate budget; calibration re-plans it at the chosen one."""
-    from specbench_cli.engines.naming import engine_of
-
+def plan_methods(cfg: RunConfig, instances: Optional[list[MethodInstance]] = None) -> dict:
+    """Every method instance of the run (`method_instances`, parsed from `cfg` when not given),
+    planned (options parsed and checked against its BC and sampling) but not bound: no model is
+    loaded, so bad options fail in well under a second. An `auto` instance is planned at the
+    default budget here and must accept at least one candidate budget; calibration re-plans it
+    at the chosen one. Returns MethodInstance -> planned method, in run order."""
+    if instances is None:
+        instances = method_instances(cfg)
     planned = {}
-    for spec in method_order(cfg.methods):
-        budget = bcauto.instance_budget(spec, cfg.block_complexity)
-        if budget == AUTO and engine_of(spec):  # an engine's speculation is set when its server starts
-            if "@" in spec:
-                raise UsageError(f"method '{spec}': an engine method takes a fixed BC (NAME@N), not auto")
+    engines_known = False
+    for inst in instances:
+        if inst.engine is not None and not engines_known:  # an unknown name says so before any engine check
+            from specbench_cli.engines import methods as engine_methods
+
+            for other in instances:
+                if other.engine is not None and other.label in cfg.methods:
+                    engine_methods.get(other.name)
+            engines_known = True
+        budget = inst.budget_in(cfg.block_complexity)
+        if budget == AUTO and inst.engine is not None:  # an engine's speculation is set when its server starts
+            if inst.budget is not None:
+                raise UsageError(f"method '{inst.label}': an engine method takes a fixed BC (NAME@N), not auto")
             budget = DEFAULT_BUDGET
         if budget == AUTO:
-            method_registry.get(parse_spec(spec)[0])  # an unknown name says so, not "nothing fits"
-            fits = bcauto.feasible_budgets(lambda b: plan_instance(cfg, spec, b), auto_candidates(cfg), spec)
+            method_registry.get(inst.name)  # an unknown name says so, not "nothing fits"
+            fits = bcauto.feasible_budgets(lambda b: plan_instance(cfg, inst, b), auto_candidates(cfg), inst.label)
             budget = DEFAULT_BUDGET if DEFAULT_BUDGET in fits else fits[-1]
         elif budget == ADAPTIVE:
             budget = adaptive_ceiling(cfg)
-        planned[spec] = plan_instance(cfg, spec, budget)
-        if bcauto.instance_budget(spec, cfg.block_complexity) == ADAPTIVE and not planned[spec].adaptive_budget:
+        planned[inst] = plan_instance(cfg, inst, budget)
+        if inst.budget_in(cfg.block_complexity) == ADAPTIVE and not planned[inst].adaptive_budget:
             able = [n for n in method_registry.names() if getattr(method_registry.get(n), "adaptive_budget", False)]
-            raise UsageError(f"{spec}: {parse_spec(spec)[0]} cannot take an adaptive budget (its drafts have "
+            raise UsageError(f"{inst.label}: {inst.name} cannot take an adaptive budget (its drafts have "
                              "input-only nodes, embeddings or state that must see every node verified); give it "
                              f"a fixed BC or auto (NAME@adaptive takes: {', '.join(able)})")
     check_target(cfg, planned)
@@ -90,8 +125,8 @@ def check_target(cfg: RunConfig, planned: dict) -> None:
     from specbench_cli.engine.target import check_capabilities
 
     target = targets.get(cfg.target)
-    for spec, method in planned.items():
-        line = check_capabilities(spec, method_needs(method), cfg.target, target.capabilities)
+    for inst, method in planned.items():
+        line = check_capabilities(inst.label, method_needs(method), cfg.target, target.capabilities)
         if line:
             raise UsageError(line)
     available = getattr(target, "check_available", None)
@@ -114,18 +149,16 @@ def method_needs(method) -> tuple[str, ...]:
     return tuple(dict.fromkeys(needs))
 
 
-def plan_instance(cfg: RunConfig, spec: str, budget: int):
+def plan_instance(cfg: RunConfig, inst: MethodInstance, budget: int):
     """One method instance planned at `budget`; options given for its name and for the instance
     (`-o pld.max_ngram=4`, `-o pld@auto.max_ngram=4`) apply, the instance's last."""
-    base = parse_spec(spec)[0]
-    options = {**cfg.method_options.get(base, {}), **(cfg.method_options.get(spec, {}) if spec != base else {})}
-    from specbench_cli.engines.naming import engine_of
-
-    if engine_of(base):  # ENGINE:METHOD, the engine's own speculation (engines/methods.py)
+    options = {**cfg.method_options.get(inst.name, {}),
+               **(cfg.method_options.get(inst.label, {}) if inst.label != inst.name else {})}
+    if inst.engine is not None:  # ENGINE:METHOD, the engine's own speculation (engines/methods.py)
         from specbench_cli.engines import methods as engine_methods
 
-        return engine_methods.plan(cfg, spec, budget, options, method_context(cfg, budget=budget))
-    return method_registry.get(base)(method_context(cfg, budget=budget), **options)
+        return engine_methods.plan(cfg, inst, budget, options, method_context(cfg, budget=budget))
+    return method_registry.get(inst.name)(method_context(cfg, budget=budget), **options)
 
 
 def auto_candidates(cfg: RunConfig) -> list[int]:

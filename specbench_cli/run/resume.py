@@ -8,7 +8,7 @@ BC-30 ones.
 
 A run folder is data, never a program: it may come from elsewhere (a download, a colleague's
 disk). So what starts a process, reaches the network or names a file to write (`--engine-bin`,
-`--engine-url`, an engine method's `args`; each declared `from_folder=False`, config.py and
+`--engine-url`, an engine method's `args`; each declared `from_folder=False`, config/fields.py and
 options.py) is never taken from the manifest: the command line gives it again, as it gives
 `--trust-remote-code` (never stored at all). A manifest that sets one the command line does not
 give is refused with one line naming it and how to pass it, before anything is planned (planning
@@ -22,7 +22,9 @@ import dataclasses
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from specbench_cli.config import RunConfig, field_default, parse_spec
+from specbench_cli.config.declare import field_default
+from specbench_cli.config.fields import RunConfig
+from specbench_cli.config.instance import parse_instance
 from specbench_cli.errors import UsageError, check_not_link, check_not_special
 from specbench_cli.options import taken_from_folder
 from specbench_cli.store.runfolder import RunFolder
@@ -161,18 +163,16 @@ def _split_options(options: dict[str, dict[str, Any]]) -> tuple[dict[str, dict[s
 def _options_class(method: str) -> Optional[type]:
     """The `Options` dataclass of a method name (`pld`, `pld@6`, `llama.cpp:ar`); None for a name
     no registry knows (planning refuses it with its own line)."""
-    from specbench_cli.engines.naming import engine_of
-
     try:
-        base = parse_spec(method)[0]
-        if engine_of(base):
+        inst = parse_instance(method)
+        if inst.engine is not None:
             from specbench_cli.engines import methods as engine_methods
 
-            cls = engine_methods.get(base)
+            cls = engine_methods.get(inst.name)
         else:
             from specbench_cli import methods as method_registry
 
-            cls = method_registry.get(base)
+            cls = method_registry.get(inst.name)
     except UsageError:
         return None
     options = getattr(cls, "Options", None)

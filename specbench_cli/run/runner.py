@@ -1,6 +1,6 @@
 """`specbench run`: questions x methods -> rows in a run folder.
 
-The run's options are config.py, planning run/plan.py, the orchestration (checks, lock,
+The run's options are config/, planning run/plan.py, the orchestration (checks, lock,
 manifest, progress) workflow.py, auto budgets run/auto/.
 
 Fairness rules this file enforces:
@@ -44,7 +44,6 @@ from specbench_cli.engines.naming import compared_with, is_baseline
 from specbench_cli.models.header import model_context_length
 from specbench_cli.models.prompting import ChatPrompter, stop_token_ids, user_turn
 from specbench_cli.run import limits
-from specbench_cli.run.auto import bcauto
 from specbench_cli.run.plan import method_context, plan_instance, plan_methods
 from specbench_cli.run.replicas import replicas
 from specbench_cli.store.rows import SampleRow, record_generation, row_key
@@ -99,19 +98,6 @@ class Live:
         return " | ".join(self.parts[m] for m in self.rows)
 
 
-def check_temperatures(cfg: RunConfig) -> dict:
-    """`check_config` (run/plan.py) at every temperature of the run, before any model loads (a
-    method that cannot sample is refused at the temperature it cannot take); returns the
-    instances planned at the first temperature, the ones the run binds first."""
-    from specbench_cli.run.plan import check_config
-
-    if not isinstance(cfg.temperature, list):
-        return check_config(cfg)
-    cfg.validate()
-    plans = [check_config(at_temperature(cfg, t)) for t in temperatures(cfg)]
-    return plans[0]
-
-
 def _error_text(e: Exception) -> str:
     return f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
 
@@ -128,7 +114,7 @@ class Runner:
 
     # -- set-up -------------------------------------------------------------------------------
     def setup(self, lm, planned: Optional[dict] = None) -> None:
-        """Bind the planned methods (`plan_methods`) to the loaded target."""
+        """Bind the planned methods (`plan_methods`: MethodInstance -> method) to the loaded target."""
         import torch
 
         from specbench_cli.engine.loop import Decoder
@@ -142,15 +128,16 @@ class Runner:
         planned = planned if planned is not None else plan_methods(self.cfg)
         # every method of a question gets the same cap, so answers stay comparable with AR's
         self.room = limits.Room(model_context_length(lm.target), [m.ctx.budget for m in planned.values()])
-        self.methods = {}
-        for name, m in planned.items():
+        self.methods, self.instances = {}, {}  # by instance label (the rows' `method`)
+        for inst, m in planned.items():
             # a draft model loaded for a method inherits how the target was loaded (--trust-remote-code)
             m.ctx = dataclasses.replace(m.ctx, trust_remote_code=getattr(lm, "trust_remote_code", False))
-            self.methods[name] = m.bind(lm.target, lm.tokenizer)
+            self.methods[inst.label] = m.bind(lm.target, lm.tokenizer)
+            self.instances[inst.label] = inst
         self.torch = torch
 
-        def fresh(spec: str, method) -> Any:
-            twin = plan_instance(self.cfg, spec, method.ctx.budget)
+        def fresh(name: str, method) -> Any:
+            twin = plan_instance(self.cfg, self.instances[name], method.ctx.budget)
             twin.ctx = dataclasses.replace(twin.ctx, trust_remote_code=method.ctx.trust_remote_code)
             return twin.bind(lm.target, lm.tokenizer)
 
@@ -181,7 +168,7 @@ class Runner:
         """The SampleRow of one turn: measured from `gen`, or an error row."""
         row = SampleRow(
             batch_size=self.cfg.batch_size, batch_id=batch_id,
-            method=name, method_label=bcauto.instance_label(name, method.label(), self.cfg.block_complexity), method_params=method.params(),
+            method=name, method_label=self.instances[name].row_label(method.label(), self.cfg.block_complexity), method_params=method.params(),
             lossless=method.lossless,
             extra_params=method.extra_params, structure=method.structure.value, task=q.task, category=q.category,
             subcategory=q.subcategory, difficulty=q.difficulty, question_id=q.id, turn=turn, repeat=repeat,
@@ -324,7 +311,7 @@ class Runner:
             self.cfg = at_temperature(self.sweep_cfg, t)
             if i and any(k not in done for u in self.work(questions) for k in self.unit_keys(u)):
                 self._close()  # planned and bound again: drafts follow the sampling (run/plan.py)
-                self.setup(self.lm, plan_methods(self.cfg))
+                self.setup(self.lm, plan_methods(self.cfg, list(self.instances.values())))
             step = None
             if progress:  # one bar over every temperature (a later temperature's start is no news)
                 def step(d: int, n: int, base: int = i * per) -> None:

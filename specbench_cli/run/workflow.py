@@ -4,7 +4,6 @@ run with a progress bar, survive Ctrl-C, summarise."""
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import time
 from pathlib import Path
 from typing import Optional
@@ -13,14 +12,14 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.text import Text
 
-from specbench_cli.config import RunConfig
+from specbench_cli.config.fields import RunConfig
+from specbench_cli.config.manifest import manifest_config
 from specbench_cli.console import err
 from specbench_cli.errors import RuntimeFailure
 from specbench_cli.models.load import declared_context
 from specbench_cli.models.prompting import default_threads, set_threads
 from specbench_cli.run import limits
-from specbench_cli.run.auto.bcauto import instance_label
-from specbench_cli.run.auto.calibrate import adaptive_specs, auto_specs, calibration_questions, prepare
+from specbench_cli.run.auto.calibrate import adaptive_instances, auto_instances, calibration_questions, prepare
 from specbench_cli.run.plan import auto_candidates, load_questions, plan_methods
 from specbench_cli.run.resume import retry_error_rows
 from specbench_cli.run.runner import Runner
@@ -88,8 +87,8 @@ def _execute(cfg: RunConfig, store: Optional[RunFolder], report: bool, trust_rem
         resume_checks(store, cfg)
         if retry_errors:
             err.print(f"--retry-errors: {retry_error_rows(store)} row(s) will run again")
-    if auto_specs(cfg) or adaptive_specs(cfg):  # and an auto/adaptive run without calibration questions
-        calibration_questions(cfg, questions, cfg.auto_questions)
+    if auto_instances(cfg, planned) or adaptive_instances(cfg, planned):  # and auto/adaptive without
+        calibration_questions(cfg, questions, cfg.auto_questions)         # calibration questions
     threads = set_threads(cfg.threads, default_threads())
     err.print(f"[dim]loading {cfg.model} ({cfg.dtype}, {cfg.device}, {threads} threads, forward {cfg.forward})[/dim]")
     if cfg.target == DEFAULT_TARGET:
@@ -107,10 +106,10 @@ def _execute(cfg: RunConfig, store: Optional[RunFolder], report: bool, trust_rem
     runner.setup(lm, planned)
     limits.check_prompts(questions, runner.prompter, runner.room)  # a first turn that cannot fit: before decoding
     if store is None:
-        manifest = {"config": {**dataclasses.asdict(cfg), "threads": threads,
+        manifest = {"config": {**manifest_config(cfg), "threads": threads,
                                "methods": list(runner.methods)},
                     "model": lm.manifest(), **environment(), **costs,
-                    "methods": {n: {"label": instance_label(n, m.label(), cfg.block_complexity), "params": m.params(),
+                    "methods": {n: {"label": runner.instances[n].row_label(m.label(), cfg.block_complexity), "params": m.params(),
                                     "lossless": m.lossless, "extra_params": m.extra_params,
                                     "block_complexity": m.ctx.budget} for n, m in runner.methods.items()}}
         store = RunFolder.create(Path(cfg.output_dir), manifest)

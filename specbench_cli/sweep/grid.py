@@ -21,12 +21,12 @@ from typing import Any, Callable, Optional
 
 import tomllib
 
-from specbench_cli.config import grid_schema
+from specbench_cli.config.grid import grid_schema
 from specbench_cli.errors import UsageError, check_not_special
 from specbench_cli.jsonl import MAX_JSON_DEPTH, too_deep
 from specbench_cli.options import is_int
 
-# key -> (check, what the check wants, default): the run options' own declarations (config.py),
+# key -> (check, what the check wants, default): the run options' own declarations (config/fields.py),
 # plus how a grid splits a task's questions into jobs
 SCHEMA: dict[str, tuple[Callable[[Any], bool], str, Any]] = {
     **grid_schema(),

@@ -138,7 +138,7 @@ def test_a_run_plans_each_method_instance_once(tiny_model_dir, tmp_path, capsys,
     from specbench_cli.run import plan
 
     planned, real = [], plan.plan_instance
-    monkeypatch.setattr(plan, "plan_instance", lambda cfg, spec, budget: planned.append(spec) or real(cfg, spec, budget))
+    monkeypatch.setattr(plan, "plan_instance", lambda cfg, inst, budget: planned.append(inst.label) or real(cfg, inst, budget))
     code, _, err = cli(tiny_run_args(tiny_model_dir, tmp_path), capsys)
     assert code == 0, err
     assert sorted(planned) == ["ar", "pld"]

@@ -8,7 +8,8 @@ import pytest
 import torch
 from helpers.cli import cli
 
-from specbench_cli.config import ADAPTIVE, parse_bc, parse_spec
+from specbench_cli.config import ADAPTIVE, parse_bc
+from specbench_cli.config.instance import parse_instance
 from specbench_cli.engine.budget import OUTCOMES, AcceptanceTable, AdaptiveBudget, outcome, subdraft
 from specbench_cli.engine.draft import Draft
 from specbench_cli.errors import UsageError
@@ -112,9 +113,9 @@ def test_the_table_round_trips_and_bad_records_are_refused():
 
 def test_adaptive_is_a_budget_word_and_an_instance_suffix():
     assert parse_bc("adaptive") == ADAPTIVE and parse_bc(" Adaptive ") == ADAPTIVE
-    assert parse_spec("pld@adaptive") == ("pld", ADAPTIVE)
-    assert bcauto.instance_label("pld", "pld", ADAPTIVE) == "pld@adaptive"
-    assert bcauto.instance_label("ar", "ar", ADAPTIVE) == "ar"
+    assert (parse_instance("pld@adaptive").name, parse_instance("pld@adaptive").budget) == ("pld", ADAPTIVE)
+    assert parse_instance("pld").row_label("pld", ADAPTIVE) == "pld@adaptive"
+    assert parse_instance("ar").row_label("ar", ADAPTIVE) == "ar"
     with pytest.raises(UsageError):
         parse_bc("adaptiv")
 

@@ -101,7 +101,7 @@ def test_a_fallback_to_a_head_method_needs_what_the_heads_need(tiny_head_folders
 
     cfg = RunConfig(model="tiny", methods=["suffix"], method_options={"suffix": {"fallback": "eagle",
                                                                    "heads": tiny_head_folders["eagle"]}})
-    suffix = plan_methods(cfg)["suffix"]  # AR is always planned too
+    suffix = {inst.label: m for inst, m in plan_methods(cfg).items()}["suffix"]  # AR is always planned too
     assert {"hidden_states", "output_projection"} <= set(method_needs(suffix))
 
 

@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from specbench_cli import methods
-from specbench_cli.config import MAX_BUDGET
+from specbench_cli.config.syntax import MAX_BUDGET
 from specbench_cli.engine.loop import Decoder
 from specbench_cli.errors import UsageError
 from specbench_cli.methods.core.method import MethodContext

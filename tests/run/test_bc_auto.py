@@ -8,7 +8,7 @@ import json
 import pytest
 from helpers.cli import cli
 
-from specbench_cli.config import parse_spec
+from specbench_cli.config.instance import parse_instance
 from specbench_cli.run.auto import bcauto
 from specbench_cli.run.auto import cost as costmod
 
@@ -94,15 +94,16 @@ def test_a_disturbed_curve_point_is_replaced_by_the_next_larger_q():
 @pytest.mark.parametrize("spec,parsed", [("pld", ("pld", None)), ("pld@auto", ("pld", "auto")),
                                          ("lookahead@16", ("lookahead", 16))])
 def test_instance_specs(spec, parsed):
-    assert parse_spec(spec) == parsed
+    assert (parse_instance(spec).name, parse_instance(spec).budget) == parsed
 
 
 def test_instance_budget_and_label():
-    assert bcauto.instance_budget("pld", "auto") == "auto" and bcauto.instance_budget("pld@6", "auto") == 6
-    assert bcauto.instance_budget("pld@auto", 10) == "auto" and bcauto.instance_budget("ar", "auto") == 1
-    assert bcauto.instance_label("pld@auto", "pld(max_ngram=4)") == "pld(max_ngram=4)@auto"
-    assert bcauto.instance_label("pld", "pld") == "pld" and bcauto.instance_label("pld", "pld", "auto") == "pld@auto"
-    assert bcauto.instance_label("ar", "ar", "auto") == "ar" and bcauto.instance_label("pld@6", "pld", "auto") == "pld@6"
+    pld, pld6, pld_auto, ar = (parse_instance(s) for s in ("pld", "pld@6", "pld@auto", "ar"))
+    assert pld.budget_in("auto") == "auto" and pld6.budget_in("auto") == 6
+    assert pld_auto.budget_in(10) == "auto" and ar.budget_in("auto") == 1
+    assert pld_auto.row_label("pld(max_ngram=4)") == "pld(max_ngram=4)@auto"
+    assert pld.row_label("pld") == "pld" and pld.row_label("pld", "auto") == "pld@auto"
+    assert ar.row_label("ar", "auto") == "ar" and pld6.row_label("pld", "auto") == "pld@6"
 
 
 def test_auto_needs_calibration_questions_outside_the_reported_ones(capsys, monkeypatch):

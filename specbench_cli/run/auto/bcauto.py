@@ -3,7 +3,8 @@
 The rule (docs/block-complexity-auto.md has the reasons):
 
 - a method *instance* is `NAME` (the run's `--block-complexity`), `NAME@N` (budget N) or
-  `NAME@auto`; with `--block-complexity auto` every plain NAME except `ar` is `@auto`;
+  `NAME@auto` (a `MethodInstance`, config/instance.py); with `--block-complexity auto` every
+  plain NAME except `ar` is `@auto`;
 - for each auto instance, before any reported question, the method decodes a few
   *calibration* questions (the built-in `mini` suite's, never one of the run's questions) at
   every candidate budget its plan accepts; each step i of that profile used `q_i` target
@@ -27,7 +28,6 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from specbench_cli.config import ADAPTIVE, AR, AUTO, Budget, parse_spec
 from specbench_cli.errors import UsageError
 
 DEFAULT_CANDIDATES = (1, 2, 3, 4, 6, 8, 12, 16, 24)
@@ -36,25 +36,6 @@ CURVE_CONTEXT = 400         # the cost curve's context length (the `specbench co
 CURVE_ROUNDS = 5
 MIN_GAIN = 0.05             # a drafting budget must be predicted this much faster than BC 1
 TIE = 0.01                  # predictions this close to the best are a tie: the smallest such budget wins
-
-
-def instance_budget(spec: str, run_bc: Budget) -> Budget:
-    """The budget an instance runs at: its own, else the run's. AR always processes one token
-    per forward: under `--block-complexity auto` its rows record 1."""
-    base, own = parse_spec(spec)
-    if base == AR:
-        return run_bc if isinstance(run_bc, int) else 1
-    return own if own is not None else run_bc
-
-
-def instance_label(spec: str, label: str, run_bc: Budget = 10) -> str:
-    """The method's label plus the instance suffix ('pld(max_ngram=4)@auto'); under
-    `--block-complexity auto` a plain name is labelled `@auto` too (tables then show its BC), and
-    `@adaptive` under `--block-complexity adaptive`."""
-    base, own = parse_spec(spec)
-    if own is None and base != AR and run_bc in (AUTO, ADAPTIVE):
-        own = run_bc
-    return label if own is None else f"{label}@{own}"
 
 
 # ----------------------------------------------------------------------------- the choice

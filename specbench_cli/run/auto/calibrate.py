@@ -4,8 +4,10 @@ calibration decoding, and what goes into the manifest."""
 
 from __future__ import annotations
 
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Iterable, Optional
 
+from specbench_cli.config.instance import MethodInstance
+from specbench_cli.config.syntax import ADAPTIVE, AUTO
 from specbench_cli.console import err
 from specbench_cli.errors import UsageError
 from specbench_cli.run.auto import bcauto
@@ -14,18 +16,14 @@ from specbench_cli.store.conditions import BUSY_MARGIN, load_average
 from specbench_cli.tasks.base import select as select_questions
 
 
-def auto_specs(cfg) -> list[str]:
-    """The run's method instances whose budget is `auto`."""
-    from specbench_cli.config import AUTO, method_order
-
-    return [s for s in method_order(cfg.methods) if bcauto.instance_budget(s, cfg.block_complexity) == AUTO]
+def auto_instances(cfg, instances: Iterable[MethodInstance]) -> list[MethodInstance]:
+    """The method instances (of the run's, in run order) whose budget is `auto`."""
+    return [i for i in instances if i.budget_in(cfg.block_complexity) == AUTO]
 
 
-def adaptive_specs(cfg) -> list[str]:
-    """The run's method instances whose budget is `adaptive`."""
-    from specbench_cli.config import ADAPTIVE, method_order
-
-    return [s for s in method_order(cfg.methods) if bcauto.instance_budget(s, cfg.block_complexity) == ADAPTIVE]
+def adaptive_instances(cfg, instances: Iterable[MethodInstance]) -> list[MethodInstance]:
+    """The method instances (of the run's, in run order) whose budget is `adaptive`."""
+    return [i for i in instances if i.budget_in(cfg.block_complexity) == ADAPTIVE]
 
 
 def run_curve(cfg, lm, threads: int, need_q: int = 0,
@@ -94,20 +92,20 @@ def _round_robin(pool: list) -> list:
             for v in by_cat.values() if i < len(v)]
 
 
-def calibrate_one(spec: str, cfg, lm, decoder, prompts: list[list[int]], curve: costmod.CostCurve,
+def calibrate_one(inst: MethodInstance, cfg, lm, decoder, prompts: list[list[int]], curve: costmod.CostCurve,
                   max_new: int, progress: Callable[[str], None] = lambda s: None) -> dict:
-    """Decode the calibration prompts with instance `spec` at every feasible candidate budget;
+    """Decode the calibration prompts with instance `inst` at every feasible candidate budget;
     return its manifest record (`chosen` and one summary per candidate)."""
     from specbench_cli.run.plan import auto_candidates, plan_instance
 
-    fits = bcauto.feasible_budgets(lambda b: plan_instance(cfg, spec, b), auto_candidates(cfg), spec)
+    fits = bcauto.feasible_budgets(lambda b: plan_instance(cfg, inst, b), auto_candidates(cfg), inst.label)
     profiles = []
     for i, b in enumerate(fits):
-        method = plan_instance(cfg, spec, b).bind(lm.target, lm.tokenizer)
+        method = plan_instance(cfg, inst, b).bind(lm.target, lm.tokenizer)
         if i == 0:  # untimed warm-up, as the runner does before anything it reports
             decoder.generate(method, prompts[0], min(16, max_new), b, _generator(cfg))
         profiles.append(_decode_pass(method, decoder, prompts, b, max_new, cfg))
-        progress(f"{spec} BC {b}")
+        progress(f"{inst.label} BC {b}")
     t = bcauto.monotone(curve.ms)
     scale = bcauto.fit_scale(profiles, t)
     chosen, predicted = bcauto.choose_budget(profiles, t, cfg.batch_size, scale)
@@ -126,7 +124,7 @@ def _decode_pass(method, decoder, prompts: list[list[int]], budget: int, max_new
     return profile
 
 
-def calibrate_adaptive(spec: str, cfg, lm, decoder, prompts: list[list[int]], curve: costmod.CostCurve,
+def calibrate_adaptive(inst: MethodInstance, cfg, lm, decoder, prompts: list[list[int]], curve: costmod.CostCurve,
                        max_new: int) -> dict:
     """An adaptive instance (engine/budget.py): decode the calibration prompts at the ceiling with
     every draft verified whole, counting each node's acceptance by the drafter's signal; fit the
@@ -138,7 +136,7 @@ def calibrate_adaptive(spec: str, cfg, lm, decoder, prompts: list[list[int]], cu
     from specbench_cli.run.plan import adaptive_ceiling, plan_instance
 
     ceiling = adaptive_ceiling(cfg)
-    method = plan_instance(cfg, spec, ceiling).bind(lm.target, lm.tokenizer)
+    method = plan_instance(cfg, inst, ceiling).bind(lm.target, lm.tokenizer)
     t = bcauto.monotone(curve.ms)
     method.budget_policy = AdaptiveBudget(AcceptanceTable(), [t(q) for q in range(1, ceiling + 1)], learning=True,
                                           history=True)
@@ -198,11 +196,12 @@ def prepare(cfg, lm, planned: dict, questions: list, threads: int,
     are reused, never recalibrated."""
     from specbench_cli.run.plan import auto_candidates, plan_instance
 
-    specs, adaptive = auto_specs(cfg), adaptive_specs(cfg)
+    auto, adaptive = auto_instances(cfg, planned), adaptive_instances(cfg, planned)
     if manifest is not None:
         choices = manifest.get("bc_auto") or {}
         policies = manifest.get("bc_adaptive") or {}
-        missing = [s for s in specs if s not in choices] + [s for s in adaptive if s not in policies]
+        missing = ([i.label for i in auto if i.label not in choices]
+                   + [i.label for i in adaptive if i.label not in policies])
         if missing:
             raise UsageError(f"cannot resume: the manifest has no auto or adaptive budget for {', '.join(missing)}")
         extra: dict[str, Any] = {}
@@ -210,28 +209,28 @@ def prepare(cfg, lm, planned: dict, questions: list, threads: int,
         # auto/adaptive need the curve up to their largest candidate; a fixed-budget run measures one up
         # to its largest budget only when none is cached (a few seconds: 5 rounds of q = 1..BC; a shorter
         # cached curve is extrapolated), so every report can print the speedup the cost model predicts
-        if specs or adaptive:
+        if auto or adaptive:
             curve, record = run_curve(cfg, lm, threads, max(auto_candidates(cfg)))
         else:
             largest = max([m.ctx.budget for m in planned.values() if hasattr(m, "ctx")] + [1])
             curve, record = run_curve(cfg, lm, threads, largest, if_missing=True)
         extra = {"cost_curve": record}
         choices, policies = {}, {}
-        if specs or adaptive:
-            choices, policies = calibrate(cfg, lm, specs, adaptive, questions, curve)
-        if specs:
+        if auto or adaptive:
+            choices, policies = calibrate(cfg, lm, auto, adaptive, questions, curve)
+        if auto:
             extra["bc_auto"] = choices
         if adaptive:
             extra["bc_adaptive"] = policies
     planned = dict(planned)
-    for spec in specs:
-        planned[spec] = plan_instance(cfg, spec, int(choices[spec]["chosen"]))
-    for spec in adaptive:
-        planned[spec].budget_policy = policy(policies[spec])
+    for inst in auto:
+        planned[inst] = plan_instance(cfg, inst, int(choices[inst.label]["chosen"]))
+    for inst in adaptive:
+        planned[inst].budget_policy = policy(policies[inst.label])
     return planned, extra
 
 
-def calibrate(cfg, lm, specs: list[str], adaptive: list[str], questions: list,
+def calibrate(cfg, lm, auto: list[MethodInstance], adaptive: list[MethodInstance], questions: list,
               curve: costmod.CostCurve) -> tuple[dict, dict]:
     """Every auto and adaptive instance calibrated on the same calibration prompts: (auto
     choices, adaptive records)."""
@@ -245,18 +244,19 @@ def calibrate(cfg, lm, specs: list[str], adaptive: list[str], questions: list,
     decoder = Decoder(lm.target, stop_token_ids(lm.tokenizer, lm.target), method_context(cfg).sampling)
     max_new = min(cfg.auto_tokens, cfg.max_new_tokens)
     ids = [f"{q.task}/{q.id}" for q in cal]
-    err.print(f"[dim]--block-complexity auto/adaptive: calibrating {len(specs) + len(adaptive)} method(s) on "
+    err.print(f"[dim]--block-complexity auto/adaptive: calibrating {len(auto) + len(adaptive)} method(s) on "
               f"{', '.join(ids)} ({max_new} new tokens each)[/dim]")
     shared = {"questions": ids, "max_new_tokens": max_new}
     choices = {}
-    for spec in specs:
-        record = choices[spec] = {**calibrate_one(spec, cfg, lm, decoder, prompts, curve, max_new), **shared}
-        err.print(f"[dim]  {spec}: BC {record['chosen']} (predicted "
+    for inst in auto:
+        record = choices[inst.label] = {**calibrate_one(inst, cfg, lm, decoder, prompts, curve, max_new), **shared}
+        err.print(f"[dim]  {inst.label}: BC {record['chosen']} (predicted "
                   f"{record['candidates'][str(record['chosen'])]['predicted_tokens_per_s']:.1f} tok/s)[/dim]")
     policies = {}
-    for spec in adaptive:
-        record = policies[spec] = {**calibrate_adaptive(spec, cfg, lm, decoder, prompts, curve, max_new), **shared}
+    for inst in adaptive:
+        record = policies[inst.label] = {**calibrate_adaptive(inst, cfg, lm, decoder, prompts, curve, max_new),
+                                         **shared}
         a, w = record["adaptive"], record["whole"]
-        err.print(f"[dim]  {spec}: adaptive, mean block {a['mean_q']} of at most {record['ceiling']} (predicted "
+        err.print(f"[dim]  {inst.label}: adaptive, mean block {a['mean_q']} of at most {record['ceiling']} (predicted "
                   f"{a['predicted_tokens_per_s']:.1f} tok/s; whole drafts {w['predicted_tokens_per_s']:.1f})[/dim]")
     return choices, policies

@@ -165,7 +165,7 @@ def save_cached(curve: CostCurve) -> Optional[Path]:
 def bounds() -> dict[str, Bound]:
     """`specbench cost`'s number options, flag -> its declared bound (one declaration: the
     command's check and the CLI's early number check both read it)."""
-    from specbench_cli.config import MAX_BATCH
+    from specbench_cli.config.syntax import MAX_BATCH
 
     return {"--batch-size": Bound(1, MAX_BATCH), "--max-q": Bound(1, 1024), "--context": Bound(1, 32768),
             "--repeats": Bound(1, 1000), "--warmup": Bound(0, 1000)}
