@@ -55,7 +55,8 @@ class BatchRunner(Runner):
     def _generate_batch(self, name: str, prompts: list[list[int]], caps: list[int], seeds: list[int]):
         gens = [self.torch.Generator().manual_seed(s) for s in seeds] if not self.sampling.greedy else None
         drafters = self.drafters[name][: len(prompts)]
-        return self.decoder.generate_batch(drafters, prompts, caps, self.methods[name].ctx.budget, gens)
+        return self.decoder.generate_batch(drafters, prompts, caps, self.methods[name].ctx.budget, gens,
+                                           [d.ctx.adaptive for d in drafters])
 
     def warmup(self, question) -> None:
         ids = self.prompter(user_turn(question.turns[0]))

@@ -131,7 +131,7 @@ class Runner:
         if getattr(method, "decodes_itself", False):  # an engine's own speculation (engines/method.py)
             return method.generate(prompt_ids, max_new, self.decoder.eos_ids, getattr(self.store, "path", None))
         gen = self.torch.Generator().manual_seed(seed) if not self.sampling.greedy else None
-        return self.decoder.generate(method, prompt_ids, max_new, method.ctx.budget, gen)
+        return self.decoder.generate(method, prompt_ids, max_new, method.ctx.budget, gen, method.ctx.adaptive)
 
     def warmup(self, question) -> None:
         ids = self.prompter(user_turn(question.turns[0]))
