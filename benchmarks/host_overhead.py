@@ -46,6 +46,7 @@ and torch's thread pool under load adds milliseconds of contention to every smal
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import statistics
@@ -145,8 +146,8 @@ def make_drafters(name: str, target, budget: int, batch: int, adaptive: Optional
     out = []
     for _ in range(batch):
         d = methods.get(name).create(MethodContext(target, None, budget=budget))
-        if adaptive is not None:
-            d.budget_policy = TimedPolicy(policy_from(adaptive))
+        if adaptive is not None:  # the budget the loop is handed for this drafter's sequence
+            d.ctx = dataclasses.replace(d.ctx, adaptive=TimedPolicy(policy_from(adaptive)))
         out.append(d)
     return out
 
@@ -169,11 +170,11 @@ def learn_policy(name: str, target, prompts, budget: int, tokens: int) -> dict:
 
     step_ms = [5.0 + 0.02 * q for q in range(1, budget + 1)]
     d = methods.get(name).create(MethodContext(target, None, budget=budget))
-    d.budget_policy = AdaptiveBudget(AcceptanceTable(), step_ms, learning=True, history=True)
+    learning = AdaptiveBudget(AcceptanceTable(), step_ms, learning=True, history=True)
     dec = Decoder(target, set())
     for p in prompts:
-        dec.generate(d, p, tokens, budget)
-    return {"table": d.budget_policy.table.to_dict(), "step_ms": step_ms, "draft_ms": 0.0}
+        dec.generate(d, p, tokens, budget, policy=learning)
+    return {"table": learning.table.to_dict(), "step_ms": step_ms, "draft_ms": 0.0}
 
 
 def decode_pass(target, drafters: list, prompts: list, tokens: int, budget: int, spy: Optional[SyncSpy] = None
@@ -189,12 +190,13 @@ def decode_pass(target, drafters: list, prompts: list, tokens: int, budget: int,
     for i in range(0, len(prompts), b):
         chunk = prompts[i:i + b]
         ds = drafters[:len(chunk)]
-        policies = [d.budget_policy for d in ds if getattr(d, "budget_policy", None) is not None]
+        adaptive = [d.ctx.adaptive for d in ds]
+        policies = [p for p in adaptive if p is not None]
         choosing, observing = sum(p.choosing for p in policies), sum(p.observing for p in policies)
         if spy is not None:
             spy.first, inside, start = None, spy.inside, target.meter.count
         cpu = time.process_time()
-        gens = dec.generate_batch(ds, chunk, [tokens] * len(chunk), budget)
+        gens = dec.generate_batch(ds, chunk, [tokens] * len(chunk), budget, policies=adaptive)
         total["cpu"] += time.process_time() - cpu
         longest = max(gens, key=lambda g: g.steps)  # live at every batch step: the shared parts' totals
         total["steps"] += longest.steps

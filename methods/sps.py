@@ -97,9 +97,7 @@ class SpeculativeSampling(Method):
         lm = load_model(self.draft_ref, device=ctx.device, dtype=ctx.dtype, trust_remote_code=ctx.trust_remote_code)
         if ctx.tokenizer is not None:
             check_tokenizers(ctx.tokenizer, lm.tokenizer, self.draft_ref)
-        from specbench_cli.engine.targets.hf import HFTarget  # imports transformers: not while planning
-
-        self.draft = HFTarget(lm.model)  # the draft model computes through the same protocol as the target
+        self.draft = lm.target  # the draft model computes through the same protocol as the target
         self.draft_params = lm.params
         # Rows of `Draft.probs` must be as wide as the target's logits; identical tokenizers can
         # still come with differently padded embedding matrices.

@@ -21,11 +21,17 @@ class MethodContext:
     the engine's `Target` (engine/target.py), the only way a method reaches the model: its
     declared capabilities (`needs` of the method) and nothing else. A transformers model given
     here is wrapped in an `HFTarget`.
+
+    The budget: `budget`, the block complexity (fixed, or the one `auto` chose), and `adaptive`,
+    under `--block-complexity adaptive` the calibrated adaptive budget (engine/budget.py) that
+    trims each draft within it (None otherwise). The runner hands both to the loop
+    (`Decoder.generate`); a copy of the method for another sequence of a batch has its own.
     """
 
     target: Any = None
     tokenizer: Any = None
     budget: int = 10
+    adaptive: Any = None  # engine/budget.py `AdaptiveBudget`, or None
     device: str = "cpu"
     dtype: str = "float32"
     sampling: SamplingConfig = field(default_factory=SamplingConfig)
@@ -36,12 +42,9 @@ class MethodContext:
 
     def __post_init__(self) -> None:
         if self.target is not None:
-            from specbench_cli.engine.target import Target
+            from specbench_cli.engine.targets import as_target
 
-            if not isinstance(self.target, Target):
-                from specbench_cli.engine.targets.hf import HFTarget
-
-                self.target = HFTarget(self.target)
+            self.target = as_target(self.target)
 
 
 class Method(Drafter):

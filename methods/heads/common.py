@@ -115,7 +115,7 @@ class HeadsCheckpoint:
     def load(self, target: Any) -> Any:
         """The head on the target's device and dtype, bound to the target (engine/target.py: its
         output projection, token embeddings and config); UsageError if it does not fit."""
-        from specbench_cli.engine.targets.hf import as_target
+        from specbench_cli.engine.targets import as_target
         from specbench_cli.methods.heads.checkpoint import load_heads
 
         target = as_target(target)

@@ -28,15 +28,21 @@ def cost(
     plot: Optional[Path] = typer.Option(None, "--plot", help="Where to write the plot (default: results/cost/<key>.png)."),
     json_out: Optional[Path] = typer.Option(None, "--json", help="Also write the curve, its floor and the kernel "
                                             "plan (with every candidate's timings) as JSON here."),
+    target: str = typer.Option("hf", "--target", help="What computes the forwards timed: hf (a transformers model, "
+                               "on --forward) or another registered target (`specbench list targets`; as for run)."),
     forward: str = typer.Option("auto", "--forward", help="auto, sdpa, eager, short or lean (as for run)."),
     kernels: str = typer.Option("auto", "--kernels", help="The lean forward's matrix kernels: auto (timed once on "
                                 "this CPU) or mkl, mkl-t, mkl-wx, onednn, onednn-t, onednn-packed, mkl-packed (as for run)."),
 ) -> None:
     """Measure the device's cost curve t(q): one target forward over q tokens (cached per model/device/dtype/threads; t(N, q) with --batch-size N)."""
+    from specbench_cli import targets
+    from specbench_cli.errors import unknown
     from specbench_cli.models.load import check_device, torch_dtype
     from specbench_cli.run.auto import cost as c
 
     c.validate(max_q, context, repeats, warmup, batch_size)
+    if target not in targets.names():
+        raise unknown("target", target, targets.names())
     from specbench_cli.engine.forward.modes import check as check_forward
 
     check_forward(forward)
@@ -54,8 +60,8 @@ def cost(
     from specbench_cli.models.prompting import set_threads
 
     n_threads = set_threads(threads)
-    lm = load_model(model, device=device, dtype=dtype, forward=forward, kernels=kernels, refresh_kernels=refresh,
-                    note=lambda text: err.print(f"[dim]{text}[/dim]"))
+    lm = load_model(model, device=device, dtype=dtype, forward=forward, target=target, kernels=kernels,
+                    refresh_kernels=refresh, note=lambda text: err.print(f"[dim]{text}[/dim]"))
     key = c.curve_key(model, lm.resolved, device, dtype, n_threads, context, lm.forward, lm.kernels, batch_size)
     curve = None if refresh else c.load_cached(key)
     if curve is not None and curve.max_q >= max_q:
@@ -68,8 +74,9 @@ def cost(
                                 total=repeats * max_q)
             curve = c.measure_curve(lm.target, max_q, context, repeats, warmup, key=key,
                                     progress=lambda done, total: bar.update(task, completed=done), batch_size=batch_size)
-    if curve.roofline is None and device.startswith("cpu") and batch_size == 1:  # measured with the curve, and for
-        # older cached ones; the floor is one sequence's (a batch reads every sequence's cache: not modelled)
+    if curve.roofline is None and device.startswith("cpu") and batch_size == 1 and lm.model is not None:
+        # measured with the curve, and for older cached ones; the floor is one sequence's (a batch
+        # reads every sequence's cache: not modelled) and a transformers model's (its weights' sizes)
         from specbench_cli.run.auto.roofline import measure as measure_roofline
 
         roof = measure_roofline(lm.model, context)

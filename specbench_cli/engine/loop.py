@@ -7,7 +7,8 @@ target (engine/target.py) computes every forward and holds the keys/values:
     1. prefill each prompt on its own (`Target.start`) and take its first token from its last
        logits;
     2. step until every sequence has finished:
-       a. each live sequence's drafter proposes a tree within the budget (`propose`);
+       a. each live sequence's drafter proposes a tree within the budget (`propose`); a
+          sequence's adaptive budget, where it has one, keeps the part worth verifying;
        b. one target forward over every live sequence's root + tree (`Target.verify`);
        c. each sequence's verdict from its own rows' logits (and its own sampling generator):
           the accepted path and the bonus token. Greedy decoding waits for the device once per
@@ -52,6 +53,7 @@ from typing import Any, Optional, Sequence
 
 import torch
 
+from specbench_cli.engine.budget import AdaptiveBudget
 from specbench_cli.engine.draft import Draft, depths
 from specbench_cli.engine.drafter import DecodeState, Drafter, VerifyResult
 from specbench_cli.engine.target import Batch, Target
@@ -128,7 +130,7 @@ class Decoder:
 
     def __init__(self, target: Any, eos_ids: set[int] | list[int], sampling: SamplingConfig | None = None,
                  time_steps: bool = False) -> None:
-        from specbench_cli.engine.targets.hf import as_target
+        from specbench_cli.engine.targets import as_target
 
         self.target: Target = as_target(target)
         self.eos_ids = set(eos_ids)
@@ -193,19 +195,27 @@ class Decoder:
         return preds, ([row[int(greedy):] for row in rows] if k else None), values
 
     def generate(self, drafter: Drafter, prompt_ids: list[int], max_new_tokens: int, budget: int,
-                 generator: Optional[torch.Generator] = None) -> Generation:
+                 generator: Optional[torch.Generator] = None, policy: Optional[AdaptiveBudget] = None) -> Generation:
         """Decode up to `max_new_tokens` after `prompt_ids` with at most `budget` tokens per forward
-        (a batch of one)."""
+        (a batch of one); `policy`: an adaptive budget within it (`generate_batch`)."""
         return self.generate_batch([drafter], [prompt_ids], [max_new_tokens], budget,
-                                   [generator] if generator is not None else None)[0]
+                                   [generator] if generator is not None else None,
+                                   [policy] if policy is not None else None)[0]
 
     # -- the loop -------------------------------------------------------------------------
     @torch.inference_mode()
     def generate_batch(self, drafters: Sequence[Drafter], prompts: Sequence[list[int]],
                        max_new_tokens: Sequence[int], budget: int,
-                       generators: Optional[Sequence[Optional[torch.Generator]]] = None) -> list[Generation]:
+                       generators: Optional[Sequence[Optional[torch.Generator]]] = None,
+                       policies: Optional[Sequence[Optional[AdaptiveBudget]]] = None) -> list[Generation]:
         """Decode every prompt with its own drafter (`drafters[i]` for `prompts[i]`, distinct
-        objects) and cap, at most `budget` tokens per sequence per forward; one Generation each.
+        objects) and cap; one Generation each.
+
+        The budget: `budget` is the block complexity, at most `budget` tokens per sequence per
+        forward (a fixed budget, or the one `auto` chose); `policies` (None: none) gives a
+        sequence an adaptive budget (engine/budget.py, one object per sequence: its answer's
+        counts are its own) that keeps, each step, the part of its drafter's proposal worth
+        verifying within `budget`, and sees each verdict.
 
         Kept as one function on purpose: the clock reads that split each step into drafting,
         verifying and overhead must be read top to bottom in one place."""
@@ -216,6 +226,9 @@ class Decoder:
             raise ValueError("every sequence needs its own drafter instance (drafting state is per sequence)")
         if budget < 1:
             raise ValueError("block complexity must be at least 1")
+        policies = list(policies) if policies is not None else [None] * n
+        if len(policies) != n:
+            raise ValueError("generate_batch needs one adaptive budget (or None) per prompt")
         target = self.target
         gens = list(generators) if generators is not None else [None] * n
         want = wants(drafters[0])
@@ -225,10 +238,10 @@ class Decoder:
         t_start = clock()
 
         # 1. prefill, each prompt on its own
-        for drafter, prompt in zip(drafters, prompts):
+        for drafter, policy, prompt in zip(drafters, policies, prompts):
             drafter.reset(list(prompt))
-            if getattr(drafter, "budget_policy", None) is not None:  # an adaptive budget's answer counts
-                drafter.budget_policy.begin()
+            if policy is not None:  # an adaptive budget's answer counts
+                policy.begin()
         batch, prefills = target.start([list(p) for p in prompts], max(max_new_tokens) + budget, want)
         seqs, produced, fresh = [], [], []
         for b, (prompt, fwd) in enumerate(zip(prompts, prefills)):
@@ -274,7 +287,6 @@ class Decoder:
         leave([r for r, b in enumerate(live) if done(b)])
 
         # 2. decode
-        policies = [getattr(d, "budget_policy", None) for d in drafters]  # engine/budget.py
         topk = [int(getattr(d, "host_topk", 0) or 0) for d in drafters]   # VerifyResult.top
         # VerifyResult.values: the drafters that override Drafter.host_values (duck-typed ones may lack it)
         hooked = [getattr(d, "host_values", None) if getattr(type(d), "host_values", Drafter.host_values)

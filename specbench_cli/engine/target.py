@@ -80,14 +80,28 @@ class Target:
 
     name: ClassVar[str] = ""
     capabilities: ClassVar[frozenset[str]] = frozenset()
+    # What `load` is handed as `resolved` (models/load.py): "file", the file or folder the model
+    # reference names (an alias: its .gguf file); "transformers", a Hugging Face folder or hub id
+    # (a .gguf converted once, a folder's own code refused without --trust-remote-code), from
+    # which the model loader also loads the tokenizer first.
+    weights: ClassVar[str] = "file"
     device: Any = None
     dtype: Any = None
+    # what the manifest's `model` record says of how the target computes (models/load.py), set
+    # by `load` where the target has it
+    params: int = 0                     # the model's parameters as loaded (0: not counted)
+    forward_name: Optional[str] = None  # the forward it computes with, where it has a choice (hf: `--forward`)
+    kernels: Optional[dict] = None      # that forward's kernel plan, summarised (hf's lean forward)
 
     @classmethod
     def load(cls, ref: str, *, device: str = "cpu", dtype: str = "float32", **options: Any) -> "Target":
         """The target for model reference `ref` (`--model`), on `device` in `dtype`: how `specbench
-        run --target NAME` makes it. The built-in `hf` target is made by the model loader
-        (models/load.py) instead, which also applies `--forward` and the kernel plan."""
+        run --target NAME` and `specbench cost --target NAME` make it, through the model loader
+        (models/load.py `load_model`). Options the loader passes every target (a target reads
+        those it uses): `resolved` (see `weights`), `forward` and `kernels` (`--forward`,
+        `--kernels`), `kernel_plan` (the lean forward's cached kernel plan, engine/targets/hf_load.py),
+        `trust_remote_code`, and for "transformers" weights `local_files_only` (the hub is
+        unreachable: its local cache only)."""
         raise NotImplementedError(f"target '{cls.name}' cannot be loaded by name")
 
     # -- the batch life cycle -----------------------------------------------------------------

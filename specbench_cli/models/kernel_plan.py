@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 from specbench_cli.engine.forward.cpuinfo import cpu_flags, cpu_model
-from specbench_cli.errors import UsageError
 from specbench_cli.models.json_cache import KeyedJsonCache
 
 PLAN_VERSION = 3  # bumped when the candidate kernels change: older cached plans are timed again
@@ -88,27 +87,18 @@ def plan_for(model: Any, kernels: str, dtype: str, cache: Path, refresh: bool = 
     `cache` is the tool's cache folder (plans live in its `kernels/`)."""
     import torch
 
-    from specbench_cli.engine.forward import kernels as k
     from specbench_cli.engine.forward.lean import weight_groups
+    from specbench_cli.engine.targets.hf_load import fixed_plan, timed_plan
 
     groups = weight_groups(model)
-    tdtype = next(iter(groups.values()))[0].dtype
     if kernels != "auto":
-        if kernels not in k.available(tdtype):
-            raise UsageError(f"--kernels {kernels}: not available for {dtype} in this torch build "
-                             f"(available: {', '.join(k.available(tdtype))})")
-        return k.Plan(fixed=kernels)
+        return fixed_plan(groups, kernels, dtype)
     key = plan_key(groups, dtype, torch.get_num_threads())
     plan = None if refresh else load_cached(key, cache)
     if plan is None:
         if note:
             note("timing the matrix-product kernels on this CPU once (cached for this model, dtype and threads)")
-        plan = k.calibrate(groups)
-        cfg = model.config
-        heads = cfg.num_attention_heads
-        plan.attention, plan.attention_timings = k.calibrate_attention(
-            heads, getattr(cfg, "num_key_value_heads", None) or heads,
-            getattr(cfg, "head_dim", None) or cfg.hidden_size // heads, cfg.num_hidden_layers, tdtype)
+        plan = timed_plan(model, groups)
         plan.key = key
         save_cached(plan, cache)  # a read-only cache: the plan is used, measured again next time
     return plan

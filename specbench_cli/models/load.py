@@ -17,12 +17,12 @@ import importlib.metadata
 import json
 import os
 from dataclasses import dataclass
-from functools import cached_property
 from pathlib import Path
 from typing import Any, Callable, Optional
 
 from specbench_cli.errors import RuntimeFailure, UsageError, unknown
 from specbench_cli.models.cache import cache_root  # noqa: F401 - callers import it from here too
+from specbench_cli.targets import DEFAULT as DEFAULT_TARGET
 
 DEFAULT_MODEL = "smollm2-135m"
 
@@ -41,27 +41,32 @@ DEVICES = ("cpu", "cuda", "mps")
 
 @dataclass
 class LoadedModel:
-    model: Any
+    """A model reference loaded as a target (`load_model`): the target every forward goes through
+    (engine/target.py), the model's tokenizer, and what the manifest records of them (`manifest`)."""
+
+    target: Any
     tokenizer: Any
     ref: str
-    resolved: str
+    resolved: str  # the folder, file or hub id the target read
     name: str
-    params: int
+    params: int  # the model's parameters as loaded (0: a target that does not count them)
     trust_remote_code: bool = False  # how it was loaded: a draft model loaded for it inherits this
-    forward: str = "sdpa"  # the `--forward` it computes with (`auto` resolved)
+    forward: str = "sdpa"  # hf: the `--forward` it computes with (`auto` resolved); another target: its name
     kernels: Optional[dict] = None  # lean only: the matrix-product kernel per weight shape and q bucket
+    target_name: str = DEFAULT_TARGET  # the registered target it was loaded as (`--target`)
 
-    @cached_property
-    def target(self) -> Any:
-        """The model as the engine's target (engine/targets/hf.py), made once."""
+    @property
+    def model(self) -> Any:
+        """The transformers model an `HFTarget` computes with (training, a draft model, the cost
+        curve's floor), or None for a target that holds none."""
         from specbench_cli.engine.targets.hf import HFTarget
 
-        return HFTarget(self.model, self.forward, self.kernels)
+        return self.target.model if isinstance(self.target, HFTarget) else None
 
     def manifest(self) -> dict:
         out = {"ref": self.ref, "resolved": self.resolved, "name": self.name, "params": self.params,
                "forward": self.forward}
-        if self.model is None:  # a target loaded by name (`--target`): what it says of itself
+        if self.target_name != DEFAULT_TARGET:  # a target loaded by name (`--target`): what it says of itself
             out["target"] = self.target.describe()
         if self.kernels is not None:
             out["kernels"] = self.kernels
@@ -390,14 +395,21 @@ def load_tokenizer(ref: str = DEFAULT_MODEL, *, trust_remote_code: bool = False)
     from transformers import AutoTokenizer
 
     kind, location = resolve(ref)
-    folder = str(converted_gguf_dir(location)) if kind == "gguf" else location
-    if kind == "folder" and not trust_remote_code and (culprit := needs_remote_code(folder)):
-        raise remote_code_refused(f"folder {folder} ({culprit} has an auto_map)")
-    offline = kind == "hub" and not hub_reachable()
+    folder, offline = transformers_folder(kind, location, trust_remote_code)
     try:
         return AutoTokenizer.from_pretrained(folder, trust_remote_code=trust_remote_code, local_files_only=offline)
     except OSError as e:
         raise UsageError(f"could not load the tokenizer of '{ref}' ({str(e).splitlines()[0]})") from e
+
+
+def transformers_folder(kind: str, location: str, trust_remote_code: bool) -> tuple[str, bool]:
+    """(the Hugging Face folder or hub id transformers reads for a resolved reference, whether to
+    read the local Hugging Face cache only): a .gguf converted once; a folder asking for its own
+    Python code refused without `trust_remote_code`; a hub id offline when the hub is unreachable."""
+    folder = str(converted_gguf_dir(location)) if kind == "gguf" else location
+    if kind == "folder" and not trust_remote_code and (culprit := needs_remote_code(folder)):
+        raise remote_code_refused(f"folder {folder} ({culprit} has an auto_map)")
+    return folder, kind == "hub" and not hub_reachable()
 
 
 class _DropCacheRename:
@@ -420,95 +432,66 @@ def quiet_known_deprecations() -> None:
         log.addFilter(_DropCacheRename())
 
 
-def load_target(name: str, ref: str, device: str = "cpu", dtype: str = "float32", *,
-                trust_remote_code: bool = False) -> LoadedModel:
-    """A registered target other than `hf` (`--target NAME`, specbench_cli/targets.py) for model
-    `ref`, with the model's tokenizer; `model` is None: everything reaches it through `target`."""
-    from specbench_cli import targets
-
-    check_device(device)
-    torch_dtype(dtype)
-    kind, location = resolve(ref)
-    target = targets.get(name).load(ref, device=device, dtype=dtype, resolved=location)
-    tokenizer = load_tokenizer(ref, trust_remote_code=trust_remote_code)
-    lm = LoadedModel(model=None, tokenizer=tokenizer, ref=ref, resolved=location,
-                     name=Path(location).stem if kind == "gguf" else ref, params=0,
-                     trust_remote_code=trust_remote_code, forward=name)
-    lm.__dict__["target"] = target  # in place of the cached HFTarget
-    return lm
-
-
 def load_model(ref: str = DEFAULT_MODEL, device: str = "cpu", dtype: str = "float32",
-               forward: str = "sdpa", *, trust_remote_code: bool = False, kernels: str = "auto",
-               note: Optional[Callable[[str], None]] = None, refresh_kernels: bool = False) -> LoadedModel:
-    """Load a causal LM and its tokenizer, in eval mode on `device` with `dtype`, computing its
-    forward as `forward` says (`sdpa`, `eager`, `short`, `lean` or `auto`, see engine/forward/modes.py).
-    Under `lean`, `kernels` picks the matrix-product kernels (`auto`: timed once on this CPU and
-    cached, models/kernel_plan.py; or one fixed name); `note` hears about a first-time timing.
+               forward: str = "sdpa", *, target: str = DEFAULT_TARGET, trust_remote_code: bool = False,
+               kernels: str = "auto", note: Optional[Callable[[str], None]] = None, refresh_kernels: bool = False,
+               **options: Any) -> LoadedModel:
+    """Load model `ref` as the registered target `target` (specbench_cli/targets.py; `hf`, the
+    default, is a transformers causal LM) on `device` with `dtype`, and its tokenizer: the
+    target's own `load` makes it, whatever the target (engine/target.py). What the loader hands
+    every target: the reference resolved (`Target.weights`), `forward` (`sdpa`, `eager`, `short`,
+    `lean` or `auto`, see engine/forward/modes.py), `kernels` (the lean forward's matrix-product
+    kernels: `auto`, timed once on this CPU and cached, models/kernel_plan.py, `note` hearing
+    about a first-time timing; or one fixed name), `trust_remote_code`, and `options`.
 
     A model's own Python code (`auto_map`) runs only with `trust_remote_code`; without it such a
     model is refused with a UsageError (transformers is never left to ask on stdin). A hub id is
     looked up in the local Hugging Face cache only when the hub is unreachable (fails fast)."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from specbench_cli import targets
 
-    from specbench_cli.engine.forward import modes as attention
-    from specbench_cli.engine.forward.short import register as register_short
-
-    quiet_known_deprecations()
-    tdtype = torch_dtype(dtype)
+    cls = targets.get(target)
+    torch_dtype(dtype)
     check_device(device)
-    attention.check(forward)
-    attention.check_kernels(kernels)
     kind, location = resolve(ref)
-    folder = str(converted_gguf_dir(location)) if kind == "gguf" else location
-    if kind == "folder" and not trust_remote_code and (culprit := needs_remote_code(folder)):
-        raise remote_code_refused(f"folder {folder} ({culprit} has an auto_map)")
-    offline = kind == "hub" and not hub_reachable()
-    kwargs = {"trust_remote_code": trust_remote_code, "local_files_only": offline}
-    config = None
-    try:
-        if forward == "auto":  # the config alone decides; it is read once and handed to the model below
-            from transformers import AutoConfig
 
-            config = AutoConfig.from_pretrained(folder, **kwargs)
-            forward = attention.resolve(forward, config, device)
-        attn_implementation = "short" if forward == "lean" else forward
-        if attn_implementation == "short":
-            register_short()
-        tokenizer = AutoTokenizer.from_pretrained(folder, **kwargs)
-        model = AutoModelForCausalLM.from_pretrained(folder, dtype=tdtype, attn_implementation=attn_implementation,
-                                                     **({"config": config} if config is not None else {}), **kwargs)
-    except OSError as e:
-        if kind == "hub" and offline:
-            raise UsageError(f"model '{ref}' is not in the local Hugging Face cache and the hub is unreachable; "
-                             f"pass a local model folder or .gguf file instead (--model /path/to/folder)") from e
-        if kind == "hub":
-            raise UsageError(f"could not load model '{ref}': not a local folder, not a .gguf file, and not "
-                             f"reachable on the Hugging Face hub or in its cache ({str(e).splitlines()[0]})") from e
-        raise RuntimeFailure(f"could not load model from {folder}: {str(e).splitlines()[0]}") from e
-    except ValueError as e:
-        if "trust_remote_code" in str(e):
-            raise remote_code_refused(f"'{ref}'") from e
-        raise
-    model.to(device)
-    model.eval()
-    name = ref if kind != "gguf" else Path(location).stem
-    if ref in ALIASES:
-        name = ref
-    params = sum(p.numel() for p in model.parameters())
-    if forward == "lean":  # after counting: lean may give a tied output head its own copy
-        from specbench_cli.engine.forward import lean
-
-        if reason := lean.unsupported_reason(model):
-            raise UsageError(f"--forward lean: {reason}; use --forward sdpa or short")
+    def kernel_plan(model: Any, kernels: str, dtype: str) -> Any:
         from specbench_cli.models.kernel_plan import plan_for
 
-        lean.install(model)
-        plan = plan_for(model, kernels, dtype, cache_root(), refresh=refresh_kernels, note=note)
-        extra = lean.install(model, plan)
-        info = {"mode": kernels, "plan": plan.summary(), "extra_weight_bytes": extra}
-        if kernels == "auto":
-            info.update(measured_at=plan.measured_at, loadavg=[round(x, 2) for x in plan.loadavg])
-    return LoadedModel(model=model, tokenizer=tokenizer, ref=ref, resolved=folder, name=name, params=params,
-                       trust_remote_code=trust_remote_code, forward=forward,
-                       kernels=info if forward == "lean" else None)
+        return plan_for(model, kernels, dtype, cache_root(), refresh=refresh_kernels, note=note)
+
+    options = {"forward": forward, "kernels": kernels, "trust_remote_code": trust_remote_code,
+               "kernel_plan": kernel_plan, **options}
+    if cls.weights == "transformers":
+        from transformers import AutoTokenizer
+
+        quiet_known_deprecations()
+        folder, offline = transformers_folder(kind, location, trust_remote_code)
+        try:
+            tokenizer = AutoTokenizer.from_pretrained(folder, trust_remote_code=trust_remote_code,
+                                                      local_files_only=offline)
+            loaded = cls.load(ref, device=device, dtype=dtype, resolved=folder, local_files_only=offline, **options)
+        except OSError as e:
+            raise _load_failure(ref, kind, folder, offline, e) from e
+        except ValueError as e:
+            if "trust_remote_code" in str(e):
+                raise remote_code_refused(f"'{ref}'") from e
+            raise
+        resolved, name = folder, ref if kind != "gguf" or ref in ALIASES else Path(location).stem
+    else:  # the target reads the file itself; the tokenizer comes from the reference after it
+        loaded = cls.load(ref, device=device, dtype=dtype, resolved=location, **options)
+        tokenizer = load_tokenizer(ref, trust_remote_code=trust_remote_code)
+        resolved, name = location, Path(location).stem if kind == "gguf" else ref
+    return LoadedModel(target=loaded, tokenizer=tokenizer, ref=ref, resolved=resolved, name=name,
+                       params=loaded.params, trust_remote_code=trust_remote_code,
+                       forward=loaded.forward_name or target, kernels=loaded.kernels, target_name=target)
+
+
+def _load_failure(ref: str, kind: str, folder: str, offline: bool, e: OSError) -> Exception:
+    """The one-line error for transformers failing to read the model or its tokenizer."""
+    if kind == "hub" and offline:
+        return UsageError(f"model '{ref}' is not in the local Hugging Face cache and the hub is unreachable; "
+                          f"pass a local model folder or .gguf file instead (--model /path/to/folder)")
+    if kind == "hub":
+        return UsageError(f"could not load model '{ref}': not a local folder, not a .gguf file, and not "
+                          f"reachable on the Hugging Face hub or in its cache ({str(e).splitlines()[0]})")
+    return RuntimeFailure(f"could not load model from {folder}: {str(e).splitlines()[0]}")

@@ -23,6 +23,7 @@ recycling's `hot` matrix).
 from __future__ import annotations
 
 import copy
+import dataclasses
 from typing import Any, Callable
 
 
@@ -84,7 +85,8 @@ def replicas(method: Any, n: int, fresh: Callable[[], Any]) -> list[Any]:
         twin = copy_drafter(method)
         if twin is None:
             twin = fresh()
-            if getattr(method, "budget_policy", None) is not None:  # the frozen policy, own answer counts
-                twin.budget_policy = method.budget_policy.fork()
+            adaptive = getattr(getattr(method, "ctx", None), "adaptive", None)
+            if adaptive is not None:  # the frozen policy, own answer counts (a copy has its own copy)
+                twin.ctx = dataclasses.replace(twin.ctx, adaptive=adaptive.fork())
         out.append(twin)
     return out

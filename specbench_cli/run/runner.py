@@ -138,7 +138,8 @@ class Runner:
 
         def fresh(name: str, method) -> Any:
             twin = plan_instance(self.cfg, self.instances[name], method.ctx.budget)
-            twin.ctx = dataclasses.replace(twin.ctx, trust_remote_code=method.ctx.trust_remote_code)
+            twin.ctx = dataclasses.replace(twin.ctx, trust_remote_code=method.ctx.trust_remote_code,
+                                           adaptive=method.ctx.adaptive)
             return twin.bind(lm.target, lm.tokenizer)
 
         # one drafter per sequence slot of a batch: the method itself, then copies (run/replicas.py)
@@ -154,7 +155,9 @@ class Runner:
             run_dir = getattr(self.store, "path", None)
             return [method.generate(ids, cap, self.decoder.eos_ids, run_dir) for ids, cap in zip(prompts, caps)]
         gens = [self.torch.Generator().manual_seed(s) for s in seeds] if not self.sampling.greedy else None
-        return self.decoder.generate_batch(self.drafters[name][: len(prompts)], prompts, caps, method.ctx.budget, gens)
+        drafters = self.drafters[name][: len(prompts)]
+        return self.decoder.generate_batch(drafters, prompts, caps, method.ctx.budget, gens,
+                                           [d.ctx.adaptive for d in drafters])
 
     def warmup(self, question) -> None:
         """Every method decodes a short answer to `question` once, at the run's batch size, untimed."""

@@ -71,8 +71,7 @@ def resume_checks(store: RunFolder, cfg: RunConfig) -> None:
 # must happen in this order in one place; each step is a call.
 def _execute(cfg: RunConfig, store: Optional[RunFolder], report: bool, trust_remote_code: bool,
              retry_errors: bool, locks: contextlib.ExitStack, planned: Optional[dict]) -> Path:
-    from specbench_cli.models.load import load_model, load_target
-    from specbench_cli.targets import DEFAULT as DEFAULT_TARGET
+    from specbench_cli.models.load import load_model
 
     questions = load_questions(cfg)           # bad input fails before the model loads
     if planned is None:
@@ -91,12 +90,9 @@ def _execute(cfg: RunConfig, store: Optional[RunFolder], report: bool, trust_rem
         calibration_questions(cfg, questions, cfg.auto_questions)         # calibration questions
     threads = set_threads(cfg.threads, default_threads())
     err.print(f"[dim]loading {cfg.model} ({cfg.dtype}, {cfg.device}, {threads} threads, forward {cfg.forward})[/dim]")
-    if cfg.target == DEFAULT_TARGET:
-        lm = load_model(cfg.model, device=cfg.device, dtype=cfg.dtype, forward=cfg.forward,
-                        trust_remote_code=trust_remote_code, kernels=cfg.kernels,
-                        note=lambda text: err.print(f"[dim]{text}[/dim]"))
-    else:
-        lm = load_target(cfg.target, cfg.model, cfg.device, cfg.dtype, trust_remote_code=trust_remote_code)
+    lm = load_model(cfg.model, device=cfg.device, dtype=cfg.dtype, forward=cfg.forward, target=cfg.target,
+                    trust_remote_code=trust_remote_code, kernels=cfg.kernels,
+                    note=lambda text: err.print(f"[dim]{text}[/dim]"))
     if lm.forward != cfg.forward:
         err.print(f"[dim]forward {cfg.forward}: {lm.forward}[/dim]")
     limits.check_batch_loaded(cfg, questions, lm, largest)  # the same with exact prompt lengths

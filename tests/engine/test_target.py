@@ -13,6 +13,7 @@ from specbench_cli import methods, targets
 from specbench_cli.engine.draft import Draft
 from specbench_cli.engine.loop import Decoder
 from specbench_cli.engine.target import CAPABILITIES, MissingCapability, Target, check_capabilities
+from specbench_cli.engine.targets import as_target
 from specbench_cli.engine.targets.hf import HFTarget
 from specbench_cli.methods.core.method import MethodContext
 
@@ -56,7 +57,7 @@ def test_hf_target_declares_every_capability_and_a_bare_one_says_what_it_lacks(t
 
 def test_a_batch_verifies_each_row_as_its_own_forward(tiny_model):
     """Rows of one verify forward give the logits a batch of one gives for the same root + tree."""
-    t = HFTarget(tiny_model)
+    t = as_target(tiny_model)
     prompts = [PROMPT, PROMPT[:5]]
     drafts = [Draft(tokens=[7, 8, 9], parents=[-1, -1, 0]), Draft.chain([4])]
     with torch.inference_mode():
@@ -72,7 +73,7 @@ def test_a_batch_verifies_each_row_as_its_own_forward(tiny_model):
 def test_commit_keeps_the_accepted_path_and_rolls_back_the_rest(tiny_model):
     """After commit the next forward sees exactly root + accepted path: the same logits as a
     fresh prefill of the longer prompt."""
-    t = HFTarget(tiny_model)
+    t = as_target(tiny_model)
     with torch.inference_mode():
         batch, _ = t.start([PROMPT], 8)
         past = batch.length

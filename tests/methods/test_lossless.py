@@ -108,15 +108,15 @@ def test_adaptive_budget_equals_ar_greedy(name, target, tiny_tok, draft_dir, req
     ctx = MethodContext(target, tiny_tok, budget=budget, draft_model=draft_dir)
     ar = methods.get("ar").create(ctx)
     method = methods.get(name).create(ctx, **artifact_options(methods.get(name), request))
-    method.budget_policy = AdaptiveBudget(AcceptanceTable(), steep, learning=True)
-    whole = [dec.generate(method, prompt, 48, budget) for prompt in PROMPTS]
-    method.budget_policy.freeze()
+    adaptive = AdaptiveBudget(AcceptanceTable(), steep, learning=True)
+    whole = [dec.generate(method, prompt, 48, budget, policy=adaptive) for prompt in PROMPTS]
+    adaptive.freeze()
     q_whole, q_trimmed = [], []
     for prompt, w in zip(PROMPTS, whole):
         ref = dec.generate(ar, prompt, 48, budget)
-        got = dec.generate(method, prompt, 48, budget)
+        got = dec.generate(method, prompt, 48, budget, policy=adaptive)
         assert w.output_ids == ref.output_ids and got.output_ids == ref.output_ids, f"{name}@adaptive differs from AR"
         q_whole += w.budget_used
         q_trimmed += got.budget_used
-    assert method.budget_policy.table.counts, f"{name} drafted nothing to learn from"
+    assert adaptive.table.counts, f"{name} drafted nothing to learn from"
     assert sum(q_trimmed) / len(q_trimmed) <= sum(q_whole) / len(q_whole)

@@ -44,6 +44,7 @@ def test_cache_is_keyed_by_every_setting(isolated_cache):
     (["cost", "--repeats", "0"], "--repeats must be between 1 and 1000"),
     (["cost", "--dtype", "int3"], "unknown dtype 'int3'"),
     (["cost", "--threads", "0"], "--threads must be at least 1"),
+    (["cost", "--target", "nosuch"], "unknown target 'nosuch'"),
 ])
 def test_cost_bad_input_exits_2_before_loading(args, message, capsys, monkeypatch):
     import specbench_cli.models.load as models
@@ -81,3 +82,20 @@ def test_cost_command_at_a_batch_size(tiny_model_dir, isolated_cache, tmp_path, 
     assert "2 sequences of q tokens" in " ".join(out.split())
     (cached,) = (isolated_cache / "cost").glob("*.json")
     assert '"batch_size": 2' in cached.read_text()
+
+
+def test_cost_command_measures_any_registered_target(tiny_model_dir, isolated_cache, tmp_path, capsys):
+    """`--target NAME` as for run: the target's own `load` and `verify`, the curve keyed by what
+    computes it (the run's key), no floor (which reads a transformers model's weights)."""
+    import json
+
+    args = ["cost", "--target", "zero-cost", "--model", str(tiny_model_dir), "--max-q", "3", "--repeats", "1",
+            "--warmup", "1", "--context", "8", "--threads", "1", "--plot", str(tmp_path / "curve.png"),
+            "--json", str(tmp_path / "curve.json")]
+    code, out, err = cli(args, capsys)
+    assert code == 0, err
+    assert "forward zero-cost" in " ".join(out.split()) and "floor" not in out
+    record = json.loads((tmp_path / "curve.json").read_text())
+    assert len(record["ms"]) == 3 and record["key"]["attn"] == "zero-cost" and record["kernels"] is None
+    (cached,) = (isolated_cache / "cost").glob("*.json")
+    assert json.loads(cached.read_text())["key"] == record["key"]

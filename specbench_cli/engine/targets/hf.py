@@ -66,14 +66,32 @@ class HFTarget(Target):
 
     name = "hf"
     capabilities = frozenset(CAPABILITIES)
+    weights = "transformers"
 
-    def __init__(self, model: Any, forward: Optional[str] = None, kernels: Optional[dict] = None) -> None:
+    def __init__(self, model: Any, forward: Optional[str] = None, kernels: Optional[dict] = None,
+                 params: int = 0) -> None:
         self.model = model
         first = next(model.parameters())
         self.device, self.dtype = first.device, first.dtype
         self.embed = model.get_input_embeddings()
         self.forward_name = forward
         self.kernels = kernels
+        self.params = params
+
+    @classmethod
+    def load(cls, ref: str, *, device: str = "cpu", dtype: str = "float32", **options: Any) -> "HFTarget":
+        """The causal LM of `resolved` (a Hugging Face folder or hub id; default `ref`) on `device`
+        in `dtype`, computing its forward as option `forward` says (default `sdpa`) with, under
+        `lean`, the kernels `kernels` names and `kernel_plan` plans (engine/targets/hf_load.py).
+        Options `trust_remote_code` and `local_files_only` go to transformers."""
+        from specbench_cli.engine.targets import hf_load
+
+        loaded = hf_load.load(str(options.get("resolved") or ref), device=device, dtype=dtype,
+                              forward=options.get("forward") or "sdpa", kernels=options.get("kernels") or "auto",
+                              trust_remote_code=bool(options.get("trust_remote_code", False)),
+                              local_files_only=bool(options.get("local_files_only", False)),
+                              kernel_plan=options.get("kernel_plan"))
+        return cls(loaded.model, loaded.forward, loaded.kernels, params=loaded.params)
 
     # -- one forward of a batch of one -----------------------------------------------------
     def _run(self, kwargs: dict, want: bool | tuple[int, ...], last_only: bool = False
@@ -231,7 +249,3 @@ class HFTarget(Target):
         return {"target": self.name, "forward": self.forward_name, "kernels": self.kernels,
                 "kernel_plan": plan.to_dict() if plan is not None else None}
 
-
-def as_target(model_or_target: Any) -> Target:
-    """A Target as given, or a transformers model wrapped in an `HFTarget`."""
-    return model_or_target if isinstance(model_or_target, Target) else HFTarget(model_or_target)

@@ -4,6 +4,7 @@ calibration decoding, and what goes into the manifest."""
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, Callable, Iterable, Optional
 
 from specbench_cli.config.instance import MethodInstance
@@ -113,12 +114,14 @@ def calibrate_one(inst: MethodInstance, cfg, lm, decoder, prompts: list[list[int
             "candidates": {str(p.budget): bcauto.summary(p, predicted[p.budget]) for p in profiles}}
 
 
-def _decode_pass(method, decoder, prompts: list[list[int]], budget: int, max_new: int, cfg) -> bcauto.Profile:
-    """One pass over the calibration prompts, as the runner's over the questions."""
+def _decode_pass(method, decoder, prompts: list[list[int]], budget: int, max_new: int, cfg,
+                 adaptive=None) -> bcauto.Profile:
+    """One pass over the calibration prompts, as the runner's over the questions (`adaptive`: an
+    adaptive budget within `budget`, engine/budget.py)."""
     method.forget()
     profile = bcauto.Profile(budget=budget)
     for ids in prompts:
-        gen = decoder.generate(method, ids, max_new, budget, _generator(cfg))
+        gen = decoder.generate(method, ids, max_new, budget, _generator(cfg), adaptive)
         profile.add(gen)
         method.remember(gen.output_ids)
     return profile
@@ -138,11 +141,10 @@ def calibrate_adaptive(inst: MethodInstance, cfg, lm, decoder, prompts: list[lis
     ceiling = adaptive_ceiling(cfg)
     method = plan_instance(cfg, inst, ceiling).bind(lm.target, lm.tokenizer)
     t = bcauto.monotone(curve.ms)
-    method.budget_policy = AdaptiveBudget(AcceptanceTable(), [t(q) for q in range(1, ceiling + 1)], learning=True,
-                                          history=True)
-    decoder.generate(method, prompts[0], min(16, max_new), ceiling, _generator(cfg))  # untimed warm-up
-    method.budget_policy.table = AcceptanceTable()
-    whole = _decode_pass(method, decoder, prompts, ceiling, max_new, cfg)
+    learning = AdaptiveBudget(AcceptanceTable(), [t(q) for q in range(1, ceiling + 1)], learning=True, history=True)
+    decoder.generate(method, prompts[0], min(16, max_new), ceiling, _generator(cfg), learning)  # untimed warm-up
+    learning.table = AcceptanceTable()
+    whole = _decode_pass(method, decoder, prompts, ceiling, max_new, cfg, learning)
     steps = max(len(whole.accept_lengths), 1)
     scale = bcauto.fit_scale([whole], t)
     other = whole.overhead_ms / steps
@@ -150,18 +152,16 @@ def calibrate_adaptive(inst: MethodInstance, cfg, lm, decoder, prompts: list[lis
     record = {"ceiling": ceiling, "batch_size": cfg.batch_size, "forward_scale": round(scale, 4),
               "other_ms_per_step": round(other, 4), "draft_ms_per_step": round(draft_ms, 4),
               "step_ms": [round(scale * t(q) + other, 4) for q in range(1, ceiling + 1)],
-              "table": method.budget_policy.table.to_dict(), "online": ONLINE, "history": True, "hindsight": True,
+              "table": learning.table.to_dict(), "online": ONLINE, "history": True, "hindsight": True,
               "whole": bcauto.summary(whole, bcauto.predicted_tokens_per_s(whole, t, cfg.batch_size, scale))}
     # the decode's own rate, lambda (tokens per ms of one sequence, in the policy's cost model),
     # from a pass with the per-step ratio rule; the run keeps what beats lambda (budget.plan)
     ratio_rule = policy(record)
-    method.budget_policy = ratio_rule
-    ratio = _decode_pass(method, decoder, prompts, ceiling, max_new, cfg)
+    ratio = _decode_pass(method, decoder, prompts, ceiling, max_new, cfg, ratio_rule)
     ms = sum(ratio_rule.draft_ms + ratio_rule.cost(q) for q in ratio.budget_used)
     record["rate_per_ms"] = round(sum(ratio.accept_lengths) / ms, 6) if ms > 0 else 0.0
     record["ratio_rule"] = bcauto.summary(ratio, bcauto.predicted_tokens_per_s(ratio, t, cfg.batch_size, scale))
-    method.budget_policy = policy(record)
-    trimmed = _decode_pass(method, decoder, prompts, ceiling, max_new, cfg)
+    trimmed = _decode_pass(method, decoder, prompts, ceiling, max_new, cfg, policy(record))
     record["adaptive"] = bcauto.summary(trimmed, bcauto.predicted_tokens_per_s(trimmed, t, cfg.batch_size, scale))
     return record
 
@@ -225,8 +225,8 @@ def prepare(cfg, lm, planned: dict, questions: list, threads: int,
     planned = dict(planned)
     for inst in auto:
         planned[inst] = plan_instance(cfg, inst, int(choices[inst.label]["chosen"]))
-    for inst in adaptive:
-        planned[inst].budget_policy = policy(policies[inst.label])
+    for inst in adaptive:  # the frozen policy rides in the method's context to the loop (MethodContext.adaptive)
+        planned[inst].ctx = dataclasses.replace(planned[inst].ctx, adaptive=policy(policies[inst.label]))
     return planned, extra
 
 

@@ -189,7 +189,7 @@ def measure_curve(target: Any, max_q: int, context: int = 400, rounds: int = 5, 
     import torch
 
     from specbench_cli.engine.draft import Draft
-    from specbench_cli.engine.targets.hf import as_target
+    from specbench_cli.engine.targets import as_target
 
     target = as_target(target)
     n = batch_size
