@@ -34,12 +34,9 @@ sequence leaving, the end of the batch and of each epilogue (`read(wait=True)`).
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Any, Optional, Sequence
+from typing import Any, Optional, Sequence
 
 from specbench_cli.lazy import torch
-
-if TYPE_CHECKING:
-    from specbench_cli.engine.loop import Generation
 
 SYNCED = frozenset({"propose", "forward", "commit", "observe"})  # marks that end device work
 
@@ -52,7 +49,8 @@ def sync(device: Any) -> None:
 
 class StepClock:
     """One decoder's clock: the device's sync policy, the batch's start and each sequence's end,
-    and the current step's marks (module doc). One batch at a time."""
+    and the current step's marks (module doc). One batch at a time; what it records goes into
+    each sequence's `engine.loop.Generation` (`gens`)."""
 
     def __init__(self, device: Any, time_steps: bool = False) -> None:
         kind = getattr(device, "type", None)
@@ -76,12 +74,12 @@ class StepClock:
         return time.perf_counter()
 
     # -- the batch ------------------------------------------------------------------------
-    def start(self, gens: Sequence[Generation]) -> None:
+    def start(self, gens: Sequence[Any]) -> None:
         """The batch starts (once the device is idle)."""
         self._start = self.read(wait=True)
         self._ended = [0.0] * len(gens)
 
-    def prefilled(self, gens: Sequence[Generation]) -> None:
+    def prefilled(self, gens: Sequence[Any]) -> None:
         """Every prompt is prefilled: decoding starts. Where the split is measured its totals
         start at zero (elsewhere they stay None: not measured)."""
         now = time.perf_counter()
@@ -127,7 +125,7 @@ class StepClock:
             if started is not None:
                 self._started = started
 
-    def record(self, gens: Sequence[Generation]) -> None:
+    def record(self, gens: Sequence[Any]) -> None:
         """The step ends: each live row's times (`gens[r]`: row r's Generation) recorded."""
         end = time.perf_counter()
         started, t1, t2, t3 = self._started, self._marks["forward"], self._marks["accept"], self._marks["commit"]
