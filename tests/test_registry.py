@@ -72,7 +72,7 @@ def test_one_loader_of_module_attr_references():
 
 PLUGIN = '''
 from specbench_cli.methods.heads.kinds import HeadKind
-from specbench_cli.methods.heads.kinds.eagle import KIND as EAGLE
+from specbench_cli.methods.heads.eagle.kind import KIND as EAGLE
 from specbench_cli.report.formats import Format
 from specbench_cli.tasks import TaskSource
 from specbench_cli.tasks.mini import Mini

@@ -1,10 +1,10 @@
 """Heads folders: `config.json` + safetensors, read and written without running code.
 
 Each kind's weight file, config fields and head module are its declaration's
-(methods/heads/kinds/). `write_heads_folder` is the one writer of a heads folder (the trainer's
-`save_heads` and every importer go through it); `inspect_heads` checks a folder without loading
-tensors (config typed, file bytes and header, every key and shape against the head its config
-describes), so a bad folder is one line and exit 2 before the target loads; `load_heads` then
+(methods/heads/<kind>/kind.py). `write_heads_folder` is the one writer of a heads folder (the
+trainer's `save_heads` and every importer go through it); `inspect_heads` checks a folder without
+loading tensors (config typed, file bytes and header, every key and shape against the head its
+config describes), so a bad folder is one line and exit 2 before the target loads; `load_heads` then
 builds the head and binds it to the target.
 """
 

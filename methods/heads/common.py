@@ -1,9 +1,9 @@
 """What the head methods (`medusa`, `eagle`, `eagle3`, `hydra`: one per head kind,
-methods/heads/kinds/) share: the base class `HeadsMethod` (the heads folder as option `heads`,
+methods/heads/<kind>/) share: the base class `HeadsMethod` (the heads folder as option `heads`,
 its checks against the target, chain drafts under sampling, the label from the checkpoint's
 metadata, the parameter count) and the sampled draft token. What differs by kind (weight file,
 how the head is built and fits the target, its shape in labels) is the kind's declaration; the
-head modules are in methods/heads/ (docs/methods/heads.md).
+head modules are in the kinds' packages and methods/heads/model.py (docs/methods/heads.md).
 
 Checks, as early as each can run:
 - plan (no model): `heads` given, a heads folder of this method's kind, trained for this run's

@@ -1,6 +1,6 @@
 """Draft heads on the target's last hidden state (after the final norm): Medusa and EAGLE(-2),
 with KOALA's K-layer variants (their checkpoint IO is methods/heads/checkpoint.py; what a kind is, its
-declaration in methods/heads/kinds/).
+declaration in methods/heads/<kind>/kind.py).
 
 Both heads reuse the target's frozen LM head (and EAGLE its frozen token embedding). They are
 bound to the target with `bind(target)`, held outside `state_dict()`, so checkpoints hold only

@@ -30,23 +30,15 @@ The drafter contract (`Drafter`, `DecodeState`, `VerifyResult`) is in `engine/dr
 
 What a step costs at batch size N: the target processes `N x (1 + longest draft)` tokens,
 padding included; `Generation.budget_used` records each sequence's own block (1 + its draft).
-Clock: `prefill_time` is the time until decoding starts (every prompt's prefill), `wall_time`
-runs from the batch's start to the sequence's finish (plus its epilogue); per step a sequence's
-drafting time is its own drafter's (propose + observe), its verify time the shared forward's and
-the verdicts', and its overhead the rest of the step (building the forward's inputs, the cache
-commit, the other sequences' drafting). Where the split is asked for (`split`: always on a CPU,
-where reading the clock is all it costs; on CUDA only with `time_steps`, since each part's end
-must then wait for the device) each step is also cut into its parts: the drafter's `propose` and
-`observe` (its own), the target's forward (`Target.verify` from `Forward.started` to its return),
-the acceptance (every live sequence's verdict), the cache commit (`Target.commit`); the rest of
-the decode time (building the forward's inputs, bookkeeping, leaving, the other sequences'
-drafting) is what reports call "other" (docs/metrics.md). Whether batched arithmetic changes a sequence's tokens
-against batch size 1 is not assumed: the tests and reports measure it (cross-batch agreement).
+What each step and sequence costs (`Generation`'s times, the split of a step into its parts) is
+read at named marks by the decoder's clock (`StepClock`, engine/clock.py: the times, where they
+start and end, and when the clock waits for the device). Whether batched arithmetic changes a
+sequence's tokens against batch size 1 is not assumed: the tests and reports measure it
+(cross-batch agreement).
 """
 
 from __future__ import annotations
 
-import time
 from array import array
 from dataclasses import dataclass, field
 from typing import Any, Optional, Sequence
@@ -54,6 +46,7 @@ from typing import Any, Optional, Sequence
 import torch
 
 from specbench_cli.engine.budget import AdaptiveBudget
+from specbench_cli.engine.clock import StepClock
 from specbench_cli.engine.draft import Draft, depths
 from specbench_cli.engine.drafter import DecodeState, Drafter, VerifyResult
 from specbench_cli.engine.target import Batch, Target
@@ -101,11 +94,6 @@ class Generation:
         return len(self.accept_lengths)
 
 
-def _sync(device: Any) -> None:
-    if getattr(device, "type", None) == "cuda":
-        torch.cuda.synchronize(device)
-
-
 def deepest(draft: Draft) -> int:
     """Draft positions on the draft's longest root-to-leaf path of acceptable nodes: the most
     draft tokens one step could accept (a chain's length)."""
@@ -113,6 +101,40 @@ def deepest(draft: Draft) -> int:
         return 0
     d, ok = depths(tuple(draft.parents)), draft.acceptable
     return max(d) if ok is None else max((x for x, keep in zip(d, ok) if keep), default=0)
+
+
+def _host_values(drafter: Drafter) -> Any:
+    """The drafter's `host_values` where it overrides `Drafter.host_values` (duck-typed drafters
+    may lack it), else None: nothing of its rows to compute in the step's transfer."""
+    if getattr(type(drafter), "host_values", Drafter.host_values) is Drafter.host_values:
+        return None
+    return getattr(drafter, "host_values", None)
+
+
+def _rows(drafts: Sequence[Draft]) -> list[tuple[int, int]]:
+    """Each sequence's rows `(start, end)` in the step's forward (its root and its draft), in
+    batch row order."""
+    bounds, start = [], 0
+    for draft in drafts:
+        bounds.append((start, start + 1 + len(draft)))
+        start += 1 + len(draft)
+    return bounds
+
+
+def _path(features: torch.Tensor, keep: list[int]) -> torch.Tensor:
+    """A sequence's features at its root and accepted path (`keep`: its rows, in path order). A
+    path of consecutive rows (any chain) is a slice (copied, as an index would copy): no index
+    list to copy to the device."""
+    return features[:len(keep)].clone() if keep[-1] == len(keep) - 1 else features[keep]
+
+
+def _top(tops: Optional[list[list[int]]], rows: tuple[int, int], want: int, k: int) -> Optional[list[list[int]]]:
+    """A sequence's `VerifyResult.top`: its rows' `want` best token ids out of the step's `k`
+    (`tops`), or None where its drafter asks for none."""
+    if tops is None or not want:
+        return None
+    top = tops[rows[0]:rows[1]]
+    return [row[:want] for row in top] if want < k else top
 
 
 def wants(drafter: Drafter) -> bool | tuple[int, ...]:
@@ -136,11 +158,17 @@ class Decoder:
         self.eos_ids = set(eos_ids)
         self.sampling = sampling or SamplingConfig()
         self.device = self.target.device
-        kind = getattr(self.device, "type", None)
-        # each step cut into its parts (module doc): free on a CPU; on CUDA only when asked for,
-        # since every part's end then waits for the device
-        self.split = kind in (None, "cpu") or (bool(time_steps) and kind == "cuda")
-        self._part_sync = bool(time_steps) and kind == "cuda"
+        self.clock = StepClock(self.device, time_steps)
+
+    @property
+    def split(self) -> bool:
+        """Whether each step is cut into its parts (`StepClock.split`)."""
+        return self.clock.split
+
+    @property
+    def _part_sync(self) -> bool:
+        """Whether each part's end waits for the device (`StepClock.part_sync`)."""
+        return self.clock.part_sync
 
     def _choose(self, draft: Draft, logits: torch.Tensor, generator, preds: Optional[list[int]] = None) -> Verdict:
         if self.sampling.greedy:
@@ -209,33 +237,22 @@ class Decoder:
                        generators: Optional[Sequence[Optional[torch.Generator]]] = None,
                        policies: Optional[Sequence[Optional[AdaptiveBudget]]] = None) -> list[Generation]:
         """Decode every prompt with its own drafter (`drafters[i]` for `prompts[i]`, distinct
-        objects) and cap; one Generation each.
-
-        The budget: `budget` is the block complexity, at most `budget` tokens per sequence per
-        forward (a fixed budget, or the one `auto` chose); `policies` (None: none) gives a
-        sequence an adaptive budget (engine/budget.py, one object per sequence: its answer's
-        counts are its own) that keeps, each step, the part of its drafter's proposal worth
-        verifying within `budget`, and sees each verdict.
-
-        Kept as one function on purpose: the clock reads that split each step into drafting,
-        verifying and overhead must be read top to bottom in one place."""
+        objects) and cap, at most `budget` tokens per sequence per forward (a fixed budget, or the
+        one `auto` chose); one Generation each. `policies` (None: none) gives a sequence an
+        adaptive budget (engine/budget.py, one object per sequence: its answer's counts are its
+        own) that keeps, each step, the part of its drafter's proposal worth verifying within
+        `budget`, and sees each verdict. The steps are the module doc's; what each one costs is
+        read by `self.clock` (engine/clock.py)."""
         n = len(prompts)
-        if not n or len(drafters) != n or len(max_new_tokens) != n:
-            raise ValueError("generate_batch needs one drafter and one cap per prompt, and at least one prompt")
-        if len({id(d) for d in drafters}) != n:
-            raise ValueError("every sequence needs its own drafter instance (drafting state is per sequence)")
-        if budget < 1:
-            raise ValueError("block complexity must be at least 1")
+        self._check(drafters, prompts, max_new_tokens, budget)
         policies = list(policies) if policies is not None else [None] * n
         if len(policies) != n:
             raise ValueError("generate_batch needs one adaptive budget (or None) per prompt")
-        target = self.target
+        target, clock = self.target, self.clock
         gens = list(generators) if generators is not None else [None] * n
         want = wants(drafters[0])
         out = [Generation(prompt_tokens=len(p)) for p in prompts]
-        clock = time.perf_counter
-        _sync(self.device)
-        t_start = clock()
+        clock.start(out)
 
         # 1. prefill, each prompt on its own
         for drafter, policy, prompt in zip(drafters, policies, prompts):
@@ -243,59 +260,38 @@ class Decoder:
             if policy is not None:  # an adaptive budget's answer counts
                 policy.begin()
         batch, prefills = target.start([list(p) for p in prompts], max(max_new_tokens) + budget, want)
-        seqs, produced, fresh = [], [], []
-        for b, (prompt, fwd) in enumerate(zip(prompts, prefills)):
-            first = self._choose(Draft(), fwd.logits[-1:], gens[b]).new_tokens[0]
-            seqs.append(list(prompt) + [first])
-            produced.append([first])
-            fresh.append(fwd.features[0] if fwd.features is not None else None)
-        t_now = clock()
-        for g in out:
-            g.prefill_time = t_now - t_start
+        seqs, produced, fresh = self._first(prompts, prefills, gens)
+        clock.prefilled(out)
         # the optional hooks of lossy drafters; duck-typed drafters (no Drafter base) lack them
         finished = [getattr(d, "finished", None) or (lambda: False) for d in drafters]
-
         ended_eos = [produced[b][-1] in self.eos_ids for b in range(n)]  # an EOS anywhere in a step's tokens ends it
-
-        def done(b: int) -> bool:
-            return len(produced[b]) >= max_new_tokens[b] or ended_eos[b] or finished[b]()
-
-        split, part_sync, device = self.split, self._part_sync, self.device
-        if split:
-            for g in out:
-                g.propose_time = g.forward_time = g.accept_time = g.commit_time = g.observe_time = 0.0
         live = list(range(n))  # live[r]: the sequence in batch row r
         epilogues: dict[int, tuple[Batch, Any]] = {}
-        ended = [0.0] * n
 
-        def leave(rows: list[int]) -> None:
-            if not rows:
-                return
-            _sync(self.device)
-            when = clock()
+        def leave() -> None:
+            rows = [r for r, b in enumerate(live) if len(produced[b]) >= max_new_tokens[b] or ended_eos[b]
+                    or finished[b]()]
+            if rows:
+                clock.leave([live[r] for r in rows])
             for r in sorted(rows, reverse=True):  # the last row moves into r: drop from the end
                 b = live[r]
-                out_ids, epi = self._cut(drafters[b], produced[b], max_new_tokens[b])
-                out[b].output_ids = out_ids
+                out[b].output_ids, epi = self._cut(drafters[b], produced[b], max_new_tokens[b])
                 if epi is not None:
                     epilogues[b] = (target.detach(batch, r), epi)
-                ended[b] = when
                 target.leave(batch, r)
                 live[r] = live[-1]
                 live.pop()
 
-        leave([r for r, b in enumerate(live) if done(b)])
+        leave()
 
         # 2. decode
         topk = [int(getattr(d, "host_topk", 0) or 0) for d in drafters]   # VerifyResult.top
-        # VerifyResult.values: the drafters that override Drafter.host_values (duck-typed ones may lack it)
-        hooked = [getattr(d, "host_values", None) if getattr(type(d), "host_values", Drafter.host_values)
-                  is not Drafter.host_values else None for d in drafters]
+        hooked = [_host_values(d) for d in drafters]                       # VerifyResult.values
         while live:
-            t0 = clock()
-            states, drafts, own = [], [], []
+            clock.step()
+            states, drafts = [], []
             for b in live:
-                ts = clock()
+                clock.own()
                 state = DecodeState(ids=seqs[b], prompt_len=len(prompts[b]), budget=budget,
                                     remaining=max_new_tokens[b] - len(produced[b]), step=out[b].steps, hidden=fresh[b])
                 draft = drafters[b].propose(state)                                         # 2a
@@ -306,105 +302,102 @@ class Decoder:
                                          f"tokens at block complexity {budget} (at most {budget - 1})")
                 states.append(state)
                 drafts.append(draft)
-                if part_sync:
-                    _sync(device)
-                own.append(clock() - ts)
+                clock.mark("propose")
             past = batch.length
             fwd = target.verify(batch, [seqs[b][-1] for b in live], drafts, want)          # 2b
-            if part_sync:
-                _sync(device)
-            t1 = clock()
-            # the step's one wait for the device: every sequence's argmax (and top-k) at once
-            k = max(topk[b] for b in live)
-            bounds, start = [], 0
-            for r in range(len(live)):
-                bounds.append((start, start + 1 + len(drafts[r])))
-                start += 1 + len(drafts[r])
-            hooks = [(s, e, hooked[b]) for (s, e), b in zip(bounds, live)] if any(hooked[b] for b in live) else ()
-            preds, tops, values = self._to_host(fwd.logits, k, hooks)
-            verdicts, parts = [], []
-            for r, b in enumerate(live):                                                   # 2c
-                start, end = bounds[r]
-                part = fwd.logits[start:end]
-                parts.append(part)
-                verdicts.append(self._choose(drafts[r], part, gens[b],
-                                             preds[start:end] if preds is not None else None))
-            t2 = clock()
+            clock.mark("forward", fwd.started)
+            bounds, k = _rows(drafts), max(topk[b] for b in live)
+            verdicts, parts, tops, values = self._verdicts(fwd.logits, bounds, drafts, [gens[b] for b in live],
+                                                           k, [hooked[b] for b in live])   # 2c
+            clock.mark("accept")
             keeps = [[0] + [a + 1 for a in v.accepted] for v in verdicts]
             target.commit(batch, past, keeps)                                              # 2d
-            if part_sync:
-                _sync(device)
-            t3 = clock()
-            results = []
-            for r, b in enumerate(live):
+            clock.mark("commit")
+            for r, b in enumerate(live):                                                   # 2e
                 v = verdicts[r]
                 seqs[b].extend(v.new_tokens)
                 produced[b].extend(v.new_tokens)
                 if fwd.features is not None:  # root + accepted path, in path order
-                    keep, feats = keeps[r], fwd.features[r]
-                    # a path of consecutive rows (any chain) is a slice (copied, as an index would
-                    # copy): no index list to copy to the device
-                    fresh[b] = feats[:len(keep)].clone() if keep[-1] == len(keep) - 1 else feats[keep]
-                top = None
-                if tops is not None and topk[b]:
-                    top = tops[bounds[r][0]:bounds[r][1]]
-                    if topk[b] < k:
-                        top = [row[:topk[b]] for row in top]
-                results.append(VerifyResult(drafts[r], v.accepted, v.new_tokens, parts[r], fresh[b], v.preds,
-                                            states[r], top, values[r] if values else None))
-            proposing = list(own)
-            for r, b in enumerate(live):                                                   # 2e
-                ts = clock()
-                drafters[b].observe(results[r])
+                    fresh[b] = _path(fwd.features[r], keeps[r])
+                result = VerifyResult(drafts[r], v.accepted, v.new_tokens, parts[r], fresh[b], v.preds, states[r],
+                                      _top(tops, bounds[r], topk[b], k), values[r] if values else None)
+                clock.own()
+                drafters[b].observe(result)
                 if policies[b] is not None:
-                    policies[b].observe(drafts[r], verdicts[r].accepted, verdicts[r].new_tokens)
-                if part_sync:
-                    _sync(device)
-                own[r] += clock() - ts
-            t4 = clock()
-            verifying = t2 - fwd.started
-            forward, accept, commit = t1 - fwd.started, t2 - t1, t3 - t2
+                    policies[b].observe(drafts[r], v.accepted, v.new_tokens)
+                clock.mark("observe")
+            clock.record([out[b] for b in live])
             for r, b in enumerate(live):
-                g, d, v = out[b], drafts[r], verdicts[r]
-                kept = self._kept(v.new_tokens, len(produced[b]) - len(v.new_tokens), max_new_tokens[b])
-                g.accept_lengths.append(kept)
-                ended_eos[b] = kept > 0 and v.new_tokens[kept - 1] in self.eos_ids  # (an EOS past the cap: done anyway)
-                g.draft_sizes.append(d.n_acceptable())
-                g.draft_path_lengths.append(v.path_length)
-                g.draft_depths.append(deepest(d))
-                g.budget_used.append(1 + len(d))
-                g.step_draft_ms.append(round(1000 * own[r], 3))
-                g.step_verify_ms.append(round(1000 * verifying, 3))
-                g.draft_time += own[r]
-                g.verify_time += verifying
-                g.overhead_time += (t4 - t0) - own[r] - verifying
-                if split:  # own[r] = propose + observe, verifying = forward + accept, as before
-                    observe = own[r] - proposing[r]
-                    g.step_propose_ms.append(round(1000 * proposing[r], 3))
-                    g.step_forward_ms.append(round(1000 * forward, 3))
-                    g.step_accept_ms.append(round(1000 * accept, 3))
-                    g.step_commit_ms.append(round(1000 * commit, 3))
-                    g.step_observe_ms.append(round(1000 * observe, 3))
-                    g.propose_time += proposing[r]
-                    g.forward_time += forward
-                    g.accept_time += accept
-                    g.commit_time += commit
-                    g.observe_time += observe
-            leave([r for r, b in enumerate(live) if done(b)])                                # 2f
+                ended_eos[b] = self._record(out[b], drafts[r], verdicts[r], len(produced[b]), max_new_tokens[b])
+            leave()                                                                        # 2f
 
-        # 3./4. lossy epilogues, each on its own sequence's keys/values, after the batch
-        _sync(self.device)
+        self._finish(out, drafters, prompts, epilogues, gens)                              # 3./4.
+        return out
+
+    def _first(self, prompts: Sequence[list[int]], prefills: list, generators: list[Optional[torch.Generator]]
+               ) -> tuple[list[list[int]], list[list[int]], list[Optional[torch.Tensor]]]:
+        """Step 1's end: each sequence's first token from its prompt's last logits. Returns per
+        sequence its ids so far (prompt + first token), the tokens it produced, and the features
+        its drafter sees first (the prefill's, where the drafter asked for them)."""
+        seqs, produced, fresh = [], [], []
+        for prompt, fwd, generator in zip(prompts, prefills, generators):
+            first = self._choose(Draft(), fwd.logits[-1:], generator).new_tokens[0]
+            seqs.append(list(prompt) + [first])
+            produced.append([first])
+            fresh.append(fwd.features[0] if fwd.features is not None else None)
+        return seqs, produced, fresh
+
+    def _verdicts(self, logits: torch.Tensor, bounds: list[tuple[int, int]], drafts: list[Draft],
+                  generators: list[Optional[torch.Generator]], k: int, hooked: list[Any]
+                  ) -> tuple[list[Verdict], list[torch.Tensor], Optional[list[list[int]]], list[Optional[list[float]]]]:
+        """Step 2c, per batch row: the verdict of the row's sequence from its own rows (`bounds`) of
+        the forward's logits, after the step's one wait for the device (`_to_host`: every row's
+        argmax, its `k` best ids, the drafters' `hooked` host values). Returns the verdicts, each
+        sequence's logits, the top-k ids of every row and each sequence's host values."""
+        hooks = [(s, e, hook) for (s, e), hook in zip(bounds, hooked)] if any(hooked) else ()
+        preds, tops, values = self._to_host(logits, k, hooks)
+        parts = [logits[s:e] for s, e in bounds]
+        verdicts = [self._choose(draft, part, generator, preds[s:e] if preds is not None else None)
+                    for draft, part, generator, (s, e) in zip(drafts, parts, generators, bounds)]
+        return verdicts, parts, tops, values
+
+    def _finish(self, out: list[Generation], drafters: Sequence[Drafter], prompts: Sequence[list[int]],
+                epilogues: dict[int, tuple[Batch, Any]], generators: list[Optional[torch.Generator]]) -> None:
+        """Steps 3 and 4, after the batch: the lossy epilogues, each on its own sequence's keys and
+        values, then every sequence's stats and wall time."""
+        clock = self.clock
+        clock.read(wait=True)
         for b, g in enumerate(out):
             extra = 0.0
             if b in epilogues:
                 single, epi = epilogues[b]
-                ts = clock()
-                g.output_ids = self._epilogue(single, list(prompts[b]), g.output_ids, epi, gens[b], g)
-                _sync(self.device)
-                extra = clock() - ts
+                ts = clock.read()
+                g.output_ids = self._epilogue(single, list(prompts[b]), g.output_ids, epi, generators[b], g)
+                extra = clock.read(wait=True) - ts
             self._stats(drafters[b], epilogues.get(b, (None, None))[1], g)
-            g.wall_time = ended[b] - t_start + extra
-        return out
+            g.wall_time = clock.wall(b, extra)
+
+    @staticmethod
+    def _check(drafters: Sequence[Drafter], prompts: Sequence[list[int]], max_new_tokens: Sequence[int],
+               budget: int) -> None:
+        n = len(prompts)
+        if not n or len(drafters) != n or len(max_new_tokens) != n:
+            raise ValueError("generate_batch needs one drafter and one cap per prompt, and at least one prompt")
+        if len({id(d) for d in drafters}) != n:
+            raise ValueError("every sequence needs its own drafter instance (drafting state is per sequence)")
+        if budget < 1:
+            raise ValueError("block complexity must be at least 1")
+
+    def _record(self, g: Generation, draft: Draft, v: Verdict, produced: int, max_new_tokens: int) -> bool:
+        """A step's draft and verdict into the sequence's Generation (its times: `StepClock.record`),
+        `produced` tokens after it; whether the tokens the output keeps end at an EOS."""
+        kept = self._kept(v.new_tokens, produced - len(v.new_tokens), max_new_tokens)
+        g.accept_lengths.append(kept)
+        g.draft_sizes.append(draft.n_acceptable())
+        g.draft_path_lengths.append(v.path_length)
+        g.draft_depths.append(deepest(draft))
+        g.budget_used.append(1 + len(draft))
+        return kept > 0 and v.new_tokens[kept - 1] in self.eos_ids  # (an EOS past the cap: done anyway)
 
     def _epilogue(self, single: Batch, prompt_ids: list[int], out_ids: list[int], epi, generator,
                   g: Generation) -> list[int]:

@@ -56,7 +56,7 @@ def test_list_methods_imports_the_method_classes_but_no_torch():
     only through `specbench_cli.lazy`, so listing them imports no torch."""
     code = ("import sys\nfrom specbench_cli.cli.main import main\nsys.argv = ['specbench', 'list', 'methods']\n"
             "try:\n    main()\nexcept SystemExit:\n    pass\n"
-            "print('IMPORTED', 'torch' in sys.modules, 'specbench_cli.methods.eagle' in sys.modules)")
+            "print('IMPORTED', 'torch' in sys.modules, 'specbench_cli.methods.heads.eagle.method' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert "IMPORTED False True" in out.stdout, out.stdout + out.stderr
     assert "mask-probe" in out.stdout

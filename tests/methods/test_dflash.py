@@ -53,7 +53,7 @@ def write_zlab(src: Path, trained: str, **changes) -> Path:
     (src / "config.json").write_text(json.dumps(cfg, indent=2))
     state = load_file(str(Path(trained) / "model.safetensors"))
     if "hidden_size" in changes:  # a drafter of another width: its own (random) weights of that shape
-        from specbench_cli.methods.heads.dflash import DFlashDrafter
+        from specbench_cli.methods.heads.dflash.model import DFlashDrafter
 
         state = {k: v.contiguous() for k, v in DFlashDrafter(cfg).state_dict().items() if not k.startswith("rotary.")}
     save_file(state, str(src / "model.safetensors"), metadata={"format": "pt"})
@@ -148,7 +148,7 @@ def test_training_blocks_are_the_inference_blocks(trained, tiny_model):
     """The trainer's many-blocks forward (each block seeing the context before its anchor) gives
     the logits the method gets for that block from its cache."""
     from specbench_cli.methods.heads.checkpoint import load_heads
-    from specbench_cli.training.heads.dflash import dflash_forward
+    from specbench_cli.methods.heads.dflash.training import dflash_forward
 
     head = load_heads(Path(trained), tiny_model)
     seq = PROMPTS[0] + [40, 41, 42, 9, 14]
@@ -198,7 +198,7 @@ def test_training_lowers_the_loss_and_resumes_exactly(tiny_model, tmp_path, monk
         assert torch.allclose(v, b[k], atol=1e-6), k
     assert inspect_heads(tmp_path / "a")[0] == "dflash"
     # a few steps lower the loss on the same blocks (every sequence, the same anchors)
-    from specbench_cli.training.heads.dflash import build_dflash, dflash_loss
+    from specbench_cli.methods.heads.dflash.training import build_dflash, dflash_loss
     from specbench_cli.training.heads.eagle3 import make_eagle3_batch
 
     r = recipe(40, lr=1e-2)
@@ -211,7 +211,7 @@ def test_training_lowers_the_loss_and_resumes_exactly(tiny_model, tmp_path, monk
 
 
 def test_position_weights_follow_the_paper():
-    from specbench_cli.training.heads.dflash import loss_gamma, sample_anchors
+    from specbench_cli.methods.heads.dflash.training import loss_gamma, sample_anchors
 
     assert (loss_gamma(16), loss_gamma(10), loss_gamma(8), loss_gamma(16, 3.0)) == (7.0, 5.0, 4.0, 3.0)
     mask = torch.zeros(2, 10, dtype=torch.bool)

@@ -12,13 +12,8 @@ from helpers.cli import cli, only_run_dir, run_rows, tiny_run_args
 from helpers.tiny import EOS
 from helpers.tiny_eagle3 import LAYERS, tiny_eagle3_cache, train_tiny_eagle3
 
-from specbench_cli.training.heads.eagle3 import (
-    build_eagle3,
-    draft_vocabulary,
-    eagle3_loss,
-    make_eagle3_batch,
-    ttt_unroll,
-)
+from specbench_cli.methods.heads.eagle3.training import build_eagle3, draft_vocabulary, ttt_unroll
+from specbench_cli.training.heads.eagle3 import eagle3_loss, make_eagle3_batch
 from specbench_cli.training.heads.train import HeadsRecipe, train_heads
 
 WORDS = ["sea", "sun", "dog", "cat", "red", "blue", "one", "two", "poem", "story"]

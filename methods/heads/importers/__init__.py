@@ -1,13 +1,15 @@
 """Published head checkpoints, converted once into this tool's heads folders.
 
 `specbench heads import SRC --out DIR` finds the importer whose `detect(SRC)` recognises the
-folder (one module per published layout in this package), reads its tensors (safetensors, or a
-pickle only through `torch.load(weights_only=True)`, which runs no code), checks every key and
-shape, and writes `config.json` + safetensors that `--heads DIR` loads, through the one writer of
-heads folders (methods/heads/checkpoint.py `write_heads_folder`). Each head kind names its
-importers in its declaration (methods/heads/kinds/). The source's config
-quirks (Medusa-1's wrong head count, EAGLE's optional `bias`, Hydra's repeated blocks) are resolved from the tensors and
-the resolution is recorded under `"specbench"."imported"` in the new config.
+folder (one module per published layout, in the package of the head kind it converts into:
+methods/heads/<kind>/importer*.py), reads its tensors (safetensors, or a pickle only through
+`torch.load(weights_only=True)`, which runs no code), checks every key and shape, and writes
+`config.json` + safetensors that `--heads DIR` loads, through the one writer of heads folders
+(methods/heads/checkpoint.py `write_heads_folder`). Each head kind names its importers in its
+declaration (`KIND.importers`); this package holds what they share (common.py) and the command.
+The source's config quirks (Medusa-1's wrong head count, EAGLE's optional `bias`, Hydra's
+repeated blocks) are resolved from the tensors and the resolution is recorded under
+`"specbench"."imported"` in the new config.
 """
 
 from __future__ import annotations
@@ -19,8 +21,8 @@ from specbench_cli.methods.heads.importers.common import Importer, read_config
 
 
 def importers() -> list[Importer]:
-    """Every head kind's importers (methods/heads/kinds/), in registration order: the first whose
-    `detect` recognises a folder converts it."""
+    """Every head kind's importers (its declaration's `importers`), in registration order: the
+    first whose `detect` recognises a folder converts it."""
     import importlib
 
     from specbench_cli.methods.heads import kinds

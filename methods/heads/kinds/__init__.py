@@ -1,23 +1,33 @@
-"""Head kinds: every kind of draft head (Medusa, EAGLE, EAGLE-3, Hydra) declared once.
+"""Head kinds: every kind of draft head (Medusa, EAGLE, EAGLE-3, Hydra, DFlash) declared once.
 
-A kind is a `HeadKind` in its own module of this package: the file its weights are stored in,
-how a heads folder is recognised as this kind and its config.json checked, how the head module
-is built from the config (the module itself lives in methods/heads/), how it is checked against
-the target (before it loads, from the target's header; once loaded, from its weights), its
-label, the importers of its published layouts, and its trainer hooks (`specbench train heads`).
-`REGISTRY` below registers each built-in kind with the method that runs it (the head-kind
-`Registry` of specbench_cli/registry.py adds the kinds of other packages), and everything that
-varies by kind reads it: the heads folders (methods/heads/checkpoint.py), the head methods'
-`HeadsMethod` (methods/heads/common.py), `specbench heads import` (methods/heads/importers/),
-`specbench train heads` (training/heads/train.py), the method registry (methods/__init__.py)
-and `HEAD_METHODS`.
+Each built-in kind is one package, methods/heads/<kind>/ (its docstring lists its modules): its
+declaration `KIND` (`kind.py`), the method that runs it (`method.py`), its head module
+(`model.py`; Medusa's and EAGLE's heads are in the shared methods/heads/model.py, which the
+other heads build on), the importers of its published layouts (`importer*.py`) and, where the
+kind has training code of its own, that code (`training.py`). Its trainer hooks stay in
+specbench_cli/training/heads/ (`hooks.py` for Medusa, EAGLE and Hydra, `<kind>.py` for EAGLE-3
+and DFlash): they use the trainer's batches, losses and `TrainerHooks`, and code under methods/
+imports nothing of `specbench_cli.training` (a layer above it, pyproject.toml). The pieces every
+kind shares stay in methods/heads/ (common.py, model.py, checkpoint.py, kv.py, draft_trees.py,
+importers/common.py).
 
-A new head kind: its head module, a module here with its `KIND`, its importer(s) and trainer
-hooks, its method (a `HeadsMethod` subclass with `kind = NAME`), and one line in `REGISTRY`
-(docs/adding-a-method.md, "A new head kind"); a package outside this repository names its `KIND`
-in the entry-point group `specbench.head_kinds` and its method, under the same name, in
-`specbench.methods`. Nothing here imports torch: `HEAD_METHODS` and the registry are read before
-any model loads.
+A kind's declaration, a `HeadKind` (below), says: the file its weights are stored in, how a
+heads folder is recognised as this kind and its config.json checked, how the head module is
+built from the config, how it is checked against the target (before it loads, from the target's
+header; once loaded, from its weights), its label, the importers of its published layouts, and
+its trainer hooks (`specbench train heads`). `REGISTRY` below registers each built-in kind with
+the method that runs it (the head-kind `Registry` of specbench_cli/registry.py adds the kinds of
+other packages), and everything that varies by kind reads it: the heads folders
+(methods/heads/checkpoint.py), the head methods' `HeadsMethod` (methods/heads/common.py),
+`specbench heads import` (methods/heads/importers/), `specbench train heads`
+(training/heads/train.py), the method registry (methods/__init__.py) and `HEAD_METHODS`.
+
+A new head kind: its package with its head module, its `KIND`, its method (a `HeadsMethod`
+subclass with `kind = NAME`) and its importer(s), its trainer hooks, and one entry in
+`REGISTRY` (docs/adding-a-method.md, "A new head kind"); a package outside this repository
+names its `KIND` in the entry-point group `specbench.head_kinds` and its method, under the same
+name, in `specbench.methods`. Nothing here imports torch: `HEAD_METHODS` and the registry are
+read before any model loads.
 """
 
 from __future__ import annotations
@@ -50,11 +60,16 @@ class Registration(NamedTuple):
 
 
 REGISTRY: dict[str, Registration] = {
-    "medusa": Registration("specbench_cli.methods.heads.kinds.medusa:KIND", "specbench_cli.methods.medusa:Medusa"),
-    "eagle": Registration("specbench_cli.methods.heads.kinds.eagle:KIND", "specbench_cli.methods.eagle:Eagle"),
-    "eagle3": Registration("specbench_cli.methods.heads.kinds.eagle3:KIND", "specbench_cli.methods.eagle3:Eagle3"),
-    "hydra": Registration("specbench_cli.methods.heads.kinds.hydra:KIND", "specbench_cli.methods.hydra:Hydra"),
-    "dflash": Registration("specbench_cli.methods.heads.kinds.dflash:KIND", "specbench_cli.methods.dflash:DFlash"),
+    "medusa": Registration("specbench_cli.methods.heads.medusa.kind:KIND",
+                           "specbench_cli.methods.heads.medusa.method:Medusa"),
+    "eagle": Registration("specbench_cli.methods.heads.eagle.kind:KIND",
+                          "specbench_cli.methods.heads.eagle.method:Eagle"),
+    "eagle3": Registration("specbench_cli.methods.heads.eagle3.kind:KIND",
+                           "specbench_cli.methods.heads.eagle3.method:Eagle3"),
+    "hydra": Registration("specbench_cli.methods.heads.hydra.kind:KIND",
+                          "specbench_cli.methods.heads.hydra.method:Hydra"),
+    "dflash": Registration("specbench_cli.methods.heads.dflash.kind:KIND",
+                           "specbench_cli.methods.heads.dflash.method:DFlash"),
 }
 
 HEAD_METHODS: tuple[str, ...] = tuple(REGISTRY)  # the methods that draft from trained heads, one per built-in kind

@@ -70,10 +70,10 @@ def heads_cmd(
     dtype: str = DTYPE, device: str = DEVICE, threads: Optional[int] = THREADS, quiet: bool = QUIET,
 ):
     """Train Medusa / EAGLE / KOALA / Hydra / EAGLE-3 / DFlash draft heads on the frozen target's cached features."""
+    from specbench_cli.methods.heads.dflash.training import parse_target_layers
+    from specbench_cli.methods.heads.eagle3.training import parse_feature_layers
     from specbench_cli.models.load import check_device, torch_dtype
     from specbench_cli.models.prompting import set_threads
-    from specbench_cli.training.heads.dflash import parse_target_layers
-    from specbench_cli.training.heads.eagle3 import parse_feature_layers
     from specbench_cli.training.heads.train import HEADS_RECORDS, HeadsRecipe, heads_training_output, trainer_hooks
 
     if heads_count is None:  # the kind's default (an unknown kind is refused by the recipe's check)

@@ -115,7 +115,7 @@ class FeatureCache:
     meta:     dict from features.json (target, data, prompts, tokens, dtype, seconds; "kind":
               "eagle3" and "feature_layers" for an EAGLE-3 cache).
     layers:   EAGLE-3 caches only: [N, 3h] float16, the inputs of the three target layers
-              (training/heads/eagle3.py); None in a plain cache.
+              (methods/heads/eagle3/training.py); None in a plain cache.
     top1:     EAGLE-3 caches only: [N] int64, the target's full-vocabulary argmax at each token.
     """
 

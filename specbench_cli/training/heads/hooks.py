@@ -1,6 +1,7 @@
 """Trainer hooks of a head kind: what `specbench train heads --kind KIND` does differently for
-each kind, named by the kind's declaration (methods/heads/kinds/, field `trainer`). The trainer
-(training/heads/train.py) runs every kind through the shared training loop with these hooks:
+each kind, named by the kind's declaration (`KIND` in methods/heads/<kind>/kind.py, field
+`trainer`). The trainer (training/heads/train.py) runs every kind through the shared training
+loop with these hooks:
 
 - `build(recipe, target, cache, resume_from, vocab_file)` -> (head, weight, vocab, extra): the new
   head, the LM-head rows its distillation softmax runs over [V', h], the draft vocabulary stored
@@ -15,7 +16,10 @@ each kind, named by the kind's declaration (methods/heads/kinds/, field `trainer
   cache holds (None: the last hidden state only), `check_cache(cache, folder, layers)` for a cache
   given, and the default cache folder's suffix.
 
-Medusa, EAGLE and Hydra are here; EAGLE-3's hooks are in training/heads/eagle3.py.
+Medusa, EAGLE and Hydra are here (their heads are built from the shared pieces below, their loss
+terms are training/heads/losses.py's); EAGLE-3's and DFlash's hooks are in training/heads/eagle3.py
+and dflash.py, on their kinds' own training code (methods/heads/eagle3/training.py,
+methods/heads/dflash/training.py).
 """
 
 from __future__ import annotations
@@ -110,7 +114,7 @@ def _medusa_terms(head: Any, batch: tuple, weight: torch.Tensor):
 
 
 def _hydra_head(recipe: Any, target: Any):
-    from specbench_cli.methods.heads.hydra import HydraHeads
+    from specbench_cli.methods.heads.hydra.model import HydraHeads
     from specbench_cli.methods.heads.model import eagle_config
 
     torch.manual_seed(recipe.seed)

@@ -2,7 +2,8 @@
 training loop (training/common/loop.py): Medusa, EAGLE, KOALA (+ adversarial), Hydra, EAGLE-3
 (training-time test, own draft vocabulary). What differs by kind (the head, its batches, its
 loss, its label and option checks) is the kind's trainer hooks (training/heads/hooks.py,
-training/heads/eagle3.py), named by its declaration (methods/heads/kinds/).
+training/heads/eagle3.py, training/heads/dflash.py), named by its declaration
+(methods/heads/<kind>/kind.py).
 
 The loop's options carry what the heads need beyond one model: KOALA's discriminator is its
 second model (its own AdamW, updated after the head on the same batch), and its folders are heads
@@ -95,7 +96,7 @@ class HeadsRecipe:
                   (self.disc_layers >= 1, "--disc-layers must be >= 1"), (self.save_every >= 1, "--save-every >= 1"),
                   (self.max_len >= 8, "--max-len must be >= 8"), (0 <= self.holdout < 1, "--holdout in [0, 1)"),
                   (self.noise >= 0 and self.grad_clip > 0, "--noise >= 0 and --grad-clip > 0")]
-        from specbench_cli.methods.heads.hydra import ARCHS
+        from specbench_cli.methods.heads.hydra.model import ARCHS
 
         checks.append((self.arch in ARCHS, f"--hydra-arch must be one of {', '.join(ARCHS)}"))
         checks += [(self.ttt_steps >= 1, "--ttt-steps must be >= 1"),

@@ -1,7 +1,7 @@
 """Hydra (Ankner et al. 2024) with Hydra heads: trained here (`specbench train heads --kind hydra`)
 or imported from the published checkpoints (`specbench heads import`, Hydra++ `prefix-mlp`).
 
-The heads are Medusa's made sequentially dependent (methods/heads/hydra.py): head i reads the
+The heads are Medusa's made sequentially dependent (methods/heads/hydra/model.py): head i reads the
 base state at the last accepted position and the embeddings of the root and the i tokens
 drafted above the node. With `prefix-mlp` heads the base state is one extra decoder layer over
 the target's features, with its own KV cache: each `propose` feeds it the positions that joined

@@ -1,4 +1,4 @@
-"""Hydra heads (methods/heads/hydra.py `HydraHeads`): sequentially dependent heads, with
+"""Hydra heads (methods/heads/hydra/model.py `HydraHeads`): sequentially dependent heads, with
 Hydra++'s prefix layer; `hydra_heads.safetensors` and a config of their own."""
 
 from __future__ import annotations
@@ -12,13 +12,13 @@ FILE = "hydra_heads.safetensors"
 
 
 def _check(cfg: dict, path: Path) -> None:
-    from specbench_cli.methods.heads.hydra import hydra_fields
+    from specbench_cli.methods.heads.hydra.model import hydra_fields
 
     hydra_fields(cfg, path)
 
 
 def _build(cfg: dict, header: dict, path: Path, target_config: Any = None):
-    from specbench_cli.methods.heads.hydra import build_hydra
+    from specbench_cli.methods.heads.hydra.model import build_hydra
 
     return build_hydra(cfg, target_config, header)
 
@@ -35,5 +35,5 @@ KIND = HeadKind(
     header_sizes=lambda cfg: [("hidden_size", "hidden"), ("vocab_size", "vocab")],
     shape=heads_and_layers("hydra"), train_flags=" --heads-count 4",
     trainer="specbench_cli.training.heads.hooks:HYDRA",
-    importers=("specbench_cli.methods.heads.importers.hydra",),
+    importers=("specbench_cli.methods.heads.hydra.importer",),
 )

@@ -1,16 +1,17 @@
 """EAGLE-3 (Li et al. 2025) with a published or imported EAGLE-3 head (`specbench heads import`).
 
-Drafting is EAGLE-2's (methods/eagle.py: the dynamic tree of BC - 1 nodes, or a static tree with
-`-o eagle3.tree=`); what changes is the head (methods/heads/eagle3.py): it reads the target's
-hidden states at the inputs of three layers (2, L//2, L-3 by default), which the engine hands
-over from the same verification forward (`Drafter.hidden_layers`, every forward path including
-`lean`), and its own logits over a draft vocabulary mapped to target ids through `d2t`.
+Drafting is EAGLE-2's (methods/heads/eagle/method.py: the dynamic tree of BC - 1 nodes, or a
+static tree with `-o eagle3.tree=`); what changes is the head (methods/heads/eagle3/model.py): it
+reads the target's hidden states at the inputs of three layers (2, L//2, L-3 by default), which
+the engine hands over from the same verification forward (`Drafter.hidden_layers`, every forward
+path including `lean`), and its own logits over a draft vocabulary mapped to target ids through
+`d2t`.
 The target verifies every drafted token: lossless.
 """
 
 from __future__ import annotations
 
-from specbench_cli.methods.eagle import Eagle, EagleOptions
+from specbench_cli.methods.heads.eagle.method import Eagle, EagleOptions
 
 
 class Eagle3(Eagle):

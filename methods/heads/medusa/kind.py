@@ -63,5 +63,6 @@ KIND = HeadKind(
     shape=heads_and_layers("medusa"), train_flags=" --heads-count 3",
     trainer="specbench_cli.training.heads.hooks:MEDUSA",
     # medusa2 (a full model with heads inside) first: like EAGLE's folders it has config.json + model weights
-    importers=("specbench_cli.methods.heads.importers.medusa2", "specbench_cli.methods.heads.importers.medusa"),
+    importers=("specbench_cli.methods.heads.medusa.importer_medusa2",
+               "specbench_cli.methods.heads.medusa.importer"),
 )

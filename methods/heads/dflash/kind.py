@@ -1,4 +1,4 @@
-"""DFlash drafters (methods/heads/dflash.py `DFlashDrafter`): a few non-causal layers over the
+"""DFlash drafters (methods/heads/dflash/model.py `DFlashDrafter`): a few non-causal layers over the
 target's multi-layer context features, stored in z-lab's published layout (`model.safetensors`,
 a Qwen3-style `config.json` with `dflash_config`). A published z-lab folder is itself a heads
 folder of this kind (its `dflash.py` and `auto_map` are never run); `specbench heads import`
@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from specbench_cli.errors import UsageError
+from specbench_cli.methods.heads.eagle.kind import check_fields
 from specbench_cli.methods.heads.kinds import HeadKind
-from specbench_cli.methods.heads.kinds.eagle import check_fields
 
 FILE = "model.safetensors"
 FIELDS = {"hidden_size": (int, True), "intermediate_size": (int, True), "num_hidden_layers": (int, True),
@@ -34,7 +34,7 @@ def _int(value: Any) -> bool:
 
 
 def _check(cfg: dict, path: Path) -> None:
-    from specbench_cli.methods.heads.dflash import dflash_field
+    from specbench_cli.methods.heads.dflash.model import dflash_field
 
     check_fields(cfg, path, FIELDS)
     archs = cfg.get("architectures") or []
@@ -61,7 +61,7 @@ def _check(cfg: dict, path: Path) -> None:
 
 
 def _build(cfg: dict, header: dict, path: Path, target_config: Any = None):
-    from specbench_cli.methods.heads.dflash import DFlashDrafter
+    from specbench_cli.methods.heads.dflash.model import DFlashDrafter
 
     return DFlashDrafter(cfg)
 
@@ -103,7 +103,7 @@ KIND = HeadKind(
                             f"B={head.block_size if head is not None else _block(cfg)}",
     train_flags=" --layers 1 --block-size 16",
     trainer="specbench_cli.training.heads.dflash:HOOKS",
-    importers=("specbench_cli.methods.heads.importers.dflash",),
+    importers=("specbench_cli.methods.heads.dflash.importer",),
 )
 
 

@@ -46,7 +46,7 @@ def detect(src: Path) -> bool:
 
 def convert(src: Path, out: Path) -> dict:
     from specbench_cli.methods.heads.checkpoint import write_heads_folder
-    from specbench_cli.methods.heads.kinds.medusa import layout as medusa_layout
+    from specbench_cli.methods.heads.medusa.kind import layout as medusa_layout
 
     cfg = read_config(src)
     files = _weight_files(src)

@@ -10,7 +10,7 @@
 - `prefix_embeding_layer.*` (`prefix-mlp`, sic): a one-layer LlamaModel: `layers.0.*`, `norm.weight`,
   an unused `embed_tokens.weight` and transformers 4.36's `rotary_emb.inv_freq` buffer (dropped).
 
-Becomes methods/heads/hydra.py's layout. Refused: cross-attn / eagle-attn heads, a
+Becomes methods/heads/hydra/model.py's layout. Refused: cross-attn / eagle-attn heads, a
 `hidden_state_offset` other than 0 (heads on an inner layer), repeated blocks that differ.
 """
 
@@ -61,7 +61,7 @@ def convert(src: Path, out: Path) -> dict:
     import torch
 
     from specbench_cli.methods.heads.checkpoint import write_heads_folder
-    from specbench_cli.methods.heads.hydra import ARCHS
+    from specbench_cli.methods.heads.hydra.model import ARCHS
 
     cfg = read_config(src)
     weights = first_file(src, FILES)

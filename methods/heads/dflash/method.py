@@ -1,18 +1,18 @@
 """DFlash (Chen et al. 2026, "DFlash: Block Diffusion for Flash Speculative Decoding") with a
 trained (`specbench train heads --kind dflash`) or published z-lab drafter (-o dflash.heads=DIR).
 
-One drafter forward per step drafts a whole block: [root, mask, ..., mask] (block_size tokens,
-the drafter's own block size), every position attending to every other and to the context
-keys/values the drafter made from the target's multi-layer hidden states (methods/heads/dflash.py).
-Those states come from the verify forward itself (`Drafter.hidden_layers`: the outputs of the
-drafter's `target_layer_ids`), and the drafter's cache of context keys/values grows by the
-positions the target accepted; the block itself never enters it. Position j of the block
-proposes the token j places after the root: the draft is the chain of the first
-min(block_size, BC) - 1 of them (a budget smaller than the block cuts the draft; the block the
-drafter sees is always the one it was trained on). Greedy: each position's argmax. Sampling:
-each position's token is drawn from its own distribution (after the target's temperature /
-top-p), which does not depend on the other drafted tokens, and those rows go to the
-speculative-sampling verifier as `Draft.probs`. The target verifies every token: lossless.
+One drafter forward per step drafts a whole block: [root, mask, ..., mask] (block_size tokens, the
+drafter's own block size), every position attending to every other and to the context keys/values
+the drafter made from the target's multi-layer hidden states (methods/heads/dflash/model.py). Those
+states come from the verify forward itself (`Drafter.hidden_layers`: the outputs of the drafter's
+`target_layer_ids`), and the drafter's cache of context keys/values grows by the positions the
+target accepted; the block itself never enters it. Position j of the block proposes the token j
+places after the root: the draft is the chain of the first min(block_size, BC) - 1 of them (a budget
+smaller than the block cuts the draft; the block the drafter sees is always the one it was trained
+on). Greedy: each position's argmax. Sampling: each position's token is drawn from its own
+distribution (after the target's temperature / top-p), which does not depend on the other drafted
+tokens, and those rows go to the speculative-sampling verifier as `Draft.probs`. The target verifies
+every token: lossless.
 """
 
 from __future__ import annotations
@@ -43,8 +43,8 @@ class DFlash(HeadsMethod):
         self.ckpt = HeadsCheckpoint(self.name, self.kind, self.opts.heads, self.ctx.target_ref, "full")
         if self.ctx.target_ref:  # the layers it reads against the target's header, before the target loads
             from specbench_cli.errors import UsageError
-            from specbench_cli.methods.heads.dflash import dflash_field
-            from specbench_cli.methods.heads.kinds.dflash import check_layers
+            from specbench_cli.methods.heads.dflash.kind import check_layers
+            from specbench_cli.methods.heads.dflash.model import dflash_field
             from specbench_cli.models.load import declared_layers
 
             try:
@@ -61,7 +61,7 @@ class DFlash(HeadsMethod):
         self.device = self.ctx.target.device
 
     def tree_params(self) -> dict:
-        from specbench_cli.methods.heads.dflash import DEFAULT_BLOCK, dflash_field
+        from specbench_cli.methods.heads.dflash.model import DEFAULT_BLOCK, dflash_field
 
         cfg = self.ckpt.config
         return {"block_size": dflash_field(cfg, "block_size", DEFAULT_BLOCK),

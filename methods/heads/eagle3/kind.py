@@ -1,4 +1,4 @@
-"""EAGLE-3 heads (methods/heads/eagle3.py `Eagle3Head`): one decoder layer over three target
+"""EAGLE-3 heads (methods/heads/eagle3/model.py `Eagle3Head`): one decoder layer over three target
 layers' features, its own draft vocabulary mapped to target ids (`d2t` / `t2d`); stored like
 EAGLE's (`model.safetensors`, a Llama-style config) with `draft_vocab_size`, which tells the two
 apart."""
@@ -10,9 +10,9 @@ from pathlib import Path
 from typing import Any
 
 from specbench_cli.errors import UsageError
+from specbench_cli.methods.heads.eagle.kind import FIELDS as EAGLE_FIELDS
+from specbench_cli.methods.heads.eagle.kind import FILE, check_fields, layers_shape, llama_config
 from specbench_cli.methods.heads.kinds import HeadKind
-from specbench_cli.methods.heads.kinds.eagle import FIELDS as EAGLE_FIELDS
-from specbench_cli.methods.heads.kinds.eagle import FILE, check_fields, layers_shape, llama_config
 
 FIELDS = {**EAGLE_FIELDS, "draft_vocab_size": (int, True), "target_hidden_size": (int, False)}
 
@@ -29,7 +29,7 @@ def _check(cfg: dict, path: Path) -> None:
 
 
 def _build(cfg: dict, header: dict, path: Path, target_config: Any = None):
-    from specbench_cli.methods.heads.eagle3 import Eagle3Head
+    from specbench_cli.methods.heads.eagle3.model import Eagle3Head
 
     return Eagle3Head(llama_config(cfg))
 
@@ -51,5 +51,5 @@ KIND = HeadKind(
                               ("vocab_size", "vocab")],
     shape=layers_shape, train_flags=" --ttt-steps 7",
     trainer="specbench_cli.training.heads.eagle3:HOOKS",
-    importers=("specbench_cli.methods.heads.importers.eagle3",),
+    importers=("specbench_cli.methods.heads.eagle3.importer",),
 )

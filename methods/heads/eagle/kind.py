@@ -59,5 +59,5 @@ KIND = HeadKind(
     header_sizes=lambda cfg: [("hidden_size", "hidden"), ("vocab_size", "vocab")],
     shape=layers_shape, train_flags=" --layers 1",
     trainer="specbench_cli.training.heads.hooks:EAGLE",
-    importers=("specbench_cli.methods.heads.importers.eagle",),
+    importers=("specbench_cli.methods.heads.eagle.importer",),
 )

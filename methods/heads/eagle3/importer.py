@@ -8,8 +8,8 @@
   speculators nests the Llama fields in `transformer_layer_config` and adds `norm_before_residual`
   and `eagle_aux_hidden_state_layer_ids` (the three target layers; kept as `feature_layers`).
 
-Both become SafeAILab's layout (methods/heads/eagle3.py); a copy of the target's `embed_tokens`
-is dropped, missing maps are the identity (`d2t` zeros, `t2d` all true)."""
+Both become SafeAILab's layout (methods/heads/eagle3/model.py); a copy of the target's
+`embed_tokens` is dropped, missing maps are the identity (`d2t` zeros, `t2d` all true)."""
 
 from __future__ import annotations
 

@@ -3,8 +3,8 @@
 (a Qwen3 config with `architectures: ["DFlashDraftModel"]`, an `auto_map` naming the folder's own
 `dflash.py`, `block_size`, `num_target_layers` and `dflash_config` with `mask_token_id` and
 `target_layer_ids`) and `model.safetensors` (`fc.weight`, `hidden_norm.weight`, `norm.weight`,
-`layers.{i}.*`). The layout is already this kind's (methods/heads/dflash.py): the tensors are copied
-as they are (a copy of the target's `embed_tokens` / `lm_head` dropped), the config keeps its
+`layers.{i}.*`). The layout is already this kind's (methods/heads/dflash/model.py): the tensors are
+copied as they are (a copy of the target's `embed_tokens` / `lm_head` dropped), the config keeps its
 fields (the `auto_map` code is never run nor copied) and gains our metadata."""
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ FILE = "model.safetensors"
 
 
 def detect(src: Path) -> bool:
-    from specbench_cli.methods.heads.kinds.dflash import is_dflash
+    from specbench_cli.methods.heads.dflash.kind import is_dflash
 
     if not (src / FILE).is_file() or not (src / "config.json").is_file():
         return False
@@ -30,7 +30,7 @@ def detect(src: Path) -> bool:
 
 def convert(src: Path, out: Path) -> dict:
     from specbench_cli.methods.heads.checkpoint import write_heads_folder
-    from specbench_cli.methods.heads.kinds.dflash import _check
+    from specbench_cli.methods.heads.dflash.kind import _check
 
     cfg = read_config(src)
     _check(cfg, src / "config.json")

@@ -23,7 +23,7 @@ embedding and the LM head are the target's (not stored). `config.json`: a Qwen3-
 
 At inference the context keys/values of each layer are cached (`DFlashCache`): each step adds the
 positions the target accepted since the last step, then drafts the block over the cache.
-Training (specbench_cli/training/heads/dflash.py) runs many blocks of a sequence at once through
+Training (methods/heads/dflash/training.py) runs many blocks of a sequence at once through
 the same `block_states` with a mask that lets a block anchored at position a see the context
 before a only: the computation inference makes for that block.
 """
@@ -37,7 +37,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from specbench_cli.methods.heads.eagle3 import _RMSNorm  # Qwen3's RMSNorm (float32 inside)
+from specbench_cli.methods.heads.eagle3.model import _RMSNorm  # Qwen3's RMSNorm (float32 inside)
 
 DEFAULT_BLOCK = 16
 
