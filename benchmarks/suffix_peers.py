@@ -358,7 +358,7 @@ def run_histories(run_dir: Path, method: str | None) -> tuple[list[dict], dict]:
                 ("max_tree_depth", "max_spec_factor", "max_spec_offset", "min_token_prob", "max_cached_requests",
                  "use_tree_spec")}
     questions = {(q.task, q.id): q for q in load_questions(cfg)}
-    prompter = ChatPrompter(load_tokenizer(cfg.model), cfg.prompt_template)
+    prompter = ChatPrompter(load_tokenizer(cfg.model.name), cfg.model.prompt_template)
     rows = [r for r in run.rows if r["method"] == method]
     answers = {(r.get("task"), str(r["question_id"]), r["turn"], r.get("repeat", 0)): r for r in rows}
     histories = []
@@ -376,7 +376,7 @@ def run_histories(run_dir: Path, method: str | None) -> tuple[list[dict], dict]:
             raise SystemExit(f"{q.task}/{q.id} turn {r['turn']}: rebuilt prompt has {len(prompt)} tokens, the row "
                              f"{r['prompt_tokens']}")
         histories.append({"prompt_ids": prompt, "output_ids": list(r["output_ids"]), "repeat": r.get("repeat", 0),
-                          "budget": int(r["block_complexity"]), "max_new": int(r.get("max_new_tokens") or cfg.max_new_tokens),
+                          "budget": int(r["block_complexity"]), "max_new": int(r.get("max_new_tokens") or cfg.decoding.max_new_tokens),
                           "question": f"{q.task}/{q.id}", "turn": r["turn"]})
     return histories, settings
 

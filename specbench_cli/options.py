@@ -2,7 +2,7 @@
 checks. One module for both kinds of options:
 
 - the run options (`config/fields.py`): a manifest's or a grid's JSON/TOML value is checked against the
-  `RunConfig` field's annotation with `fits`, and named with `hint_name`;
+  annotation of the option's field (in a `RunConfig` section) with `fits`, and named with `hint_name`;
 - every method's `Options` (`-o METHOD.KEY=VALUE`): `parse_options` turns the typed text into the
   field's type and `check_option` checks it with the same `fits`, then the declared bounds.
 
@@ -78,8 +78,9 @@ def opt(default: Any, *, lo: Optional[float] = None, hi: Optional[float] = None,
 
 
 def taken_from_folder(f: dataclasses.Field) -> bool:
-    """Whether a resumed run may take this option (a method option or a `RunConfig` field) from
-    its run folder; False for those declared `from_folder=False` (`opt`, config.option)."""
+    """Whether a resumed run may take this option (a method option, or a run option: a field of a
+    `RunConfig` section) from its run folder; False for those declared `from_folder=False` (`opt`,
+    config.option)."""
     return f.metadata.get("from_folder", True)
 
 

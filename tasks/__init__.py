@@ -57,7 +57,7 @@ register_source = _SOURCES.register
 def get(name: str, source: Any = None) -> type:
     """The Task class for `name`: a registered suite, or `PREFIX:ARGS` of a registered source
     (`hf:` reads the column mapping from `source`'s question_field, reference_field,
-    category_field, id_field and scorer: a RunConfig or a sweep grid)."""
+    category_field, id_field and scorer: a RunConfig's task section or a sweep grid)."""
     prefix, colon, _ = name.partition(":")
     if colon and prefix in _SOURCES:
         return _SOURCES.get(prefix).task(name, source)

@@ -79,7 +79,8 @@ FIELD_FLAGS = ("question_field", "reference_field", "category_field", "id_field"
 
 
 def fields_of(source: Any) -> Fields:
-    """The mapping from an object with FIELD_FLAGS attributes (RunConfig, sweep Grid); None -> defaults."""
+    """The mapping from an object with FIELD_FLAGS attributes (a RunConfig's task section, a sweep
+    Grid); None -> defaults."""
     if source is None:
         return Fields()
     get = (lambda k: getattr(source, k, None))
@@ -361,7 +362,7 @@ def hf_task(name: str, fields: Fields = Fields()) -> type[Task]:
 
 def task_for(name: str, settings: Any = None) -> type[Task]:
     """The Task class of an `hf:` name, checked as far as it can be before reading (`check_source`),
-    with the column mapping of `settings` (a RunConfig, a sweep grid or None)."""
+    with the column mapping of `settings` (a RunConfig's task section, a sweep grid or None)."""
     check_source(name)
     return hf_task(name, fields_of(settings))
 

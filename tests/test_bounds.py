@@ -43,7 +43,7 @@ def test_method_options_run_options_and_command_numbers_share_the_declaration():
     with pytest.raises(UsageError) as method_refusal:
         check_option("m", field, 0)
     with pytest.raises(UsageError) as run_refusal:
-        config.RunConfig(batch_size=0).validate()
+        config.RunConfig(decoding=config.DecodingSection(batch_size=0)).validate()
     assert str(method_refusal.value) == str(config.BATCH.refusal(0, "option m.k"))
     assert str(run_refusal.value) == str(config.BATCH.refusal(0, "--batch-size"))
     assert str(run_refusal.value).split(" must ")[1] == str(method_refusal.value).split(" must ")[1]

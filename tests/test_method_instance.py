@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from specbench_cli.config import RunConfig
+from specbench_cli.config import DecodingSection, MethodsSection, RunConfig
 from specbench_cli.config.instance import MethodInstance, method_order, parse_instance, run_order
 from specbench_cli.errors import UsageError
 
@@ -75,7 +75,7 @@ def test_a_run_parses_each_instance_once_and_validates_once(monkeypatch):
     parsed, validated, real_parse, real_validate = [], [], plan.parse_instance, RunConfig.validate
     monkeypatch.setattr(plan, "parse_instance", lambda text: parsed.append(text) or real_parse(text))
     monkeypatch.setattr(RunConfig, "validate", lambda self: validated.append(1) or real_validate(self))
-    cfg = RunConfig(methods=["pld@6", "pld"], temperature=[0.0, 1.0])
+    cfg = RunConfig(methods=MethodsSection(names=["pld@6", "pld"]), decoding=DecodingSection(temperature=[0.0, 1.0]))
     planned = plan.check_config(cfg)
     assert parsed == ["pld@6", "pld"] and validated == [1]
     assert [(i.label, m.ctx.budget) for i, m in planned.items()] == [("ar", 10), ("pld@6", 6), ("pld", 10)]

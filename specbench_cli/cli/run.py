@@ -1,19 +1,17 @@
-"""`specbench run`. Its parameters are derived from `RunConfig` (config/fields.py): each field's `Cli`
+"""`specbench run`. Its parameters are derived from `RunConfig` (config/fields.py): each option's `Cli`
 metadata gives the flags, help, type and default; the few parameters that are not run settings
 (`--heads`, `--resume`, ...) are declared below."""
 
 from __future__ import annotations
 
-import dataclasses
 import inspect
-import typing
 from pathlib import Path
 from typing import Any, Optional
 
 import typer
 
-from specbench_cli.config.declare import UNSET, field_default
-from specbench_cli.config.fields import RunConfig, resume_normalisers
+from specbench_cli.config.declare import UNSET, field_default, flat_name
+from specbench_cli.config.fields import RunConfig, option_fields, resume_normalisers, section_hints
 from specbench_cli.config.instance import method_order
 from specbench_cli.config.syntax import split_list
 from specbench_cli.console import err
@@ -36,13 +34,13 @@ EXTRA = {
 
 
 def config_parameters() -> list[tuple[str, Any, Any]]:
-    """(parameter name, annotation, typer.Option) of every RunConfig field, in field order."""
-    hints = typing.get_type_hints(RunConfig)
+    """(parameter name, annotation, typer.Option) of every run option, in `option_fields` order."""
     params = []
-    for f in dataclasses.fields(RunConfig):
+    for section, f in option_fields():
         cli = f.metadata["cli"]
         default = cli.default if cli.default is not UNSET else field_default(f)
-        params.append((cli.name, cli.type or hints[f.name], typer.Option(default, *cli.flags, help=cli.help)))
+        params.append((cli.name, cli.type or section_hints(section)[f.name],
+                       typer.Option(default, *cli.flags, help=cli.help)))
     return params
 
 
@@ -75,24 +73,25 @@ def run(ctx: typer.Context, **params: Any) -> None:
     else:
         store = None
         cfg = RunConfig.from_cli(params)
-        cfg.methods = cfg.methods or default_methods()
-        if cfg.preset:
+        cfg.methods.names = cfg.methods.names or default_methods()
+        if cfg.methods.preset:
             from specbench_cli.config.presets import apply_preset
 
-            names = {f.metadata["cli"].name: f.name for f in dataclasses.fields(RunConfig)}
+            names = {f.metadata["cli"].name: flat_name(f) for _, f in option_fields()}
             apply_preset(cfg, {names[n] for n in ctx.params if n in names
                                and ctx.get_parameter_source(n).name not in ("DEFAULT", "DEFAULT_MAP")})
         explicit = {n for n in ctx.params if ctx.get_parameter_source(n).name not in ("DEFAULT", "DEFAULT_MAP")}
         from specbench_cli.config.presets import apply_tour
 
-        tour = not cfg.preset and not explicit & {"tasks", "question_ids"} and apply_tour(cfg, explicit)
+        tour = not cfg.methods.preset and not explicit & {"tasks", "question_ids"} and apply_tour(cfg, explicit)
         if extra["heads"]:
             from specbench_cli.methods.heads.common import apply_heads_flag
 
-            apply_heads_flag(cfg.methods, cfg.method_options, extra["heads"])
+            apply_heads_flag(cfg.methods.names, cfg.methods.options, extra["heads"])
         planned = check_config(cfg)
         if tour:
-            err.print(f"note: quick tour: {cfg.limit} mini question per category, {cfg.max_new_tokens} new tokens "
+            err.print(f"note: quick tour: {cfg.task.limit} mini question per category, "
+                      f"{cfg.decoding.max_new_tokens} new tokens "
                       f"(the whole suite: --tasks mini)", highlight=False, soft_wrap=True)
     execute(cfg, store, report=not extra["no_report"], trust_remote_code=extra["trust_remote_code"],
             retry_errors=extra["retry_errors"], planned=planned)

@@ -1,6 +1,7 @@
-"""How a run option is declared: `option(...)` makes a RunConfig field whose metadata says how
-the command line spells it (`Cli`), how a sweep grid names it (`GridKey`), its check, and
-whether `--resume` may take it from a run folder. Plus the checks several fields share."""
+"""How a run option is declared: `option(...)` makes a field of a RunConfig section whose
+metadata says how the command line spells it (`Cli`), how a sweep grid names it (`GridKey`), its
+check, its flat name (the manifest's key), and whether `--resume` may take it from a run folder.
+Plus the checks several fields share."""
 
 from __future__ import annotations
 
@@ -44,16 +45,23 @@ class GridKey:
 
 def option(default: Any = MISSING, *, factory: Optional[Callable[[], Any]] = None, cli: Cli,
            check: Optional[Callable[[Any], Any]] = None, grid: Optional[GridKey] = None,
-           from_folder: bool = True) -> Any:
-    """A RunConfig field. `check(value)` raises UsageError for a bad value (and may return a
-    normalised one, e.g. '10' -> 10); it runs in `RunConfig.validate` and on grid values.
+           from_folder: bool = True, flat: Optional[str] = None) -> Any:
+    """A field of a RunConfig section. `check(value)` raises UsageError for a bad value (and may
+    return a normalised one, e.g. '10' -> 10); it runs in `RunConfig.validate` and on grid values.
     `from_folder=False`: the field starts a process, reaches the network or names a file to
     write, so `--resume` never takes it from the run folder's manifest, only from the command
-    line (run/resume.py; the manifest still records it)."""
-    meta = {"cli": cli, "check": check, "grid": grid, "from_folder": from_folder}
+    line (run/resume.py; the manifest still records it). `flat`: the option's name in the
+    manifest's `config` when it is not the field's (`engine_url` for `engines.url`)."""
+    meta = {"cli": cli, "check": check, "grid": grid, "from_folder": from_folder, "flat": flat}
     if factory is not None:
         return field(default_factory=factory, metadata=meta)
     return field(default=default, metadata=meta)
+
+
+def flat_name(f: dataclasses.Field) -> str:
+    """The option's flat name: its key in the manifest's `config` and the name `RunConfig.get`,
+    `set`, `with_` and `from_flat` take."""
+    return f.metadata["flat"] or f.name
 
 
 def field_default(f: dataclasses.Field) -> Any:

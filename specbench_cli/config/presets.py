@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
@@ -13,8 +12,8 @@ from specbench_cli.errors import unknown
 
 @dataclass(frozen=True)
 class Preset:
-    """Settings of a published benchmark in one flag: run fields, and per method a block
-    complexity (None: the run's) and options. Anything the user gives explicitly wins."""
+    """Settings of a published benchmark in one flag: run options (by flat name), and per method
+    a block complexity (None: the run's) and options. Anything the user gives explicitly wins."""
 
     summary: str
     run: dict
@@ -44,22 +43,22 @@ def check_preset(value: Any) -> Any:
 
 def apply_preset(cfg: Any, given: set[str]) -> None:
     """Fill the RunConfig `cfg` from its preset where the user gave nothing: run fields not in
-    `given` (field names set explicitly), each listed method's BC (as NAME@BC, unless --bc or
-    NAME@BC was given) and its options (unless given with -o)."""
-    preset = PRESETS[check_preset(cfg.preset)]
+    `given` (flat names of the options set explicitly), each listed method's BC (as NAME@BC,
+    unless --bc or NAME@BC was given) and its options (unless given with -o)."""
+    preset = PRESETS[check_preset(cfg.methods.preset)]
     for name, value in preset.run.items():
         if name not in given:
-            setattr(cfg, name, value)
+            cfg.set(name, value)
     specs = []
-    for spec in cfg.methods:
+    for spec in cfg.methods.names:
         inst = parse_instance(spec)
         budget, options = preset.methods.get(inst.name, (None, {}))
         if inst.budget is None and budget is not None and "block_complexity" not in given:
             spec = f"{inst.name}@{budget}"
         for key, value in options.items():
-            cfg.method_options.setdefault(inst.name, {}).setdefault(key, value)
+            cfg.methods.options.setdefault(inst.name, {}).setdefault(key, value)
         specs.append(spec)
-    cfg.methods = specs
+    cfg.methods.names = specs
 
 
 # `specbench run` with no --tasks (README command 1) is a quick tour of the default suite: every
@@ -70,11 +69,12 @@ TOUR = {"limit": 1, "max_new_tokens": 64}
 
 def apply_tour(cfg: Any, given: set[str]) -> bool:
     """Give the RunConfig `cfg` of a run without --tasks the tour's limit and length where the
-    user set neither (CLI parameter names in `given`); True when anything changed."""
-    defaults = {f.name: f.default for f in dataclasses.fields(cfg)}
+    user set neither (CLI parameter names in `given`, here the options' flat names too); True
+    when anything changed."""
+    defaults = type(cfg)()
     changed = False
     for name, value in TOUR.items():
-        if name not in given and getattr(cfg, name) == defaults[name]:
-            setattr(cfg, name, value)
+        if name not in given and cfg.get(name) == defaults.get(name):
+            cfg.set(name, value)
             changed = True
     return changed

@@ -47,17 +47,19 @@ def plan(cfg, inst, budget: int, options: dict, context):
     from specbench_cli.errors import UsageError
 
     cls = get(inst.name)  # unknown: one line naming the known ones
-    if cfg.temperature > 0:
+    if cfg.decoding.temperature > 0:
         raise UsageError(f"{inst.label}: engine methods run greedy only (--temperature 0)")
-    if cfg.batch_size > 1:
+    if cfg.decoding.batch_size > 1:
         raise UsageError(f"{inst.label}: engine methods decode one question at a time (--batch-size 1)")
     method = cls(context, **options)
-    urls = split_urls(cfg.engine_url)
-    threads = cfg.threads
+    urls = split_urls(cfg.engines.url)
+    threads = cfg.model.threads
     if threads is None:
         from specbench_cli.models.prompting import default_threads
 
         threads = default_threads()
-    method.configure(EngineSettings(model=cfg.model, engine_bin=cfg.engine_bin, url=urls.get(inst.label, urls.get(inst.name, urls.get(""))),
-                                    timeout=cfg.engine_timeout, threads=threads, dtype=cfg.dtype, seed=cfg.seed))
+    method.configure(EngineSettings(model=cfg.model.name, engine_bin=cfg.engines.bin,
+                                    url=urls.get(inst.label, urls.get(inst.name, urls.get(""))),
+                                    timeout=cfg.engines.timeout, threads=threads, dtype=cfg.model.dtype,
+                                    seed=cfg.decoding.seed))
     return method

@@ -20,8 +20,8 @@ from specbench_cli.errors import UsageError
 def largest_budget(cfg: RunConfig, planned: dict, candidates: Iterable[int]) -> int:
     """The largest BC any instance may use: a fixed one's, or the largest `auto` candidate
     (`planned`: MethodInstance -> planned method)."""
-    fixed = [m.ctx.budget for inst, m in planned.items() if inst.budget_in(cfg.block_complexity) != AUTO]
-    auto = list(candidates) if any(inst.budget_in(cfg.block_complexity) == AUTO for inst in planned) else []
+    fixed = [m.ctx.budget for inst, m in planned.items() if inst.budget_in(cfg.budget.block_complexity) != AUTO]
+    auto = list(candidates) if any(inst.budget_in(cfg.budget.block_complexity) == AUTO for inst in planned) else []
     return max(fixed + auto + [1])
 
 
@@ -30,9 +30,10 @@ def check_declared(cfg: RunConfig, context: Optional[int], budget: int) -> None:
     if context is None:
         return
     if budget >= context:
-        raise UsageError(f"block complexity {budget} does not fit {cfg.model}'s context of {context} tokens")
-    if cfg.max_new_tokens + budget >= context:
-        raise UsageError(f"--max-new-tokens {cfg.max_new_tokens} + block complexity {budget} exceed {cfg.model}'s "
+        raise UsageError(f"block complexity {budget} does not fit {cfg.model.name}'s context of {context} tokens")
+    if cfg.decoding.max_new_tokens + budget >= context:
+        raise UsageError(f"--max-new-tokens {cfg.decoding.max_new_tokens} + block complexity {budget} exceed "
+                         f"{cfg.model.name}'s "
                          f"context of {context} tokens; use at most --max-new-tokens {context - budget - 1} "
                          f"(a turn also stops where prompt + answer + block complexity reach the context)")
 
@@ -130,13 +131,14 @@ def batch_cache_bytes(lengths: list[int], batch_size: int, max_new_tokens: int, 
 def check_batch_memory(cfg: RunConfig, lengths: list[int], shape: Optional[tuple[int, int, int]], budget: int,
                        context: Optional[int], available: Optional[int], when: str = "") -> None:
     """UsageError when the largest batch's KV cache would not fit the memory the machine has."""
-    if cfg.batch_size <= 1 or shape is None or available is None or not lengths:
+    if cfg.decoding.batch_size <= 1 or shape is None or available is None or not lengths:
         return
-    per_token = kv_bytes_per_token(shape, cfg.dtype)
-    need, row = batch_cache_bytes(lengths, cfg.batch_size, cfg.max_new_tokens, budget, per_token, context)
+    per_token = kv_bytes_per_token(shape, cfg.model.dtype)
+    n = cfg.decoding.batch_size
+    need, row = batch_cache_bytes(lengths, n, cfg.decoding.max_new_tokens, budget, per_token, context)
     if need > available:
-        raise UsageError(f"--batch-size {cfg.batch_size} needs about {need / 2**30:.1f} GiB of KV cache "
-                         f"({min(cfg.batch_size, len(lengths))} sequences x {row} tokens x {per_token / 1024:.0f} KiB"
+        raise UsageError(f"--batch-size {n} needs about {need / 2**30:.1f} GiB of KV cache "
+                         f"({min(n, len(lengths))} sequences x {row} tokens x {per_token / 1024:.0f} KiB"
                          f"{when}) but this machine has {available / 2**30:.1f} GiB available; use a smaller "
                          f"--batch-size or --max-new-tokens, or fewer long questions")
 
@@ -155,25 +157,25 @@ def device_memory(device: str, loaded: bool = False) -> Optional[int]:
 
 def check_batch_before_load(cfg: RunConfig, questions: list, budget: int) -> None:
     """--batch-size against the machine's memory, from the model's header and the questions' text."""
-    if cfg.batch_size <= 1:
+    if cfg.decoding.batch_size <= 1:
         return
     from specbench_cli.models.load import declared_context, declared_kv_shape
 
-    lengths = [question_tokens(q, cfg.max_new_tokens) for q in questions]
-    check_batch_memory(cfg, lengths, declared_kv_shape(cfg.model), budget, declared_context(cfg.model),
-                       device_memory(cfg.device), " with prompt lengths estimated from their text")
+    lengths = [question_tokens(q, cfg.decoding.max_new_tokens) for q in questions]
+    check_batch_memory(cfg, lengths, declared_kv_shape(cfg.model.name), budget, declared_context(cfg.model.name),
+                       device_memory(cfg.model.device), " with prompt lengths estimated from their text")
 
 
 def check_batch_loaded(cfg: RunConfig, questions: list, lm, budget: int) -> None:
     """The same as soon as the model is loaded (before calibration and decoding): its config's
     sizes, the first turns' exact lengths, the memory left after loading it."""
-    if cfg.batch_size <= 1:
+    if cfg.decoding.batch_size <= 1:
         return
     from specbench_cli.models.header import model_context_length
     from specbench_cli.models.load import model_kv_shape
     from specbench_cli.models.prompting import ChatPrompter, user_turn
 
-    prompter = ChatPrompter(lm.tokenizer, cfg.prompt_template)
-    lengths = [question_tokens(q, cfg.max_new_tokens, len(prompter(user_turn(q.turns[0])))) for q in questions]
+    prompter = ChatPrompter(lm.tokenizer, cfg.model.prompt_template)
+    lengths = [question_tokens(q, cfg.decoding.max_new_tokens, len(prompter(user_turn(q.turns[0])))) for q in questions]
     check_batch_memory(cfg, lengths, model_kv_shape(lm.target), budget, model_context_length(lm.target),
-                       device_memory(cfg.device, loaded=True))
+                       device_memory(cfg.model.device, loaded=True))

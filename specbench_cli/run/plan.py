@@ -30,19 +30,19 @@ def check_config(cfg: RunConfig) -> dict:
     instances = method_instances(cfg)
     from specbench_cli.tasks import hf
 
-    for t in cfg.tasks:
-        task_registry.get(t, cfg)  # a source's name (hf:...) is checked as far as it can be before reading
-    if cfg.scorer is not None:
+    for t in cfg.task.tasks:
+        task_registry.get(t, cfg.task)  # a source's name (hf:...) is checked as far as it can be before reading
+    if cfg.task.scorer is not None:
         from specbench_cli.scoring.quality import check_scorer
 
-        check_scorer(cfg.scorer, "--scorer")
-    given = [k for k in hf.FIELD_FLAGS if getattr(cfg, k) is not None]
-    if given and not any(hf.is_hf(t) for t in cfg.tasks):
+        check_scorer(cfg.task.scorer, "--scorer")
+    given = [k for k in hf.FIELD_FLAGS if getattr(cfg.task, k) is not None]
+    if given and not any(hf.is_hf(t) for t in cfg.task.tasks):
         raise UsageError(f"--{given[0].replace('_', '-')} maps the columns of an hf: task; --tasks "
-                         f"{','.join(cfg.tasks)} has none")
-    if cfg.questions and not any(task_registry.get(t, cfg).takes_questions_file for t in cfg.tasks):
+                         f"{','.join(cfg.task.tasks)} has none")
+    if cfg.task.questions and not any(task_registry.get(t, cfg.task).takes_questions_file for t in cfg.task.tasks):
         *some, last = task_registry.reading_questions_file()
-        raise UsageError(f"--questions {cfg.questions} is not read by --tasks {','.join(cfg.tasks)} "
+        raise UsageError(f"--questions {cfg.task.questions} is not read by --tasks {','.join(cfg.task.tasks)} "
                          f"(use --tasks {', '.join(some)} or {last} with a file)")
     plans = [plan_methods(at_temperature(cfg, t), instances) for t in temperatures(cfg)]
     return plans[0]
@@ -53,14 +53,14 @@ def method_instances(cfg: RunConfig) -> list[MethodInstance]:
     parsed once from `--methods`. UsageError for one that does not parse, for an `auto` or
     `adaptive` budget in a temperature sweep, and for options given for a method the run does
     not have. Needs no registry and no model."""
-    listed = [parse_instance(m) for m in cfg.methods]
-    if isinstance(cfg.temperature, list):  # auto budgets are calibrated at one temperature
-        if any(bc in (AUTO, ADAPTIVE) for bc in [cfg.block_complexity] + [i.budget for i in listed]):
+    listed = [parse_instance(m) for m in cfg.methods.names]
+    if isinstance(cfg.decoding.temperature, list):  # auto budgets are calibrated at one temperature
+        if any(bc in (AUTO, ADAPTIVE) for bc in [cfg.budget.block_complexity] + [i.budget for i in listed]):
             raise UsageError("--temperature with several values takes fixed budgets: 'auto' and 'adaptive' "
                              "are calibrated at one temperature (run each temperature on its own)")
     named = {n for i in listed for n in (i.label, i.name)}
     named |= {engine_ar(i.engine) for i in listed if i.engine is not None}  # ENGINE:ar joins its engine's methods
-    for m in cfg.method_options:
+    for m in cfg.methods.options:
         if m not in named:
             raise UsageError(f"options given for method '{m}', which is not in --methods")
     return run_order(listed)
@@ -73,10 +73,11 @@ def method_context(cfg: RunConfig, target=None, tokenizer=None, budget: Optional
     from specbench_cli.methods.core.method import MethodContext
 
     if budget is None:
-        budget = cfg.block_complexity if isinstance(cfg.block_complexity, int) else DEFAULT_BUDGET
-    return MethodContext(target=target, tokenizer=tokenizer, budget=budget, device=cfg.device,
-                         dtype=cfg.dtype, sampling=SamplingConfig(cfg.temperature, cfg.top_p), seed=cfg.seed,
-                         draft_model=cfg.draft_model, target_ref=cfg.model)
+        budget = cfg.budget.block_complexity if isinstance(cfg.budget.block_complexity, int) else DEFAULT_BUDGET
+    return MethodContext(target=target, tokenizer=tokenizer, budget=budget, device=cfg.model.device,
+                         dtype=cfg.model.dtype, sampling=SamplingConfig(cfg.decoding.temperature, cfg.decoding.top_p),
+                         seed=cfg.decoding.seed,
+                         draft_model=cfg.model.draft, target_ref=cfg.model.name)
 
 
 def plan_methods(cfg: RunConfig, instances: Optional[list[MethodInstance]] = None) -> dict:
@@ -94,10 +95,10 @@ def plan_methods(cfg: RunConfig, instances: Optional[list[MethodInstance]] = Non
             from specbench_cli.engines import methods as engine_methods
 
             for other in instances:
-                if other.engine is not None and other.label in cfg.methods:
+                if other.engine is not None and other.label in cfg.methods.names:
                     engine_methods.get(other.name)
             engines_known = True
-        budget = inst.budget_in(cfg.block_complexity)
+        budget = inst.budget_in(cfg.budget.block_complexity)
         if budget == AUTO and inst.engine is not None:  # an engine's speculation is set when its server starts
             if inst.budget is not None:
                 raise UsageError(f"method '{inst.label}': an engine method takes a fixed BC (NAME@N), not auto")
@@ -109,7 +110,7 @@ def plan_methods(cfg: RunConfig, instances: Optional[list[MethodInstance]] = Non
         elif budget == ADAPTIVE:
             budget = adaptive_ceiling(cfg)
         planned[inst] = plan_instance(cfg, inst, budget)
-        if inst.budget_in(cfg.block_complexity) == ADAPTIVE and not planned[inst].adaptive_budget:
+        if inst.budget_in(cfg.budget.block_complexity) == ADAPTIVE and not planned[inst].adaptive_budget:
             able = [n for n in method_registry.names() if getattr(method_registry.get(n), "adaptive_budget", False)]
             raise UsageError(f"{inst.label}: {inst.name} cannot take an adaptive budget (its drafts have "
                              "input-only nodes, embeddings or state that must see every node verified); give it "
@@ -124,9 +125,9 @@ def check_target(cfg: RunConfig, planned: dict) -> None:
     from specbench_cli import targets
     from specbench_cli.engine.target import check_capabilities
 
-    target = targets.get(cfg.target)
+    target = targets.get(cfg.model.target)
     for inst, method in planned.items():
-        line = check_capabilities(inst.label, method_needs(method), cfg.target, target.capabilities)
+        line = check_capabilities(inst.label, method_needs(method), cfg.model.target, target.capabilities)
         if line:
             raise UsageError(line)
     available = getattr(target, "check_available", None)
@@ -152,8 +153,8 @@ def method_needs(method) -> tuple[str, ...]:
 def plan_instance(cfg: RunConfig, inst: MethodInstance, budget: int):
     """One method instance planned at `budget`; options given for its name and for the instance
     (`-o pld.max_ngram=4`, `-o pld@auto.max_ngram=4`) apply, the instance's last."""
-    options = {**cfg.method_options.get(inst.name, {}),
-               **(cfg.method_options.get(inst.label, {}) if inst.label != inst.name else {})}
+    options = {**cfg.methods.options.get(inst.name, {}),
+               **(cfg.methods.options.get(inst.label, {}) if inst.label != inst.name else {})}
     if inst.engine is not None:  # ENGINE:METHOD, the engine's own speculation (engines/methods.py)
         from specbench_cli.engines import methods as engine_methods
 
@@ -162,7 +163,7 @@ def plan_instance(cfg: RunConfig, inst: MethodInstance, budget: int):
 
 
 def auto_candidates(cfg: RunConfig) -> list[int]:
-    return list(cfg.auto_candidates or bcauto.DEFAULT_CANDIDATES)
+    return list(cfg.budget.auto_candidates or bcauto.DEFAULT_CANDIDATES)
 
 
 def adaptive_ceiling(cfg: RunConfig) -> int:
@@ -179,9 +180,9 @@ def default_methods() -> list[str]:
 
 def load_questions(cfg: RunConfig):
     qs = []
-    for t in cfg.tasks:
-        qs += task_registry.get(t, cfg).load(cfg.questions)
-    qs = select_questions(qs, cfg.categories, cfg.limit, cfg.question_ids)
+    for t in cfg.task.tasks:
+        qs += task_registry.get(t, cfg.task).load(cfg.task.questions)
+    qs = select_questions(qs, cfg.task.categories, cfg.task.limit, cfg.task.question_ids)
     if not qs:
         raise UsageError("no questions left after --categories/--limit/--question-ids")
     return qs

@@ -22,17 +22,18 @@ import dataclasses
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from specbench_cli.config.declare import field_default
-from specbench_cli.config.fields import RunConfig
+from specbench_cli.config.declare import field_default, flat_name
+from specbench_cli.config.fields import RunConfig, option_fields
 from specbench_cli.config.instance import parse_instance
 from specbench_cli.errors import UsageError, check_not_link, check_not_special
 from specbench_cli.options import taken_from_folder
 from specbench_cli.store.runfolder import RunFolder
 
-# `run` parameter -> (RunConfig field, the CLI value as the manifest stores it). Parameters not
+# `run` parameter -> (the option's flat name, the CLI value as the manifest stores it). Parameters not
 # listed (--resume, --no-report, --trust-remote-code, --retry-errors) do not touch the config.
 Normalise = Callable[[Any], Any]
-OPTION = "option"            # the `run` parameter of -o METHOD.KEY=VALUE (RunConfig.method_options)
+OPTION = "option"            # the `run` parameter of -o METHOD.KEY=VALUE (`cfg.methods.options`)
+METHOD_OPTIONS = "method_options"  # its flat name
 SHOWN = 160                  # characters of a manifest value quoted in a refusal
 
 
@@ -40,15 +41,15 @@ def resume_conflicts(given: dict[str, Any], cfg: RunConfig, normalise: dict[str,
     """'--flag VALUE (manifest: VALUE)' for each given flag whose value differs from `cfg`.
 
     given:     parameter name -> value, only for parameters the user actually passed.
-    normalise: parameter name -> (config field, function turning the CLI value into the
-               stored form, e.g. '--methods pld' -> ['ar', 'pld']).
+    normalise: parameter name -> (the option's flat name, function turning the CLI value into
+               the stored form, e.g. '--methods pld' -> ['ar', 'pld']).
     """
     found = []
     for name, value in given.items():
         if name not in normalise:
             continue
         field, norm = normalise[name]
-        wanted, stored = norm(value), getattr(cfg, field)
+        wanted, stored = norm(value), cfg.get(field)
         if wanted != stored:
             flag = "--" + name.replace("_", "-")
             shown = flag if isinstance(value, bool) else f"{flag} {_show(wanted)}"  # a switch has no value
@@ -81,26 +82,26 @@ def check_resume_flags(given: dict[str, Any], cfg: RunConfig, normalise: dict[st
 
 def command_line_settings(given: dict[str, Any], cfg: RunConfig, normalise: dict[str, tuple[str, Normalise]],
                           folder: str) -> Callable[[], None]:
-    """Remove from `cfg` every setting a run folder may not choose (`RunConfig` fields and method
+    """Remove from `cfg` every setting a run folder may not choose (run options and method
     options declared `from_folder=False`) and take them out of `given`; return the function that
     puts the command line's values into `cfg` (called once the other flags are compared with the
     manifest, which no longer holds them). UsageError when the manifest sets one that the command
     line does not give again: one line naming each and how to pass it."""
     named: dict[str, Any] = {}       # '--engine-bin' / '-o llama.cpp:ar.args' -> the manifest's value
     supplied: set[str] = set()       # the same names, given on the command line
-    values: dict[str, Any] = {}      # RunConfig field -> the command line's value
-    for f in dataclasses.fields(RunConfig):
-        if taken_from_folder(f) or f.name == "method_options":
+    values: dict[str, Any] = {}      # the option's flat name -> the command line's value
+    for section, f in option_fields():
+        if taken_from_folder(f) or flat_name(f) == METHOD_OPTIONS:
             continue
-        name, flag = f.metadata["cli"].name, f.metadata["cli"].flags[0]
-        if getattr(cfg, f.name) != field_default(f):
-            named[flag] = getattr(cfg, f.name)
-        setattr(cfg, f.name, field_default(f))
+        name, flag, settings = f.metadata["cli"].name, f.metadata["cli"].flags[0], getattr(cfg, section)
+        if getattr(settings, f.name) != field_default(f):
+            named[flag] = getattr(settings, f.name)
+        setattr(settings, f.name, field_default(f))
         if name in given:
-            values[f.name] = normalise[name][1](given.pop(name))
+            values[flat_name(f)] = normalise[name][1](given.pop(name))
             supplied.add(flag)
 
-    stored_options, cfg.method_options = _split_options(cfg.method_options)
+    stored_options, cfg.methods.options = _split_options(cfg.methods.options)
     named.update({_option_name(method, key): value for method, opts in stored_options.items()
                   for key, value in opts.items()})
     given_options: dict[str, dict[str, Any]] = {}
@@ -120,20 +121,20 @@ def command_line_settings(given: dict[str, Any], cfg: RunConfig, normalise: dict
 
     def apply() -> None:
         for name, value in values.items():
-            setattr(cfg, name, value)
+            cfg.set(name, value)
         for method, opts in given_options.items():
-            cfg.method_options.setdefault(method, {}).update(opts)
+            cfg.methods.options.setdefault(method, {}).update(opts)
 
     return apply
 
 
 def command_line_only_args(args: list[str]) -> list[str]:
-    """The part of a `run` argument list that `run --resume` must be given again: each RunConfig
+    """The part of a `run` argument list that `run --resume` must be given again: each run option's
     flag and each `-o/--option METHOD.KEY=VALUE` declared `from_folder=False`, in order (a sweep
     resuming a half-done job passes its own grid's values, never the folder's)."""
-    flags = {flag for f in dataclasses.fields(RunConfig) if not taken_from_folder(f) and f.name != "method_options"
+    flags = {flag for _, f in option_fields() if not taken_from_folder(f) and flat_name(f) != METHOD_OPTIONS
              for flag in f.metadata["cli"].flags}
-    option_flags = set(next(f for f in dataclasses.fields(RunConfig) if f.name == "method_options").metadata["cli"].flags)
+    option_flags = set(next(f for _, f in option_fields() if flat_name(f) == METHOD_OPTIONS).metadata["cli"].flags)
     kept: list[str] = []
     i = 0
     while i + 1 < len(args):

@@ -123,8 +123,8 @@ class Runner:
         self.sampling = method_context(self.cfg).sampling
         # the step split: free on a CPU, on CUDA only when asked for (a sync per part; docs/metrics.md)
         self.decoder = Decoder(lm.target, stop_token_ids(lm.tokenizer, lm.target), self.sampling,
-                               time_steps=bool(self.cfg.time_steps))
-        self.prompter = ChatPrompter(lm.tokenizer, self.cfg.prompt_template)
+                               time_steps=bool(self.cfg.measure.time_steps))
+        self.prompter = ChatPrompter(lm.tokenizer, self.cfg.model.prompt_template)
         planned = planned if planned is not None else plan_methods(self.cfg)
         # every method of a question gets the same cap, so answers stay comparable with AR's
         self.room = limits.Room(model_context_length(lm.target), [m.ctx.budget for m in planned.values()])
@@ -143,7 +143,7 @@ class Runner:
             return twin.bind(lm.target, lm.tokenizer)
 
         # one drafter per sequence slot of a batch: the method itself, then copies (run/replicas.py)
-        n = self.cfg.batch_size
+        n = self.cfg.decoding.batch_size
         self.drafters = {name: replicas(m, n, lambda name=name, m=m: fresh(name, m)) for name, m in self.methods.items()}
 
     # -- one batch of generations -------------------------------------------------------------
@@ -162,21 +162,22 @@ class Runner:
     def warmup(self, question) -> None:
         """Every method decodes a short answer to `question` once, at the run's batch size, untimed."""
         ids = self.prompter(user_turn(question.turns[0]))
-        n = self.cfg.batch_size
+        n = self.cfg.decoding.batch_size
         for name in self.methods:
-            self._generate(name, [ids] * n, [min(16, self.cfg.max_new_tokens)] * n, [0] * n)
+            self._generate(name, [ids] * n, [min(16, self.cfg.decoding.max_new_tokens)] * n, [0] * n)
 
     def _row(self, name: str, method, q, turn: int, repeat: int, gen=None, error: str | None = None,
              prompt_tokens: int = 0, max_new: Optional[int] = None, batch_id: Optional[int] = None) -> dict:
         """The SampleRow of one turn: measured from `gen`, or an error row."""
         row = SampleRow(
-            batch_size=self.cfg.batch_size, batch_id=batch_id,
-            method=name, method_label=self.instances[name].row_label(method.label(), self.cfg.block_complexity), method_params=method.params(),
+            batch_size=self.cfg.decoding.batch_size, batch_id=batch_id,
+            method=name, method_label=self.instances[name].row_label(method.label(), self.cfg.budget.block_complexity), method_params=method.params(),
             lossless=method.lossless,
             extra_params=method.extra_params, structure=method.structure.value, task=q.task, category=q.category,
             subcategory=q.subcategory, difficulty=q.difficulty, question_id=q.id, turn=turn, repeat=repeat,
             scorer=q.scorer, reference=q.reference_for(turn),
-            block_complexity=method.ctx.budget, temperature=self.cfg.temperature, top_p=self.cfg.top_p,
+            block_complexity=method.ctx.budget, temperature=self.cfg.decoding.temperature,
+            top_p=self.cfg.decoding.top_p,
             status="error" if gen is None else "ok", error=error, prompt_tokens=prompt_tokens, max_new_tokens=max_new)
         if gen is not None:
             record_generation(row, gen, self.lm.tokenizer)
@@ -200,9 +201,9 @@ class Runner:
     def work(self, questions) -> list[tuple[str, tuple, int, Optional[int]]]:
         """(method, group of questions, repeat, batch id) in run order: per group AR first, the
         others rotating; the batch id is None at batch size 1 (rows record none)."""
-        n = self.cfg.batch_size
+        n = self.cfg.decoding.batch_size
         groups = [tuple(questions[i:i + n]) for i in range(0, len(questions), n)]
-        return [(name, group, r, b if n > 1 else None) for r in range(self.cfg.repeats)
+        return [(name, group, r, b if n > 1 else None) for r in range(self.cfg.measure.repeats)
                 for b, group in enumerate(groups) for name in self.order(b + r)]
 
     def order(self, k: int) -> list[str]:
@@ -216,7 +217,7 @@ class Runner:
     def unit_keys(self, unit) -> list[tuple]:
         """The row keys a unit of `work` writes."""
         name, group, r, _ = unit
-        return [(name, q.task, q.id, t, r, self.cfg.temperature) for q in group for t in range(len(q.turns))]
+        return [(name, q.task, q.id, t, r, self.cfg.decoding.temperature) for q in group for t in range(len(q.turns))]
 
     def run_unit(self, unit, done: dict[tuple, dict], ar_rows: dict[tuple, dict]) -> None:
         """Method `name` answers a group of questions turn by turn: each turn of every question
@@ -233,7 +234,7 @@ class Runner:
             for i in members:
                 q = group[i]
                 messages[i].append({"role": "user", "content": q.turns[turn]})
-                key = (name, q.task, q.id, turn, repeat, self.cfg.temperature)
+                key = (name, q.task, q.id, turn, repeat, self.cfg.decoding.temperature)
                 if key in done:  # resumed: reuse the stored answer as conversation history
                     row = done[key]
                     if row["status"] != "ok" and i not in failed:
@@ -248,13 +249,14 @@ class Runner:
                 prompt_ids: list[int] = []
                 try:
                     prompt_ids = self.prompter(messages[i])
-                    todo.append((i, prompt_ids, self.room.new_tokens(len(prompt_ids), self.cfg.max_new_tokens)))
+                    new = self.room.new_tokens(len(prompt_ids), self.cfg.decoding.max_new_tokens)
+                    todo.append((i, prompt_ids, new))
                 except Exception as e:  # noqa: BLE001 - a failing sample is recorded, never hidden
                     failed[i] = _error_text(e)
                     rows[i] = self._row(name, method, q, turn, repeat, error=failed[i],
                                         prompt_tokens=len(prompt_ids), batch_id=batch_id)
             if todo:
-                seeds = [sample_seed(self.cfg.seed, group[i].id, turn, repeat) for i, _, _ in todo]
+                seeds = [sample_seed(self.cfg.decoding.seed, group[i].id, turn, repeat) for i, _, _ in todo]
                 try:
                     gens = self._generate(name, [p for _, p, _ in todo], [c for _, _, c in todo], seeds)
                     for (i, _, cap), gen in zip(todo, gens):
@@ -327,7 +329,7 @@ class Runner:
         units = self.work(questions)
         pending = {i for i, u in enumerate(units) if any(k not in done for k in self.unit_keys(u))}
         todo = [units[i] for i in sorted(pending)]
-        if todo and self.cfg.warmup:
+        if todo and self.cfg.measure.warmup:
             self.warmup(questions[0])
         total = len(units)
         finished = total - len(todo)

@@ -61,10 +61,10 @@ def resume_checks(store: RunFolder, cfg: RunConfig) -> None:
     a phantom row at that batch size)."""
     for line in store.warnings():
         _warn(line)
-    other = store.drop_rows(lambda row: row.get("batch_size", 1) != cfg.batch_size)
+    other = store.drop_rows(lambda row: row.get("batch_size", 1) != cfg.decoding.batch_size)
     if other:
         _warn(f"{store.samples_path}: dropped {other} row(s) recorded at another batch size than the run's "
-              f"{cfg.batch_size}; they run again")
+              f"{cfg.decoding.batch_size}; they run again")
 
 
 # ~60 lines: the ordered checks before the model loads, the lock, the manifest and the progress bar
@@ -77,24 +77,24 @@ def _execute(cfg: RunConfig, store: Optional[RunFolder], report: bool, trust_rem
     if planned is None:
         planned = plan_methods(cfg)           # so do bad method options
     largest = limits.largest_budget(cfg, planned, auto_candidates(cfg))
-    limits.check_declared(cfg, declared_context(cfg.model), largest)  # and lengths the model's header rules out
+    limits.check_declared(cfg, declared_context(cfg.model.name), largest)  # and lengths the model's header rules out
     limits.check_batch_before_load(cfg, questions, largest)  # and a batch whose KV cache the machine cannot hold
     if store is None:
-        check_output_dir(cfg.output_dir)      # and an --output-dir that is a file or read-only
+        check_output_dir(cfg.output.dir)      # and an --output-dir that is a file or read-only
     else:                                     # and a run folder another process is writing
         locks.enter_context(store.lock(_note))
         resume_checks(store, cfg)
         if retry_errors:
             err.print(f"--retry-errors: {retry_error_rows(store)} row(s) will run again")
     if auto_instances(cfg, planned) or adaptive_instances(cfg, planned):  # and auto/adaptive without
-        calibration_questions(cfg, questions, cfg.auto_questions)         # calibration questions
-    threads = set_threads(cfg.threads, default_threads())
-    err.print(f"[dim]loading {cfg.model} ({cfg.dtype}, {cfg.device}, {threads} threads, forward {cfg.forward})[/dim]")
-    lm = load_model(cfg.model, device=cfg.device, dtype=cfg.dtype, forward=cfg.forward, target=cfg.target,
-                    trust_remote_code=trust_remote_code, kernels=cfg.kernels,
+        calibration_questions(cfg, questions, cfg.budget.auto_questions)         # calibration questions
+    threads = set_threads(cfg.model.threads, default_threads())
+    err.print(f"[dim]loading {cfg.model.name} ({cfg.model.dtype}, {cfg.model.device}, {threads} threads, forward {cfg.model.forward})[/dim]")
+    lm = load_model(cfg.model.name, device=cfg.model.device, dtype=cfg.model.dtype, forward=cfg.model.forward, target=cfg.model.target,
+                    trust_remote_code=trust_remote_code, kernels=cfg.model.kernels,
                     note=lambda text: err.print(f"[dim]{text}[/dim]"))
-    if lm.forward != cfg.forward:
-        err.print(f"[dim]forward {cfg.forward}: {lm.forward}[/dim]")
+    if lm.forward != cfg.model.forward:
+        err.print(f"[dim]forward {cfg.model.forward}: {lm.forward}[/dim]")
     limits.check_batch_loaded(cfg, questions, lm, largest)  # the same with exact prompt lengths
     # the cost curve (recorded when cached; measured when `auto` needs it) and auto budgets
     planned, costs = prepare(cfg, lm, planned, questions, threads, store.read_manifest() if store else None)
@@ -105,17 +105,17 @@ def _execute(cfg: RunConfig, store: Optional[RunFolder], report: bool, trust_rem
         manifest = {"config": {**manifest_config(cfg), "threads": threads,
                                "methods": list(runner.methods)},
                     "model": lm.manifest(), **environment(), **costs,
-                    "methods": {n: {"label": runner.instances[n].row_label(m.label(), cfg.block_complexity), "params": m.params(),
+                    "methods": {n: {"label": runner.instances[n].row_label(m.label(), cfg.budget.block_complexity), "params": m.params(),
                                     "lossless": m.lossless, "extra_params": m.extra_params,
                                     "block_complexity": m.ctx.budget} for n, m in runner.methods.items()}}
-        store = RunFolder.create(Path(cfg.output_dir), manifest)
+        store = RunFolder.create(Path(cfg.output.dir), manifest)
         locks.enter_context(store.lock(_note))
     else:
         store.repair_tail()
     runner.store = store
     err.print(f"run folder: [bold]{store.path}[/bold]  ({len(questions)} questions x {len(runner.methods)} methods"
-              f", BC={cfg.block_complexity}{f', batch size {cfg.batch_size}' if cfg.batch_size > 1 else ''}"
-              f", max {cfg.max_new_tokens} new tokens)")
+              f", BC={cfg.budget.block_complexity}{f', batch size {cfg.decoding.batch_size}' if cfg.decoding.batch_size > 1 else ''}"
+              f", max {cfg.decoding.max_new_tokens} new tokens)")
 
     watch, started = LoadWatch(threads), now_iso()
     clock = time.monotonic()

@@ -97,11 +97,12 @@ def test_a_method_needing_a_missing_capability_is_refused_in_one_line():
 
 def test_a_fallback_to_a_head_method_needs_what_the_heads_need(tiny_head_folders):
     """suffix with an EAGLE fallback reads hidden states through its delegate: a bare target is refused."""
-    from specbench_cli.config import RunConfig
+    from specbench_cli.config import MethodsSection, ModelSection, RunConfig
     from specbench_cli.run.plan import method_needs, plan_methods
 
-    cfg = RunConfig(model="tiny", methods=["suffix"], method_options={"suffix": {"fallback": "eagle",
-                                                                   "heads": tiny_head_folders["eagle"]}})
+    cfg = RunConfig(model=ModelSection(name="tiny"),
+                    methods=MethodsSection(names=["suffix"], options={"suffix": {
+                        "fallback": "eagle", "heads": tiny_head_folders["eagle"]}}))
     suffix = {inst.label: m for inst, m in plan_methods(cfg).items()}["suffix"]  # AR is always planned too
     assert {"hidden_states", "output_projection"} <= set(method_needs(suffix))
 

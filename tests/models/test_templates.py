@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from specbench_cli.config import RunConfig
+from specbench_cli.config import BudgetSection, DecodingSection, MethodsSection, ModelSection, RunConfig
 from specbench_cli.errors import UsageError
 from specbench_cli.models.templates import RENDER, check_template, encode
 
@@ -121,10 +121,10 @@ def test_an_empty_prompt_is_refused_at_encode_time_too(tiny_tok):
 
 
 def test_the_run_config_records_and_checks_it():
-    cfg = RunConfig(prompt_template="vicuna")
+    cfg = RunConfig(model=ModelSection(prompt_template="vicuna"))
     cfg.validate()
     with pytest.raises(UsageError):
-        RunConfig(prompt_template="alpaca").validate()
+        RunConfig(model=ModelSection(prompt_template="alpaca")).validate()
 
 
 def test_a_run_records_the_template_and_resume_refuses_another(tiny_model_dir, tmp_path, capsys):
@@ -148,22 +148,25 @@ def test_a_run_records_the_template_and_resume_refuses_another(tiny_model_dir, t
 def test_the_spec_bench_preset_fills_what_was_not_given():
     from specbench_cli.config import apply_preset
 
-    cfg = RunConfig(preset="spec-bench", methods=["ar", "pld", "eagle", "lookahead@8"],
-                    method_options={"eagle": {"depth": 4}}, max_new_tokens=64)
+    cfg = RunConfig(methods=MethodsSection(preset="spec-bench", names=["ar", "pld", "eagle", "lookahead@8"],
+                                           options={"eagle": {"depth": 4}}),
+                    decoding=DecodingSection(max_new_tokens=64))
     apply_preset(cfg, given={"max_new_tokens", "methods", "method_options", "preset"})
-    assert cfg.prompt_template == "vicuna" and cfg.dtype == "float16" and cfg.max_new_tokens == 64
-    assert cfg.methods == ["ar", "pld@11", "eagle@60", "lookahead@8"]
-    assert cfg.method_options["eagle"] == {"depth": 4, "top_k": 10}  # the explicit depth wins
-    assert cfg.method_options["lookahead"] == {"N": 5, "W": 7, "G": 7}
+    assert cfg.model.prompt_template == "vicuna" and cfg.model.dtype == "float16"
+    assert cfg.decoding.max_new_tokens == 64
+    assert cfg.methods.names == ["ar", "pld@11", "eagle@60", "lookahead@8"]
+    assert cfg.methods.options["eagle"] == {"depth": 4, "top_k": 10}  # the explicit depth wins
+    assert cfg.methods.options["lookahead"] == {"N": 5, "W": 7, "G": 7}
     cfg.validate()
 
 
 def test_an_explicit_bc_keeps_every_method_at_it():
     from specbench_cli.config import apply_preset
 
-    cfg = RunConfig(preset="spec-bench", methods=["ar", "pld"], block_complexity=6)
+    cfg = RunConfig(methods=MethodsSection(preset="spec-bench", names=["ar", "pld"]),
+                    budget=BudgetSection(block_complexity=6))
     apply_preset(cfg, given={"methods", "block_complexity", "preset"})
-    assert cfg.methods == ["ar", "pld"] and cfg.method_options["pld"]["num_pred_tokens"] == 10
+    assert cfg.methods.names == ["ar", "pld"] and cfg.methods.options["pld"]["num_pred_tokens"] == 10
 
 
 def test_the_preset_reaches_the_manifest_and_explicit_flags_win(tiny_model_dir, tmp_path, capsys):

@@ -115,17 +115,17 @@ def test_auto_needs_calibration_questions_outside_the_reported_ones(capsys, monk
 
 
 def test_calibration_takes_the_runs_own_suite_first_then_mini():
-    from specbench_cli.config import RunConfig
+    from specbench_cli.config import RunConfig, TaskSection
     from specbench_cli.run.auto.calibrate import calibration_questions
     from specbench_cli.run.plan import load_questions
 
-    cfg = RunConfig(tasks=["mini"], categories=["qa"], limit=1)
+    cfg = RunConfig(task=TaskSection(tasks=["mini"], categories=["qa"], limit=1))
     reported = load_questions(cfg)
     cal = calibration_questions(cfg, reported, 4)
     ids = [(q.task, q.id) for q in cal]
     assert len(ids) == 4 == len(set(ids)) and not set(ids) & {(q.task, q.id) for q in reported}
     assert [q.category for q in cal[:2]] == ["qa", "qa"]  # the suite's held-out qa questions first
-    assert {q.category for q in cal[2:]} <= {q.category for q in load_questions(RunConfig(tasks=["mini"]))} - {"qa"}
+    assert {q.category for q in cal[2:]} <= {q.category for q in load_questions(RunConfig(task=TaskSection(tasks=["mini"])))} - {"qa"}
 
 
 @pytest.mark.parametrize("args,message", [

@@ -55,11 +55,20 @@ def test_method_equals_ar_on_the_real_model(smol, name):
 
 @needs_model
 def test_cli_run_on_the_embedded_default(tmp_path):
-    from specbench_cli.config import RunConfig
+    from specbench_cli.config import (
+        DecodingSection,
+        MethodsSection,
+        ModelSection,
+        OutputSection,
+        RunConfig,
+        TaskSection,
+    )
     from specbench_cli.run.workflow import execute
 
-    cfg = RunConfig(methods=["ar", "pld"], categories=["summarization", "translation"], limit=1,
-                    max_new_tokens=24, output_dir=str(tmp_path), threads=2)
+    cfg = RunConfig(methods=MethodsSection(names=["ar", "pld"]),
+                    task=TaskSection(categories=["summarization", "translation"], limit=1),
+                    decoding=DecodingSection(max_new_tokens=24), output=OutputSection(dir=str(tmp_path)),
+                    model=ModelSection(threads=2))
     run = execute(cfg, report=True)
     rows = [json.loads(x) for x in (run / "samples.jsonl").read_text().splitlines()]
     assert len(rows) == 4 and all(r["status"] == "ok" for r in rows)

@@ -21,7 +21,7 @@ import pytest
 from helpers.cli import cli
 from helpers.rows import manifest
 
-from specbench_cli.config import RunConfig, config_from_manifest, resume_normalisers
+from specbench_cli.config import RunConfig, config_from_manifest, flat_name, option_fields, resume_normalisers
 from specbench_cli.engines import methods as engine_methods
 from specbench_cli.errors import UsageError
 from specbench_cli.options import taken_from_folder
@@ -158,17 +158,17 @@ def test_the_command_line_gives_them_on_resume_and_the_folders_are_dropped(tmp_p
     given = {"engine_bin": "/mine/llama-server", "engine_url": ["http://127.0.0.1:8080"],
              "option": ["llama.cpp:ar.args=--verbose"]}
     check_resume_flags(given, cfg, resume_normalisers(), str(run))
-    assert cfg.engine_bin == "/mine/llama-server" and cfg.engine_url == ["http://127.0.0.1:8080"]
-    assert cfg.method_options == {"llama.cpp:ar": {"ctx": "512", "args": "--verbose"}}  # the rest as recorded
+    assert cfg.engines.bin == "/mine/llama-server" and cfg.engines.url == ["http://127.0.0.1:8080"]
+    assert cfg.methods.options == {"llama.cpp:ar": {"ctx": "512", "args": "--verbose"}}  # the rest as recorded
 
 
 def test_a_value_the_folder_never_set_may_be_given_and_nothing_is_needed_when_none_is_set(tmp_path):
     run = planted_run(tmp_path / "run", method_options={"llama.cpp:ar": {"ctx": "512"}})
     cfg = config_from_manifest(json.loads((run / "manifest.json").read_text()))
     check_resume_flags({}, cfg, resume_normalisers(), str(run))      # nothing planted: nothing asked
-    assert cfg.engine_bin is None and cfg.method_options == {"llama.cpp:ar": {"ctx": "512"}}
+    assert cfg.engines.bin is None and cfg.methods.options == {"llama.cpp:ar": {"ctx": "512"}}
     check_resume_flags({"engine_bin": "/mine/llama-server"}, cfg, resume_normalisers(), str(run))
-    assert cfg.engine_bin == "/mine/llama-server"
+    assert cfg.engines.bin == "/mine/llama-server"
 
 
 def test_the_other_method_options_still_must_repeat_the_manifest(tmp_path):
@@ -181,9 +181,9 @@ def test_the_other_method_options_still_must_repeat_the_manifest(tmp_path):
 
     with pytest.raises(UsageError, match="contradict"):
         resume("llama.cpp:ar.ctx=1024", "llama.cpp:ar.args=--verbose")
-    assert resume("llama.cpp:ar.ctx=512", "llama.cpp:ar.args=--verbose").method_options == {
+    assert resume("llama.cpp:ar.ctx=512", "llama.cpp:ar.args=--verbose").methods.options == {
         "llama.cpp:ar": {"ctx": "512", "args": "--verbose"}}
-    assert resume("llama.cpp:ar.args=--verbose").method_options["llama.cpp:ar"]["ctx"] == "512"
+    assert resume("llama.cpp:ar.args=--verbose").methods.options["llama.cpp:ar"]["ctx"] == "512"
 
 
 def test_the_command_lines_engine_bin_is_the_one_planned(tmp_path, capsys):
@@ -206,7 +206,7 @@ def test_the_command_lines_engine_bin_is_the_one_planned(tmp_path, capsys):
 def test_what_a_run_folder_may_not_choose_is_declared_once():
     """The classification (docs/reliability.md): every RunConfig field and method option that
     starts a process, reaches the network or names a file to write is `from_folder=False`."""
-    assert {f.name for f in dataclasses.fields(RunConfig) if not taken_from_folder(f)} == {"engine_bin", "engine_url"}
+    assert {flat_name(f) for _, f in option_fields() if not taken_from_folder(f)} == {"engine_bin", "engine_url"}
     only = {(name, f.name) for name in engine_methods.names()
             for f in dataclasses.fields(engine_methods.get(name).Options) if not taken_from_folder(f)}
     assert only == {(name, "args") for name in engine_methods.names()}

@@ -10,7 +10,7 @@ import pytest
 from helpers.cli import cli, only_run_dir, run_rows, tiny_run_args
 from helpers.rows import make_row, write_run
 
-from specbench_cli.config import RunConfig, parse_temperatures, temperatures
+from specbench_cli.config import DecodingSection, RunConfig, parse_temperatures, temperatures
 from specbench_cli.errors import UsageError
 from specbench_cli.report import metrics
 from specbench_cli.report.timing import temperature_table
@@ -20,9 +20,9 @@ from specbench_cli.store.rows import row_key
 def test_one_value_or_a_list():
     assert parse_temperatures("0.7") == 0.7 and parse_temperatures("0") == 0.0
     assert parse_temperatures(" 0, 0.7 ,1") == [0.0, 0.7, 1.0]
-    cfg = RunConfig(temperature=parse_temperatures("0,1"))
+    cfg = RunConfig(decoding=DecodingSection(temperature=parse_temperatures("0,1")))
     cfg.validate()
-    assert temperatures(cfg) == [0.0, 1.0] and temperatures(RunConfig(temperature=0.5)) == [0.5]
+    assert temperatures(cfg) == [0.0, 1.0] and temperatures(RunConfig(decoding=DecodingSection(temperature=0.5))) == [0.5]
 
 
 @pytest.mark.parametrize("value, message", [

@@ -52,7 +52,16 @@ def alias_for(drafter: str, taken: set[str]) -> str:
 
 def run_all(args) -> list[Path]:
     from specbench_cli.errors import SpecBenchError
-    from specbench_cli.config import RunConfig
+    from specbench_cli.config import (
+        BudgetSection,
+        DecodingSection,
+        MeasureSection,
+        MethodsSection,
+        ModelSection,
+        OutputSection,
+        RunConfig,
+        TaskSection,
+    )
     from specbench_cli.run.workflow import execute
 
     taken: set[str] = set()
@@ -63,20 +72,24 @@ def run_all(args) -> list[Path]:
     for mode in args.modes:
         temperature, top_p = MODES[mode]
         for gamma in args.gammas:
-            cfg = RunConfig(model=args.model, methods=["ar", *aliases],
-                            method_options={a: {"draft_model": d, "gamma": gamma} for a, d in aliases.items()},
-                            tasks=["spec_bench"], questions=args.questions, categories=args.categories,
-                            limit=args.limit, block_complexity=gamma + 1, max_new_tokens=args.max_new_tokens,
-                            dtype=args.dtype, device=args.device, threads=args.threads, temperature=temperature,
-                            top_p=top_p, seed=args.seed, repeats=args.repeats,
-                            output_dir=str(Path(args.output_dir) / f"{mode}-g{gamma}"))
+            cfg = RunConfig(
+                model=ModelSection(name=args.model, dtype=args.dtype, device=args.device, threads=args.threads),
+                methods=MethodsSection(names=["ar", *aliases], options={
+                    a: {"draft_model": d, "gamma": gamma} for a, d in aliases.items()}),
+                task=TaskSection(tasks=["spec_bench"], questions=args.questions, categories=args.categories,
+                                 limit=args.limit),
+                budget=BudgetSection(block_complexity=gamma + 1),
+                decoding=DecodingSection(max_new_tokens=args.max_new_tokens, temperature=temperature, top_p=top_p,
+                                         seed=args.seed),
+                measure=MeasureSection(repeats=args.repeats),
+                output=OutputSection(dir=str(Path(args.output_dir) / f"{mode}-g{gamma}")))
             cfg.validate()
-            print(f"== {mode}, gamma {gamma} (BC {gamma + 1}): {', '.join(cfg.methods)}", file=sys.stderr, flush=True)
+            print(f"== {mode}, gamma {gamma} (BC {gamma + 1}): {', '.join(cfg.methods.names)}", file=sys.stderr, flush=True)
             try:
                 runs.append(execute(cfg, report=False))
             except SpecBenchError as e:  # failed rows are recorded in the run; tabulate what there is
                 print(f"   {e}", file=sys.stderr)
-                runs.append(max((p for p in Path(cfg.output_dir).iterdir() if p.is_dir()), key=lambda p: p.stat().st_mtime))
+                runs.append(max((p for p in Path(cfg.output.dir).iterdir() if p.is_dir()), key=lambda p: p.stat().st_mtime))
     return runs
 
 

@@ -19,12 +19,12 @@ from specbench_cli.tasks.base import select as select_questions
 
 def auto_instances(cfg, instances: Iterable[MethodInstance]) -> list[MethodInstance]:
     """The method instances (of the run's, in run order) whose budget is `auto`."""
-    return [i for i in instances if i.budget_in(cfg.block_complexity) == AUTO]
+    return [i for i in instances if i.budget_in(cfg.budget.block_complexity) == AUTO]
 
 
 def adaptive_instances(cfg, instances: Iterable[MethodInstance]) -> list[MethodInstance]:
     """The method instances (of the run's, in run order) whose budget is `adaptive`."""
-    return [i for i in instances if i.budget_in(cfg.block_complexity) == ADAPTIVE]
+    return [i for i in instances if i.budget_in(cfg.budget.block_complexity) == ADAPTIVE]
 
 
 def run_curve(cfg, lm, threads: int, need_q: int = 0,
@@ -33,9 +33,9 @@ def run_curve(cfg, lm, threads: int, need_q: int = 0,
     `specbench cost`'s default), measured and cached first when `need_q` > 0 and the cache lacks q
     up to `need_q`. Returns (curve, manifest record), or (None, None) when none is cached and none
     is needed."""
-    n = cfg.batch_size
-    key = costmod.curve_key(cfg.model, lm.resolved, cfg.device, cfg.dtype, threads, bcauto.CURVE_CONTEXT,
-                            lm.forward, lm.kernels, n)  # the key `specbench cost` uses (`auto` resolved)
+    n = cfg.decoding.batch_size
+    key = costmod.curve_key(cfg.model.name, lm.resolved, cfg.model.device, cfg.model.dtype, threads,
+                            bcauto.CURVE_CONTEXT, lm.forward, lm.kernels, n)  # the key `specbench cost` uses (`auto` resolved)
     curve, source = costmod.load_cached(key), "cache"
     if need_q and (curve is None or (curve.max_q < need_q and not if_missing)):
         at = f"t({n}, q), {n} sequences per forward" if n > 1 else "t(q)"
@@ -67,9 +67,9 @@ def calibration_questions(cfg, run_questions: list, n: int) -> list:
 
     taken = {(q.task, q.id) for q in run_questions}
     suite = []
-    for t in cfg.tasks:
-        suite += task_registry.get(t, cfg).load(cfg.questions)
-    suite = select_questions(suite, cfg.categories, None, None)
+    for t in cfg.task.tasks:
+        suite += task_registry.get(t, cfg.task).load(cfg.task.questions)
+    suite = select_questions(suite, cfg.task.categories, None, None)
     mini = task_registry.get(bcauto.CALIBRATION_TASK).load(None)
     ordered = []
     for pool in (suite, mini):
@@ -109,8 +109,8 @@ def calibrate_one(inst: MethodInstance, cfg, lm, decoder, prompts: list[list[int
         progress(f"{inst.label} BC {b}")
     t = bcauto.monotone(curve.ms)
     scale = bcauto.fit_scale(profiles, t)
-    chosen, predicted = bcauto.choose_budget(profiles, t, cfg.batch_size, scale)
-    return {"chosen": chosen, "batch_size": cfg.batch_size, "forward_scale": round(scale, 4),
+    chosen, predicted = bcauto.choose_budget(profiles, t, cfg.decoding.batch_size, scale)
+    return {"chosen": chosen, "batch_size": cfg.decoding.batch_size, "forward_scale": round(scale, 4),
             "candidates": {str(p.budget): bcauto.summary(p, predicted[p.budget]) for p in profiles}}
 
 
@@ -149,20 +149,21 @@ def calibrate_adaptive(inst: MethodInstance, cfg, lm, decoder, prompts: list[lis
     scale = bcauto.fit_scale([whole], t)
     other = whole.overhead_ms / steps
     draft_ms = sum(whole.draft_ms) / steps
-    record = {"ceiling": ceiling, "batch_size": cfg.batch_size, "forward_scale": round(scale, 4),
+    n = cfg.decoding.batch_size
+    record = {"ceiling": ceiling, "batch_size": n, "forward_scale": round(scale, 4),
               "other_ms_per_step": round(other, 4), "draft_ms_per_step": round(draft_ms, 4),
               "step_ms": [round(scale * t(q) + other, 4) for q in range(1, ceiling + 1)],
               "table": learning.table.to_dict(), "online": ONLINE, "history": True, "hindsight": True,
-              "whole": bcauto.summary(whole, bcauto.predicted_tokens_per_s(whole, t, cfg.batch_size, scale))}
+              "whole": bcauto.summary(whole, bcauto.predicted_tokens_per_s(whole, t, n, scale))}
     # the decode's own rate, lambda (tokens per ms of one sequence, in the policy's cost model),
     # from a pass with the per-step ratio rule; the run keeps what beats lambda (budget.plan)
     ratio_rule = policy(record)
     ratio = _decode_pass(method, decoder, prompts, ceiling, max_new, cfg, ratio_rule)
     ms = sum(ratio_rule.draft_ms + ratio_rule.cost(q) for q in ratio.budget_used)
     record["rate_per_ms"] = round(sum(ratio.accept_lengths) / ms, 6) if ms > 0 else 0.0
-    record["ratio_rule"] = bcauto.summary(ratio, bcauto.predicted_tokens_per_s(ratio, t, cfg.batch_size, scale))
+    record["ratio_rule"] = bcauto.summary(ratio, bcauto.predicted_tokens_per_s(ratio, t, n, scale))
     trimmed = _decode_pass(method, decoder, prompts, ceiling, max_new, cfg, policy(record))
-    record["adaptive"] = bcauto.summary(trimmed, bcauto.predicted_tokens_per_s(trimmed, t, cfg.batch_size, scale))
+    record["adaptive"] = bcauto.summary(trimmed, bcauto.predicted_tokens_per_s(trimmed, t, n, scale))
     return record
 
 
@@ -186,7 +187,7 @@ def _generator(cfg):
     """A seeded generator when sampling (calibration is then reproducible), else None."""
     import torch
 
-    return torch.Generator().manual_seed(cfg.seed) if cfg.temperature > 0 else None
+    return torch.Generator().manual_seed(cfg.decoding.seed) if cfg.decoding.temperature > 0 else None
 
 
 def prepare(cfg, lm, planned: dict, questions: list, threads: int,
@@ -238,11 +239,11 @@ def calibrate(cfg, lm, auto: list[MethodInstance], adaptive: list[MethodInstance
     from specbench_cli.models.prompting import ChatPrompter, stop_token_ids, user_turn
     from specbench_cli.run.plan import method_context
 
-    cal = calibration_questions(cfg, questions, cfg.auto_questions)
-    prompter = ChatPrompter(lm.tokenizer, cfg.prompt_template)
+    cal = calibration_questions(cfg, questions, cfg.budget.auto_questions)
+    prompter = ChatPrompter(lm.tokenizer, cfg.model.prompt_template)
     prompts = [prompter(user_turn(q.turns[0])) for q in cal]
     decoder = Decoder(lm.target, stop_token_ids(lm.tokenizer, lm.target), method_context(cfg).sampling)
-    max_new = min(cfg.auto_tokens, cfg.max_new_tokens)
+    max_new = min(cfg.budget.auto_tokens, cfg.decoding.max_new_tokens)
     ids = [f"{q.task}/{q.id}" for q in cal]
     err.print(f"[dim]--block-complexity auto/adaptive: calibrating {len(auto) + len(adaptive)} method(s) on "
               f"{', '.join(ids)} ({max_new} new tokens each)[/dim]")
