@@ -5,7 +5,7 @@ synchronisations per step.
     python benchmarks/host_overhead.py [--budget 10] [--batch 1 8] [--tokens 128] [--prompts 8]
                                        [--rounds 3] [--vocab 1024] [--methods ar pld ...] [--json FILE]
 
-The target is `zero-cost` (engine/targets/zero_cost.py): its forward returns logits it holds, and
+The target is `zero-cost` (targets/zero_cost.py): its forward returns logits it holds, and
 it counts every time the host waits for its outputs, so a step costs only specbench's own work
 and the count is the same on a CPU as on a GPU. Every registered method it can serve is run
 (logits only: a method that needs hidden states, embeddings, heads, a draft model, a datastore or
@@ -54,6 +54,7 @@ import sys
 import time
 from pathlib import Path
 from typing import Optional
+from specbench_cli.targets import as_target
 
 # what a method needs that a target of logits alone cannot give, by `requires` entry
 NOT_ZERO_COST = {
@@ -67,7 +68,7 @@ NOT_ZERO_COST = {
 def served(target) -> tuple[list[str], dict[str, str]]:
     """(the registered methods the zero-cost target can serve, the others with why not)."""
     from specbench_cli import methods
-    from specbench_cli.engine.target import missing_capabilities
+    from specbench_cli.decoding.target import missing_capabilities
 
     ok, skipped = [], {}
     for name in methods.names():
@@ -91,7 +92,7 @@ def served(target) -> tuple[list[str], dict[str, str]]:
 def prompts_for(n: int, length: int, vocab: int) -> list[list[int]]:
     """`n` synthetic prompts of `length` token ids with repeated spans (the zero-cost target's own
     answer generator, seeded per prompt)."""
-    from specbench_cli.engine.targets.zero_cost import answer_for
+    from specbench_cli.targets.zero_cost import answer_for
 
     return [answer_for([1000 + i], length, vocab, seed=7) for i in range(n)]
 
@@ -153,7 +154,7 @@ def make_drafters(name: str, target, budget: int, batch: int, adaptive: Optional
 
 
 def policy_from(record: dict):
-    from specbench_cli.engine.budget import AcceptanceTable, AdaptiveBudget
+    from specbench_cli.decoding.budget import AcceptanceTable, AdaptiveBudget
 
     return AdaptiveBudget(AcceptanceTable.from_dict(record["table"]), record["step_ms"], record["draft_ms"],
                           online=8.0, history=True, hindsight=True)
@@ -164,14 +165,14 @@ def learn_policy(name: str, target, prompts, budget: int, tokens: int) -> dict:
     whole drafts on the prompts, a flat GPU-like cost curve (a forward of q tokens costs 5 ms +
     0.02 ms per token), no drafting cost."""
     from specbench_cli import methods
-    from specbench_cli.engine.budget import AcceptanceTable, AdaptiveBudget
-    from specbench_cli.engine.loop import Decoder
+    from specbench_cli.decoding.budget import AcceptanceTable, AdaptiveBudget
+    from specbench_cli.decoding.decoder import Decoder
     from specbench_cli.methods.core.method import MethodContext
 
     step_ms = [5.0 + 0.02 * q for q in range(1, budget + 1)]
     d = methods.get(name).create(MethodContext(target, None, budget=budget))
     learning = AdaptiveBudget(AcceptanceTable(), step_ms, learning=True, history=True)
-    dec = Decoder(target, set())
+    dec = Decoder(as_target(target), set())
     for p in prompts:
         dec.generate(d, p, tokens, budget, policy=learning)
     return {"table": learning.table.to_dict(), "step_ms": step_ms, "draft_ms": 0.0}
@@ -180,9 +181,9 @@ def learn_policy(name: str, target, prompts, budget: int, tokens: int) -> dict:
 def decode_pass(target, drafters: list, prompts: list, tokens: int, budget: int, spy: Optional[SyncSpy] = None
                 ) -> dict:
     """Decode every prompt, `len(drafters)` at a time; the parts summed over batch steps."""
-    from specbench_cli.engine.loop import Decoder
+    from specbench_cli.decoding.decoder import Decoder
 
-    dec = Decoder(target, set())
+    dec = Decoder(as_target(target), set())
     b = len(drafters)
     total = {"steps": 0, "seq_steps": 0, "tokens": 0, "decode": 0.0, "forward": 0.0, "accept": 0.0, "commit": 0.0,
              "propose": 0.0, "observe": 0.0, "choose": 0.0, "budget_observe": 0.0, "cpu": 0.0, "syncs": 0,
@@ -279,7 +280,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     import torch
 
     from specbench_cli import methods
-    from specbench_cli.engine.targets.zero_cost import ZeroCostTarget, answer_for
+    from specbench_cli.targets.zero_cost import ZeroCostTarget, answer_for
 
     torch.set_num_threads(a.threads)
     print(HEADER)

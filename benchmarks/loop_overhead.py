@@ -3,8 +3,8 @@ in one process, on the same model, prompts and methods (AR and pld), interleaved
 
     python benchmarks/loop_overhead.py --old-src /path/to/older/checkout [--rounds 3] [--tokens 128]
 
-The older loop is loaded from its own files (`engine/loop.py`, and `engine/cache.py` or
-`engine/batch.py` where it has them) on top of this checkout's draft, drafter and verify modules,
+The older loop is loaded from its own files (`decoding/decoder.py`, and `decoding/cache.py` or
+`decoding/batch.py` where it has them) on top of this checkout's draft, drafter and verify modules,
 which kept their interfaces. Prints tok/s per loop and method: the median over rounds of the
 tokens of all prompts over their wall time. Run it on quiet cores; say the load with its numbers.
 """
@@ -18,17 +18,18 @@ import statistics
 import sys
 import time
 from pathlib import Path
+from specbench_cli.targets import as_target
 
 
 def load_old_loop(src: Path):
-    """The older checkout's engine/loop.py as a module (its KV cache module registered under the
+    """The older checkout's decoding/decoder.py as a module (its KV cache module registered under the
     name it imports)."""
     engine = src / "specbench_cli" / "engine"
     old_cache = engine / "cache.py"
     if old_cache.is_file():
-        spec = importlib.util.spec_from_file_location("specbench_cli.engine.cache", old_cache)
+        spec = importlib.util.spec_from_file_location("specbench_cli.decoding.cache", old_cache)
         mod = importlib.util.module_from_spec(spec)
-        sys.modules["specbench_cli.engine.cache"] = mod
+        sys.modules["specbench_cli.decoding.cache"] = mod
         spec.loader.exec_module(mod)
     spec = importlib.util.spec_from_file_location("old_specbench_loop", engine / "loop.py")
     mod = importlib.util.module_from_spec(spec)
@@ -49,7 +50,7 @@ def main() -> None:
     import torch
 
     from specbench_cli import methods, tasks
-    from specbench_cli.engine.loop import Decoder
+    from specbench_cli.decoding.decoder import Decoder
     from specbench_cli.methods.core.method import MethodContext
     from specbench_cli.models.load import load_model
     from specbench_cli.models.prompting import ChatPrompter, stop_token_ids, user_turn
@@ -64,7 +65,7 @@ def main() -> None:
     for q in qs:
         by_cat.setdefault(q.category, q)
     prompts = [prompter(user_turn(q.turns[0])) for q in list(by_cat.values())[: a.questions]]
-    loops = {"old": old.Decoder(lm.model, eos), "new": Decoder(lm.target, eos)}
+    loops = {"old": old.Decoder(as_target(lm.model), eos), "new": Decoder(lm.target, eos)}
     ctx = MethodContext(lm.target, lm.tokenizer, budget=10)
     made = {m: methods.get(m).create(ctx) for m in ("ar", "pld")}
     for d in loops.values():  # warm-up

@@ -19,11 +19,12 @@ import time
 import torch
 
 from specbench_cli import methods, tasks
-from specbench_cli.engine.loop import Decoder
+from specbench_cli.decoding.decoder import Decoder
 from specbench_cli.methods.core.method import MethodContext
 from specbench_cli.models.load import load_model
 from specbench_cli.models.prompting import ChatPrompter, stop_token_ids
 from specbench_cli.tasks.base import select as select_questions
+from specbench_cli.targets import as_target
 
 
 def hf_generate(model, ids, max_new, eos, **kw):
@@ -61,7 +62,7 @@ def main() -> None:
     args = ap.parse_args()
     lm, eos, prompts = load_target_and_prompts(args)
     model, tok = lm.model, lm.tokenizer
-    dec = Decoder(model, eos)
+    dec = Decoder(as_target(model), eos)
     bc = 11
     ctx = MethodContext(model, tok, budget=bc)
     ours = {"ar": methods.get("ar").create(ctx), "pld": methods.get("pld").create(ctx)}

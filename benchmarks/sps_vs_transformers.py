@@ -29,8 +29,9 @@ from pathlib import Path
 import torch
 
 from specbench_cli import methods
-from specbench_cli.engine.loop import Decoder
+from specbench_cli.decoding.decoder import Decoder
 from specbench_cli.methods.core.method import MethodContext
+from specbench_cli.targets import as_target
 
 sys.path.insert(0, str(Path(__file__).parent))
 from peers import hf_generate, load_target_and_prompts  # noqa: E402  (one definition of "transformers' greedy call, timed")
@@ -67,7 +68,7 @@ def main() -> None:
     sps = methods.get("sps").create(ctx)
     draft = sps.draft  # the very same weights for both sides
     configure_assistant(draft, args.gamma)
-    dec = Decoder(model, eos)
+    dec = Decoder(as_target(model), eos)
     ours = {"sps": lambda ids, n: dec.generate(sps, ids, n, bc)}
     theirs = {"sps": lambda ids, n: hf_generate(model, ids, n, eos, assistant_model=draft)}
     if not args.no_ar:

@@ -9,10 +9,11 @@ Modules are imported on first use only.
 from __future__ import annotations
 
 from specbench_cli.methods.heads.kinds import REGISTRY as HEAD_KINDS
+from specbench_cli.names import AR
 from specbench_cli.registry import Registry
 
 _REGISTRY = Registry("method", "specbench.methods", "specbench_cli.methods.core.method:Method", {
-    "ar": "specbench_cli.methods.ar:AutoRegressive",
+    AR: "specbench_cli.methods.ar:AutoRegressive",
     "pld": "specbench_cli.methods.pld:PromptLookup",
     "jacobi": "specbench_cli.methods.jacobi:Jacobi",
     "lookahead": "specbench_cli.methods.lookahead:Lookahead",

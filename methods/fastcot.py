@@ -9,7 +9,7 @@ compared on the same basis (the paper's "Vanilla CoT").
 
 Engine fit: the Jacobi phase is an ordinary chain drafter (the verifier keeps the exact
 tokens, so the exact prefix equals AR's). The two lossy parts use the engine's optional hooks
-(engine/drafter.py): `finished()` ends decoding at the iteration cap, `epilogue()` hands the
+(decoding/drafter.py): `finished()` ends decoding at the iteration cap, `epilogue()` hands the
 loop the approximate tokens + trigger to feed before it decodes the answer. Choices the paper
 leaves open are in docs/methods/fastcot.md.
 
@@ -24,10 +24,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
-from specbench_cli.config.syntax import MAX_BUDGET
-from specbench_cli.engine.draft import Draft
-from specbench_cli.engine.drafter import DecodeState, Epilogue, Structure, VerifyResult
+from specbench_cli.decoding.draft import Draft
+from specbench_cli.decoding.drafter import DecodeState, Epilogue, Structure, VerifyResult
 from specbench_cli.methods.core.method import Method
+from specbench_cli.names import MAX_BUDGET
 from specbench_cli.options import opt
 
 TRIGGER = "\nSo the answer is"

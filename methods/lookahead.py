@@ -53,11 +53,11 @@ from dataclasses import dataclass
 from itertools import islice
 from typing import Optional
 
-from specbench_cli.config.syntax import MAX_BUDGET
-from specbench_cli.engine.draft import Draft
-from specbench_cli.engine.drafter import DecodeState, Structure, VerifyResult
+from specbench_cli.decoding.draft import Draft
+from specbench_cli.decoding.drafter import DecodeState, Structure, VerifyResult
 from specbench_cli.errors import UsageError
 from specbench_cli.methods.core.method import Method
+from specbench_cli.names import MAX_BUDGET
 from specbench_cli.options import opt
 
 SHIFT_MODES = ("one", "accepted")

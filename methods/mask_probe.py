@@ -41,8 +41,8 @@ import heapq
 from dataclasses import dataclass
 from typing import Optional
 
-from specbench_cli.engine.draft import Draft
-from specbench_cli.engine.drafter import DecodeState, Structure, VerifyResult
+from specbench_cli.decoding.draft import Draft
+from specbench_cli.decoding.drafter import DecodeState, Structure, VerifyResult
 from specbench_cli.lazy import torch
 from specbench_cli.methods.core.method import Method
 from specbench_cli.options import opt

@@ -1,7 +1,7 @@
 """PARD: a parallel draft model (An et al., "PARD: Accelerating LLM Inference with Low-Cost
 PARallel Draft Model Adaptation", 2025).
 
-A small draft model with the target's tokenizer, adapted (training/drafter/pard.py) to predict
+A small draft model with the target's tokenizer, adapted (training/draft_model/pard.py) to predict
 several tokens in ONE forward: after the accepted text it reads K-1 copies of a mask token (the
 id its config.json records as `pard_token`) and its logits at the last accepted token and at the
 K-1 masks are its guesses for the next K tokens. The target verifies root + those K tokens as a
@@ -32,12 +32,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-from specbench_cli.config.syntax import MAX_BUDGET
-from specbench_cli.engine.draft import Draft
-from specbench_cli.engine.drafter import DecodeState, Structure, VerifyResult
+from specbench_cli.decoding.draft import Draft
+from specbench_cli.decoding.drafter import DecodeState, Structure, VerifyResult
 from specbench_cli.errors import UsageError
 from specbench_cli.lazy import inference_mode, torch
 from specbench_cli.methods.sps import SpeculativeSampling
+from specbench_cli.names import MAX_BUDGET
 from specbench_cli.options import opt
 
 MASK_KEY = "pard_token"  # the published drafters' config.json key for the mask token id

@@ -18,8 +18,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
-from specbench_cli.engine.draft import Draft
-from specbench_cli.engine.drafter import DecodeState, Structure, VerifyResult
+from specbench_cli.decoding.draft import Draft
+from specbench_cli.decoding.drafter import DecodeState, Structure, VerifyResult
 from specbench_cli.errors import UsageError
 from specbench_cli.methods.core.fallback import HEAD_FALLBACKS, Fallback, shown_options
 from specbench_cli.methods.core.merge import merge, path_scores

@@ -37,11 +37,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
-from specbench_cli.config.syntax import MAX_BUDGET
-from specbench_cli.engine.draft import Draft
-from specbench_cli.engine.drafter import DecodeState, Structure, VerifyResult
+from specbench_cli.decoding.draft import Draft
+from specbench_cli.decoding.drafter import DecodeState, Structure, VerifyResult
 from specbench_cli.errors import UsageError
 from specbench_cli.methods.core.method import Method
+from specbench_cli.names import MAX_BUDGET
 from specbench_cli.options import opt
 
 CONFIG_KEY = "space_mask_id"        # config.json key `specbench train space` writes
@@ -136,7 +136,7 @@ class Space(Method):
                 raise UsageError(missing_mask_line(f"model folder {folder}"))
 
     def setup(self) -> None:
-        from specbench_cli.engine.target import MissingCapability
+        from specbench_cli.decoding.target import MissingCapability
 
         target = self.ctx.target
         try:

@@ -25,13 +25,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-from specbench_cli.config.syntax import MAX_BUDGET
-from specbench_cli.engine.draft import Draft
-from specbench_cli.engine.drafter import DecodeState, Structure, VerifyResult
-from specbench_cli.engine.verify import target_probs
+from specbench_cli.decoding.draft import Draft
+from specbench_cli.decoding.drafter import DecodeState, Structure, VerifyResult
+from specbench_cli.decoding.verify import target_probs
 from specbench_cli.errors import UsageError
 from specbench_cli.lazy import inference_mode, torch
 from specbench_cli.methods.core.method import Method
+from specbench_cli.names import MAX_BUDGET
 from specbench_cli.options import opt
 
 # Strings whose encodings must agree between target and draft tokenizers (besides the vocab).

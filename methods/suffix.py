@@ -31,8 +31,8 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Optional
 
-from specbench_cli.engine.draft import Draft
-from specbench_cli.engine.drafter import DecodeState, Structure, VerifyResult
+from specbench_cli.decoding.draft import Draft
+from specbench_cli.decoding.drafter import DecodeState, Structure, VerifyResult
 from specbench_cli.methods.core.fallback import HEAD_FALLBACKS, Fallback, shown_options
 from specbench_cli.methods.core.method import Method
 from specbench_cli.methods.retrieval.suffix_tree import SuffixDraft, SuffixTree

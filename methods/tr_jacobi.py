@@ -37,12 +37,12 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Optional
 
-from specbench_cli.config.syntax import MAX_BUDGET
-from specbench_cli.engine.draft import Draft, children_lists, paths_to_parents
-from specbench_cli.engine.drafter import DecodeState, Structure, VerifyResult
+from specbench_cli.decoding.draft import Draft, children_lists, paths_to_parents
+from specbench_cli.decoding.drafter import DecodeState, Structure, VerifyResult
 from specbench_cli.lazy import torch
 from specbench_cli.methods.core.method import Method
 from specbench_cli.methods.pld import NgramIndex
+from specbench_cli.names import MAX_BUDGET
 from specbench_cli.options import opt
 
 RETRIEVAL = -1  # the choice index that marks the retrieval path in a template path

@@ -8,8 +8,8 @@ Every kind of pluggable thing is one `Registry`, each with the same API (`names`
     tasks            specbench.tasks           tasks/__init__.py            a `Task` subclass
     task sources     specbench.task_sources    tasks/__init__.py            a `TaskSource` (`hf:`, `speed-bench:`)
     report formats   specbench.report_formats  report/formats.py            a `Format`
-    targets          specbench.targets         specbench_cli/targets.py     a `Target` subclass
-    engine methods   specbench.engine_methods  engines/methods.py           an `EngineMethod` (`ENGINE:METHOD`)
+    targets          specbench.targets         specbench_cli/targets/__init__.py     a `Target` subclass
+    engine methods   specbench.engine_methods  servers/registry.py           an `EngineMethod` (`ENGINE:METHOD`)
 
 Built-in entries are listed in those modules, and nowhere else: messages, help texts and the
 docs read the names from the registries. Packages outside this repository add their own

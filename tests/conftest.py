@@ -8,6 +8,8 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from helpers.tiny import make_model, make_tokenizer, save_tiny  # noqa: E402
 
+from specbench_cli.targets import as_target
+
 SHARED_QUESTIONS = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "spec_bench" / "question.jsonl"
 
 
@@ -79,11 +81,11 @@ def tiny_datastore(tmp_path_factory, tiny_model, tiny_tok):
     from helpers.tiny import EOS
 
     from specbench_cli import methods
-    from specbench_cli.engine.loop import Decoder
+    from specbench_cli.decoding.decoder import Decoder
     from specbench_cli.methods.core.method import MethodContext
     from specbench_cli.methods.retrieval.datastore import write
 
-    dec = Decoder(tiny_model, {EOS})
+    dec = Decoder(as_target(tiny_model), {EOS})
     ar = methods.get("ar").create(MethodContext(tiny_model, tiny_tok, budget=1))
     seqs = [p + dec.generate(ar, p, 48, 1).output_ids for p in DATASTORE_PROMPTS]
     out = tmp_path_factory.mktemp("ds") / "store"

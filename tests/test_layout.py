@@ -45,11 +45,11 @@ def test_import_linter_contracts_are_kept(installed_layout):
 
 
 def test_contracts_would_catch_an_upward_import(installed_layout, tmp_path):
-    """The layers contract is not vacuous: an engine module that imports the run layer breaks it."""
+    """The layers contract is not vacuous: a decoding-core module that imports the run layer breaks it."""
     pytest.importorskip("importlinter")
     broken = tmp_path / "broken"
     shutil.copytree(installed_layout, broken)
-    with open(broken / "specbench_cli" / "engine" / "draft.py", "a", encoding="utf-8") as f:
+    with open(broken / "specbench_cli" / "decoding" / "draft.py", "a", encoding="utf-8") as f:
         f.write("\n\ndef _upward():\n    from specbench_cli.run import runner  # noqa: F401\n")
     res = _python("import sys; from importlinter.cli import lint_imports; sys.exit(lint_imports())", broken)
     assert res.returncode != 0 and "BROKEN" in res.stdout

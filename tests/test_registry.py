@@ -45,7 +45,7 @@ def test_every_builtin_entry_resolves_to_what_its_registry_declares():
         for name in reg.builtins:
             assert reg.get(name) is not None, (reg.kind, name)
     module, _, cls = targets.REGISTRY[targets.DEFAULT].partition(":")
-    assert module.startswith("specbench_cli.engine.") and cls
+    assert module.startswith("specbench_cli.targets.") and cls
 
 
 def test_a_wrong_entry_is_one_usage_error_naming_the_base():

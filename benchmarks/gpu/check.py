@@ -169,7 +169,7 @@ def environment(device: str, pkg: Path) -> dict:
         out.update(gpu=torch.cuda.get_device_name(0), cuda=torch.version.cuda,
                    gpu_memory_gib=round(torch.cuda.get_device_properties(0).total_memory / 2**30, 1))
     else:
-        from specbench_cli.engine.forward.cpuinfo import cpu_flags, cpu_model, isa_label
+        from specbench_cli.targets.hf.forward.cpuinfo import cpu_flags, cpu_model, isa_label
 
         out.update(cpu=cpu_model(), isa=isa_label(cpu_flags()), threads=torch.get_num_threads())
     return out

@@ -17,8 +17,8 @@ from __future__ import annotations
 
 from typing import Optional
 
-from specbench_cli.engine.draft import Draft
-from specbench_cli.engine.drafter import DecodeState, VerifyResult
+from specbench_cli.decoding.draft import Draft
+from specbench_cli.decoding.drafter import DecodeState, VerifyResult
 from specbench_cli.errors import UsageError
 from specbench_cli.methods.core.method import Delegate, Method
 from specbench_cli.methods.heads.kinds import HEAD_METHODS

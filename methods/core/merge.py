@@ -9,7 +9,7 @@ parent. Used by `samd -o samd.merge=true` (the automaton's chain with Token Recy
 
 from __future__ import annotations
 
-from specbench_cli.engine.draft import Draft
+from specbench_cli.decoding.draft import Draft
 
 
 def path_scores(draft: Draft, factor) -> list[float]:

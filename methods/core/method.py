@@ -1,4 +1,4 @@
-"""A method: a drafter (engine/drafter.py) with a name, typed options (specbench_cli/options.py)
+"""A method: a drafter (decoding/drafter.py) with a name, typed options (specbench_cli/options.py)
 and a plan/bind life cycle; and `Delegate`, a registered method run inside another."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Optional
 
-from specbench_cli.engine.drafter import Drafter
-from specbench_cli.engine.verify import SamplingConfig
+from specbench_cli.decoding.drafter import Drafter
+from specbench_cli.decoding.verify import SamplingConfig
 from specbench_cli.errors import UsageError
 from specbench_cli.options import NoOptions, parse_options, user_options
 
@@ -18,12 +18,12 @@ class MethodContext:
     """The run a method is planned against, and the target once it is bound.
 
     `plan` may read everything except `target` and `tokenizer` (None until `bind`). `target` is
-    the engine's `Target` (engine/target.py), the only way a method reaches the model: its
+    the engine's `Target` (decoding/target.py), the only way a method reaches the model: its
     declared capabilities (`needs` of the method) and nothing else. A transformers model given
     here is wrapped in an `HFTarget`.
 
     The budget: `budget`, the block complexity (fixed, or the one `auto` chose), and `adaptive`,
-    under `--block-complexity adaptive` the calibrated adaptive budget (engine/budget.py) that
+    under `--block-complexity adaptive` the calibrated adaptive budget (decoding/budget.py) that
     trims each draft within it (None otherwise). The runner hands both to the loop
     (`Decoder.generate`); a copy of the method for another sequence of a batch has its own.
     """
@@ -31,7 +31,7 @@ class MethodContext:
     target: Any = None
     tokenizer: Any = None
     budget: int = 10
-    adaptive: Any = None  # engine/budget.py `AdaptiveBudget`, or None
+    adaptive: Any = None  # decoding/budget.py `AdaptiveBudget`, or None
     device: str = "cpu"
     dtype: str = "float32"
     sampling: SamplingConfig = field(default_factory=SamplingConfig)
@@ -42,7 +42,7 @@ class MethodContext:
 
     def __post_init__(self) -> None:
         if self.target is not None:
-            from specbench_cli.engine.targets import as_target
+            from specbench_cli.targets import as_target
 
             self.target = as_target(self.target)
 
@@ -65,7 +65,7 @@ class Method(Drafter):
     (vanilla Jacobi), so no acceptance is promised (tests do not expect one); a method that drafts
     nothing has `structure = Structure.NONE` (AR).
 
-    `needs` names the target capabilities the method uses (engine/target.py `CAPABILITIES`:
+    `needs` names the target capabilities the method uses (decoding/target.py `CAPABILITIES`:
     hidden states, layer features, token embeddings, the output projection, the config, input
     embeddings); a target that lacks one is refused before any model loads.
 

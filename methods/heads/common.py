@@ -22,8 +22,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Optional
 
-from specbench_cli.engine.drafter import Structure
-from specbench_cli.engine.verify import SamplingConfig, target_probs
+from specbench_cli.decoding.drafter import Structure
+from specbench_cli.decoding.verify import SamplingConfig, target_probs
 from specbench_cli.errors import UsageError
 from specbench_cli.lazy import torch
 from specbench_cli.methods.core.method import Method
@@ -113,10 +113,10 @@ class HeadsCheckpoint:
         self.head: Any = None
 
     def load(self, target: Any) -> Any:
-        """The head on the target's device and dtype, bound to the target (engine/target.py: its
+        """The head on the target's device and dtype, bound to the target (decoding/target.py: its
         output projection, token embeddings and config); UsageError if it does not fit."""
-        from specbench_cli.engine.targets import as_target
         from specbench_cli.methods.heads.checkpoint import load_heads
+        from specbench_cli.targets import as_target
 
         target = as_target(target)
         weight = target.output_projection().weight

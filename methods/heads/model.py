@@ -29,9 +29,9 @@ from specbench_cli.methods.heads.kv import CachedHeadMixin, HeadKV  # noqa: F401
 
 
 def _target_parts(target: Any) -> tuple[nn.Module, nn.Module]:
-    """(output head [h -> V], input embedding [V -> h]) of a target (engine/target.py; a
+    """(output head [h -> V], input embedding [V -> h]) of a target (decoding/target.py; a
     transformers model is wrapped in an `HFTarget`)."""
-    from specbench_cli.engine.targets import as_target
+    from specbench_cli.targets import as_target
 
     target = as_target(target)
     return target.output_projection(), target.token_embeddings()

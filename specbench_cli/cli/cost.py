@@ -43,10 +43,10 @@ def cost(
     c.validate(max_q, context, repeats, warmup, batch_size)
     if target not in targets.names():
         raise unknown("target", target, targets.names())
-    from specbench_cli.engine.forward.modes import check as check_forward
+    from specbench_cli.targets.hf.forward.modes import check as check_forward
 
     check_forward(forward)
-    from specbench_cli.engine.forward.modes import check_kernels
+    from specbench_cli.targets.hf.forward.modes import check_kernels
 
     check_kernels(kernels)
     torch_dtype(dtype)
@@ -86,7 +86,7 @@ def cost(
         c.save_cached(curve)
     from rich.table import Table
 
-    from specbench_cli.engine.forward.cpuinfo import cpu_flags, cpu_model
+    from specbench_cli.targets.hf.forward.cpuinfo import cpu_flags, cpu_model
 
     cols = ["q", "ms", "t(q)/t(1)"] + (["floor ms", "t(q)/floor", "bound"] if curve.roofline else [])
     batch = f"{batch_size} sequences of q tokens, " if batch_size > 1 else ""
@@ -119,7 +119,7 @@ def cost(
         import json
 
         from specbench_cli.atomic import atomic_write
-        from specbench_cli.engine.forward.cpuinfo import isa_label
+        from specbench_cli.targets.hf.forward.cpuinfo import isa_label
 
         plan = lm.target.describe().get("kernel_plan")
         record = {**curve.to_dict(), "cpu": {"model": cpu_model(), "flags": cpu_flags(), "isa": isa_label(cpu_flags())},

@@ -22,7 +22,7 @@ def list_(what: str = typer.Argument(..., help=" | ".join(LISTS))) -> None:
         for n in reg.names():  # read from source: listing imports no method (and no torch)
             d = reg.describe(n)
             t.add_row(n, "yes" if d["lossless"] else "no", "yes" if d["needs_training"] else "no", d["summary"])
-        from specbench_cli.engines import methods as engine_methods  # ENGINE:METHOD (docs/engines.md)
+        from specbench_cli.servers import registry as engine_methods  # ENGINE:METHOD (docs/engines.md)
 
         for n in engine_methods.names():
             t.add_row(n, "yes", "no", engine_methods.describe(n)["summary"])

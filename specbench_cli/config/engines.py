@@ -1,5 +1,5 @@
 """The checks of the engine options (`--engine-bin`, `--engine-url`, `--engine-timeout`): the
-servers that engine methods (`ENGINE:METHOD`, engines/) start or reach. Nothing is started or
+servers that engine methods (`ENGINE:METHOD`, servers/) start or reach. Nothing is started or
 reached here."""
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ def check_engine_urls(values: Any) -> list[str]:
 
 
 def check_engine_bin(value: Optional[str]) -> Optional[str]:
-    from specbench_cli.engines.locate import split_engine_bin
+    from specbench_cli.locate import split_engine_bin
 
     split_engine_bin(value)  # ENGINE=PATH with an unknown engine: one line, exit 2
     return value

@@ -66,12 +66,12 @@ from specbench_cli.config.syntax import (
     parse_temperatures,
     split_list,
 )
-from specbench_cli.engine.forward.modes import check as check_forward
-from specbench_cli.engine.forward.modes import check_kernels
 from specbench_cli.errors import UsageError, unknown
 from specbench_cli.models.load import DEFAULT_MODEL, DTYPES, check_device
 from specbench_cli.models.templates import check_template
 from specbench_cli.options import Bound, is_int
+from specbench_cli.targets.hf.forward.modes import check as check_forward
+from specbench_cli.targets.hf.forward.modes import check_kernels
 
 
 def _temperature(value: Any) -> Any:

@@ -2,7 +2,7 @@
 
 An instance is `NAME` (at the run's `--block-complexity`), `NAME@N` (budget N), `NAME@auto` or
 `NAME@adaptive`; NAME is a method specbench decodes (`pld`) or an engine's own speculation,
-`ENGINE:METHOD` (`llama.cpp:ngram-mod@5`, engines/naming.py). Planning (run/plan.py) turns the
+`ENGINE:METHOD` (`llama.cpp:ngram-mod@5`, names.py). Planning (run/plan.py) turns the
 run's list into `MethodInstance`s; limits, calibration, the runner and the manifest read the
 typed value, never the text again.
 """
@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from typing import Iterable, Optional
 
 from specbench_cli.config.syntax import ADAPTIVE, AR, AUTO, DEFAULT_BUDGET, Budget, parse_bc
-from specbench_cli.engines.naming import engine_ar, engine_of
 from specbench_cli.errors import UsageError
+from specbench_cli.names import engine_ar, engine_of
 
 
 @dataclass(frozen=True)
@@ -59,7 +59,7 @@ def parse_instance(text: str) -> MethodInstance:
 
 def run_order(listed: Iterable[MethodInstance]) -> list[MethodInstance]:
     """AR first (the baseline), then `listed` in order without duplicates; an engine's own AR
-    (`llama.cpp:ar`) before the first of its engine's methods (engines/naming.py)."""
+    (`llama.cpp:ar`) before the first of its engine's methods (names.py)."""
     out = {AR: MethodInstance(AR, AR)}
     for inst in listed:
         if inst.engine is not None:

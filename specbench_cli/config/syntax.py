@@ -7,15 +7,14 @@ from __future__ import annotations
 from typing import Any, List, Optional, Union
 
 from specbench_cli.errors import UsageError
+from specbench_cli.names import AR, MAX_BUDGET  # noqa: F401 (the run options' words)
 from specbench_cli.options import Bound
 
 AUTO = "auto"
 ADAPTIVE = "adaptive"
-AR = "ar"
 DEFAULT_BUDGET = 10
 # Ceilings that hold before the model (and its context length) is known: they keep planning and
 # memory bounded whatever is typed; the model's context is checked once it is read (run/limits.py).
-MAX_BUDGET = 4096                   # tokens per forward (Spec-Bench's largest trees use 64)
 MAX_NEW_TOKENS = 1_000_000          # per turn
 MAX_REPEATS = 10_000
 MAX_THREADS = 4096

@@ -121,7 +121,7 @@ def _read_record(path: Path) -> dict:
     """The record's JSON, read as every cached document is (json_cache.read_document: a regular
     file, never through a link, bounded in size and nesting); FileNotFoundError when there is
     none, ValueError for anything else that is not a JSON object."""
-    from specbench_cli.models.json_cache import read_document
+    from specbench_cli.json_cache import read_document
 
     record = read_document(path)
     if record is None:

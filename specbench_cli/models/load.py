@@ -42,7 +42,7 @@ DEVICES = ("cpu", "cuda", "mps")
 @dataclass
 class LoadedModel:
     """A model reference loaded as a target (`load_model`): the target every forward goes through
-    (engine/target.py), the model's tokenizer, and what the manifest records of them (`manifest`)."""
+    (decoding/target.py), the model's tokenizer, and what the manifest records of them (`manifest`)."""
 
     target: Any
     tokenizer: Any
@@ -59,7 +59,7 @@ class LoadedModel:
     def model(self) -> Any:
         """The transformers model an `HFTarget` computes with (training, a draft model, the cost
         curve's floor), or None for a target that holds none."""
-        from specbench_cli.engine.targets.hf import HFTarget
+        from specbench_cli.targets.hf.target import HFTarget
 
         return self.target.model if isinstance(self.target, HFTarget) else None
 
@@ -436,12 +436,12 @@ def load_model(ref: str = DEFAULT_MODEL, device: str = "cpu", dtype: str = "floa
                forward: str = "sdpa", *, target: str = DEFAULT_TARGET, trust_remote_code: bool = False,
                kernels: str = "auto", note: Optional[Callable[[str], None]] = None, refresh_kernels: bool = False,
                **options: Any) -> LoadedModel:
-    """Load model `ref` as the registered target `target` (specbench_cli/targets.py; `hf`, the
+    """Load model `ref` as the registered target `target` (specbench_cli/targets/__init__.py; `hf`, the
     default, is a transformers causal LM) on `device` with `dtype`, and its tokenizer: the
-    target's own `load` makes it, whatever the target (engine/target.py). What the loader hands
+    target's own `load` makes it, whatever the target (decoding/target.py). What the loader hands
     every target: the reference resolved (`Target.weights`), `forward` (`sdpa`, `eager`, `short`,
-    `lean` or `auto`, see engine/forward/modes.py), `kernels` (the lean forward's matrix-product
-    kernels: `auto`, timed once on this CPU and cached, models/kernel_plan.py, `note` hearing
+    `lean` or `auto`, see targets/hf/forward/modes.py), `kernels` (the lean forward's matrix-product
+    kernels: `auto`, timed once on this CPU and cached, targets/hf/kernel_plan.py, `note` hearing
     about a first-time timing; or one fixed name), `trust_remote_code`, and `options`.
 
     A model's own Python code (`auto_map`) runs only with `trust_remote_code`; without it such a
@@ -455,7 +455,7 @@ def load_model(ref: str = DEFAULT_MODEL, device: str = "cpu", dtype: str = "floa
     kind, location = resolve(ref)
 
     def kernel_plan(model: Any, kernels: str, dtype: str) -> Any:
-        from specbench_cli.models.kernel_plan import plan_for
+        from specbench_cli.targets.hf.kernel_plan import plan_for
 
         return plan_for(model, kernels, dtype, cache_root(), refresh=refresh_kernels, note=note)
 

@@ -26,11 +26,11 @@ from typing import Iterable, Sequence
 import numpy as np
 import pandas as pd
 
-from specbench_cli.engines.naming import baseline_of, is_baseline
+from specbench_cli.names import AR, baseline_of, is_baseline
 from specbench_cli.store.rows import defaults as _row_defaults
 from specbench_cli.tasks.categories import OVERALL, canonical_category, order_categories
 
-AR_METHOD = "ar"
+AR_METHOD = AR
 
 QUESTION_KEY = ["run_id", "model", "task", "category", "question_id", "repeat", "batch_size", "temperature"]
 METHOD_KEY = ["method", "method_label", "block_complexity"]
@@ -181,7 +181,7 @@ def ar_source_runs(tp: pd.DataFrame, baseline: str = AR_METHOD) -> dict[tuple[st
 
 def paired_throughputs(tp: pd.DataFrame) -> pd.DataFrame:
     """Method questions joined with the `ar` throughput of the same question and repeat (an
-    engine method's with its engine's `ENGINE:ar`: engines/naming.py).
+    engine method's with its engine's `ENGINE:ar`: names.py).
 
     Only questions both have (with the same number of turns) survive. Adds `ar_throughput`
     and `ratio = throughput / ar_throughput`.

@@ -23,7 +23,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from specbench_cli.console import out
-from specbench_cli.engines.naming import baseline_of
+from specbench_cli.names import baseline_of
 from specbench_cli.report import metrics
 from specbench_cli.report.metrics import (
     AR_METHOD,

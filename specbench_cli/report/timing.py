@@ -4,7 +4,7 @@
 Per method instance (model, method label, BC, N), pooled over its `ok` rows:
 
 - each part of a decoding step (propose, forward, accept, commit, observe: the rows' `*_time`,
-  written by engine/loop.py; "other" is the rest of the decode time) in ms per step and as a share
+  written by decoding/decoder.py; "other" is the rest of the decode time) in ms per step and as a share
   of the decode wall time (`wall_time - prefill_time`);
 - three speedups side by side: *predicted* (the cost model of `--bc auto`, run/auto/bcauto.py, from the
   instance's accepted tokens and tokens per step, its measured drafting and other step costs and

@@ -80,7 +80,7 @@ def check_prompts(questions, prompter, room: Room) -> None:
 
 # ----------------------------------------------------------------------------- batch memory
 # At --batch-size N every batch holds N rows of KV cache, each as long as the batch's longest
-# prompt + the cap + the block complexity (engine/targets/hf_kv.py: BatchKVCache). Before the model
+# prompt + the cap + the block complexity (targets/hf/kv.py: BatchKVCache). Before the model
 # loads, prompt lengths are estimated from their text; once the tokenizer is there the first
 # turns' are exact (later turns hold earlier answers: prompt + answers at the cap).
 BYTES_PER_TOKEN_ESTIMATE = 2   # UTF-8 bytes per token; tokenizers of the supported models average 3-4 on English

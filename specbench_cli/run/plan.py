@@ -14,8 +14,8 @@ from specbench_cli import tasks as task_registry
 from specbench_cli.config.fields import RunConfig, at_temperature, temperatures
 from specbench_cli.config.instance import MethodInstance, parse_instance, run_order
 from specbench_cli.config.syntax import ADAPTIVE, AUTO, DEFAULT_BUDGET
-from specbench_cli.engines.naming import engine_ar
 from specbench_cli.errors import UsageError
+from specbench_cli.names import engine_ar
 from specbench_cli.run.auto import bcauto
 from specbench_cli.tasks.base import select as select_questions
 
@@ -69,7 +69,7 @@ def method_instances(cfg: RunConfig) -> list[MethodInstance]:
 def method_context(cfg: RunConfig, target=None, tokenizer=None, budget: Optional[int] = None):
     """The settings every method is planned against (and the target once loaded); `budget`
     defaults to the run's block complexity (the default one when that is `auto`)."""
-    from specbench_cli.engine.verify import SamplingConfig
+    from specbench_cli.decoding.verify import SamplingConfig
     from specbench_cli.methods.core.method import MethodContext
 
     if budget is None:
@@ -92,7 +92,7 @@ def plan_methods(cfg: RunConfig, instances: Optional[list[MethodInstance]] = Non
     engines_known = False
     for inst in instances:
         if inst.engine is not None and not engines_known:  # an unknown name says so before any engine check
-            from specbench_cli.engines import methods as engine_methods
+            from specbench_cli.servers import registry as engine_methods
 
             for other in instances:
                 if other.engine is not None and other.label in cfg.methods.names:
@@ -123,7 +123,7 @@ def check_target(cfg: RunConfig, planned: dict) -> None:
     """Every planned method gets from the run's target what it needs (its `needs`, checked
     against the capabilities the target's class declares): else one line, before any model loads."""
     from specbench_cli import targets
-    from specbench_cli.engine.target import check_capabilities
+    from specbench_cli.decoding.target import check_capabilities
 
     target = targets.get(cfg.model.target)
     for inst, method in planned.items():
@@ -155,8 +155,8 @@ def plan_instance(cfg: RunConfig, inst: MethodInstance, budget: int):
     (`-o pld.max_ngram=4`, `-o pld@auto.max_ngram=4`) apply, the instance's last."""
     options = {**cfg.methods.options.get(inst.name, {}),
                **(cfg.methods.options.get(inst.label, {}) if inst.label != inst.name else {})}
-    if inst.engine is not None:  # ENGINE:METHOD, the engine's own speculation (engines/methods.py)
-        from specbench_cli.engines import methods as engine_methods
+    if inst.engine is not None:  # ENGINE:METHOD, the engine's own speculation (servers/registry.py)
+        from specbench_cli.servers import registry as engine_methods
 
         return engine_methods.plan(cfg, inst, budget, options, method_context(cfg, budget=budget))
     return method_registry.get(inst.name)(method_context(cfg, budget=budget), **options)

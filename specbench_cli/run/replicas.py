@@ -29,7 +29,7 @@ from typing import Any, Callable
 
 def _shared(method: Any, target: Any, tokenizer: Any) -> dict[int, Any]:
     """deepcopy's memo: id -> the object itself, for what copies share (module doc): the target
-    (engine/target.py) and, where it wraps a module, that module's submodules and tensors."""
+    (decoding/target.py) and, where it wraps a module, that module's submodules and tensors."""
     import torch
 
     memo: dict[int, Any] = {}

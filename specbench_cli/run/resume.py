@@ -26,6 +26,7 @@ from specbench_cli.config.declare import field_default, flat_name
 from specbench_cli.config.fields import RunConfig, option_fields
 from specbench_cli.config.instance import parse_instance
 from specbench_cli.errors import UsageError, check_not_link, check_not_special
+from specbench_cli.names import AR
 from specbench_cli.options import taken_from_folder
 from specbench_cli.store.runfolder import RunFolder
 
@@ -167,7 +168,7 @@ def _options_class(method: str) -> Optional[type]:
     try:
         inst = parse_instance(method)
         if inst.engine is not None:
-            from specbench_cli.engines import methods as engine_methods
+            from specbench_cli.servers import registry as engine_methods
 
             cls = engine_methods.get(inst.name)
         else:
@@ -193,12 +194,12 @@ def _quote(value: Any) -> str:
 
 
 def check_engine_logs(folder: Path) -> None:
-    """UsageError when the run folder's engine-log folder (`engines/`), or anything in it, is a
+    """UsageError when the run folder's engine-log folder (`servers/`), or anything in it, is a
     symbolic link or a special file: a resumed run appends each engine server's output there, and
-    a folder from elsewhere may plant `engines/llama.cpp-ar.log -> /some/file` (the server's
-    output would overwrite it) or a FIFO (the server would block). engines/server.py opens the
+    a folder from elsewhere may plant `servers/llama.cpp-ar.log -> /some/file` (the server's
+    output would overwrite it) or a FIFO (the server would block). servers/server.py opens the
     logs without following links too; this says so before any model loads."""
-    from specbench_cli.engines.method import LOG_FOLDER
+    from specbench_cli.servers.engine_method import LOG_FOLDER
 
     logs = check_not_special(check_not_link(folder / LOG_FOLDER), "engine log folder")
     if logs.exists() and not logs.is_dir():
@@ -216,10 +217,10 @@ def retry_error_rows(store: RunFolder) -> int:
     fresh one. Later turns after a failed turn are error rows themselves ("not run: an earlier
     turn failed")."""
     rows = store.rows()
-    failed_ar = {_question(r) for r in rows if r["method"] == "ar" and r["status"] != "ok"}
+    failed_ar = {_question(r) for r in rows if r["method"] == AR and r["status"] != "ok"}
 
     def drop(row: dict) -> bool:
-        return row["status"] != "ok" or (row["method"] != "ar" and _question(row) in failed_ar)
+        return row["status"] != "ok" or (row["method"] != AR and _question(row) in failed_ar)
 
     return store.drop_rows(drop)
 

@@ -22,7 +22,7 @@ Fairness rules this file enforces:
 Batches (`--batch-size N`; batch size 1 is a batch of one, as in the loop): the run's questions
 are cut, in order, into groups of N consecutive questions (the last group may be smaller); group
 i is batch `batch_id` i of each repeat (rows at batch size 1 record no `batch_id`). Per group every
-method decodes the same turn index of its questions together (engine/loop.py), a second turn only
+method decodes the same turn index of its questions together (decoding/decoder.py), a second turn only
 after all first turns of the group (its prompt holds the first answer); questions without that
 turn sit it out. Each sequence slot has its own drafter (run/replicas.py; at batch size 1 the
 method itself). Rows stay one per question and turn, recording `batch_size` and `batch_id`. The
@@ -40,9 +40,9 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
 from specbench_cli.config import RunConfig, at_temperature, temperatures
-from specbench_cli.engines.naming import compared_with, is_baseline
 from specbench_cli.models.header import model_context_length
 from specbench_cli.models.prompting import ChatPrompter, stop_token_ids, user_turn
+from specbench_cli.names import AR, compared_with, is_baseline
 from specbench_cli.run import limits
 from specbench_cli.run.plan import method_context, plan_instance, plan_methods
 from specbench_cli.run.replicas import replicas
@@ -117,7 +117,7 @@ class Runner:
         """Bind the planned methods (`plan_methods`: MethodInstance -> method) to the loaded target."""
         import torch
 
-        from specbench_cli.engine.loop import Decoder
+        from specbench_cli.decoding.decoder import Decoder
 
         self.lm = lm
         self.sampling = method_context(self.cfg).sampling
@@ -149,9 +149,9 @@ class Runner:
     # -- one batch of generations -------------------------------------------------------------
     def _generate(self, name: str, prompts: list[list[int]], caps: list[int], seeds: list[int]) -> list:
         """Method `name`'s answers to `prompts` decoded together, each within its cap, sampled
-        from its own seed: one `Generation` each (engine/loop.py)."""
+        from its own seed: one `Generation` each (decoding/decoder.py)."""
         method = self.methods[name]
-        if getattr(method, "decodes_itself", False):  # an engine's own speculation (engines/method.py), batch size 1
+        if getattr(method, "decodes_itself", False):  # an engine's own speculation (servers/engine_method.py), batch size 1
             run_dir = getattr(self.store, "path", None)
             return [method.generate(ids, cap, self.decoder.eos_ids, run_dir) for ids, cap in zip(prompts, caps)]
         gens = [self.torch.Generator().manual_seed(s) for s in seeds] if not self.sampling.greedy else None
@@ -209,7 +209,7 @@ class Runner:
     def order(self, k: int) -> list[str]:
         """AR (then each engine's own AR, `ENGINE:ar`), then the other methods rotated by `k` (slow
         drift of the machine favours none)."""
-        first = ["ar"] + [n for n in self.methods if n != "ar" and is_baseline(n)]
+        first = [AR] + [n for n in self.methods if n != AR and is_baseline(n)]
         others = [n for n in self.methods if n not in first]
         k = k % len(others) if others else 0
         return first + others[k:] + others[:k]
@@ -276,7 +276,7 @@ class Runner:
     def record(self, row: dict, ar_rows: dict[tuple, dict]) -> dict:
         """Compare a finished row with AR's, store it and report it."""
         key = question_key(row)
-        if is_baseline(row["method"]):  # `ar`, or an engine's `ENGINE:ar` (engines/naming.py)
+        if is_baseline(row["method"]):  # `ar`, or an engine's `ENGINE:ar` (names.py)
             ar_rows[ar_key(row["method"], key)] = row
         against = compared_with(row["method"])
         if against is not None:
@@ -299,7 +299,7 @@ class Runner:
             if len(self.temperatures) == 1:
                 return self._run(questions, done, ar_rows, progress)
             return self._sweep(questions, done, ar_rows, progress)
-        finally:  # servers an engine method started stop however the run ends (engines/server.py)
+        finally:  # servers an engine method started stop however the run ends (servers/server.py)
             self._close()
 
     def _close(self) -> None:
@@ -361,7 +361,7 @@ def question_key(row: dict) -> tuple:
 def ar_key(method: str, key: tuple) -> tuple:
     """Where `record` keeps a baseline's row: `ar`'s under the question key, `ENGINE:ar`'s under
     (method, *key)."""
-    return key if method == "ar" else (method, *key)
+    return key if method == AR else (method, *key)
 
 
 def compare_ids(out: list[int], ref: list[int]) -> tuple[bool, Optional[int]]:

@@ -21,6 +21,7 @@ from decimal import Decimal, InvalidOperation
 from typing import Iterable, Optional
 
 from specbench_cli.errors import UsageError
+from specbench_cli.names import AR
 
 SCORERS = ("gsm8k", "humaneval")
 METRIC_NAMES = {"gsm8k": "Acc", "humaneval": "pass@1"}
@@ -192,7 +193,7 @@ def quality_summary(rows: Iterable[dict], execute_code: bool = False):
     df["question_id"] = df["question_id"].astype(str)
     df["batch_size"] = df["batch_size"].fillna(1).astype(int)
     df["temperature"] = df["temperature"].fillna(0.0).astype(float)
-    ar = {tuple(r[k] for k in ["model"] + _REPLY): r["quality"] for _, r in df[df["method"] == "ar"].iterrows()}
+    ar = {tuple(r[k] for k in ["model"] + _REPLY): r["quality"] for _, r in df[df["method"] == AR].iterrows()}
     records = []
     for key, group in df.groupby(GROUP + ["scorer"], sort=False):
         done = group[group["quality"].notna()]

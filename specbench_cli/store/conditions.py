@@ -16,7 +16,7 @@ import shutil
 import subprocess
 from typing import Any, Optional
 
-from specbench_cli.engine.forward.cpuinfo import cpu_flags, cpu_model, isa_label  # noqa: F401 (re-exported)
+from specbench_cli.targets.hf.forward.cpuinfo import cpu_flags, cpu_model, isa_label  # noqa: F401 (re-exported)
 
 BUSY_MARGIN = 1.0  # one core's worth: the harness's own extra work (tokenizer, progress) stays below it
 
@@ -85,7 +85,7 @@ def busy_reason(manifest: dict) -> Optional[str]:
 
 def machine_line(manifest: dict) -> str:
     """'measured on <CPU> (<ISA>: flags), N threads, dtype, forward F': printed under every table,
-    because speedups on a CPU depend on its instruction set (module doc of engine/forward/cpuinfo.py)."""
+    because speedups on a CPU depend on its instruction set (module doc of targets/hf/forward/cpuinfo.py)."""
     host = manifest.get("host") if isinstance(manifest.get("host"), dict) else {}
     cfg = manifest.get("config") if isinstance(manifest.get("config"), dict) else {}
     model = manifest.get("model") if isinstance(manifest.get("model"), dict) else {}

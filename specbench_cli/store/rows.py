@@ -101,7 +101,7 @@ class SampleRow:
         return row_key(self.to_dict())
 
 
-# What a `Generation` (engine/loop.py) measured that a row records under the same name; the
+# What a `Generation` (decoding/decoder.py) measured that a row records under the same name; the
 # step split (`PARTS`) only where it was measured, so a row without it keeps null there.
 MEASURED = ("prompt_tokens", "steps", "wall_time", "prefill_time", "accept_lengths", "draft_sizes", "budget_used",
             "draft_path_lengths", "step_draft_ms", "step_verify_ms", "draft_time", "verify_time", "overhead_time",

@@ -24,6 +24,7 @@ import tomllib
 from specbench_cli.config.grid import grid_schema
 from specbench_cli.errors import UsageError, check_not_special
 from specbench_cli.jsonl import MAX_JSON_DEPTH, too_deep
+from specbench_cli.names import AR
 from specbench_cli.options import is_int
 
 # key -> (check, what the check wants, default): the run options' own declarations (config/fields.py),
@@ -209,7 +210,7 @@ def _job(grid: Grid, model: str, methods: list[str], bc: int, dtype: str, task: 
     for m, kv in opts.items():
         for k, v in kv.items():
             args += ["--option", f"{m}.{k}={v}"]
-    units = turns * (1 + len([m for m in methods if m != "ar"])) * grid.repeats
+    units = turns * (1 + len([m for m in methods if m != AR])) * grid.repeats
     return Job(id=job_id(settings), settings=settings, args=args, units=units, tokens=units * grid.max_new_tokens)
 
 

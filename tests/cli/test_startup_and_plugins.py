@@ -15,13 +15,14 @@ import torch
 from helpers.cli import cli
 
 from specbench_cli import tasks
-from specbench_cli.engine.draft import Draft
-from specbench_cli.engine.drafter import Structure
-from specbench_cli.engine.loop import Decoder
+from specbench_cli.decoding.decoder import Decoder
+from specbench_cli.decoding.draft import Draft
+from specbench_cli.decoding.drafter import Structure
 from specbench_cli.methods.core.method import Method, MethodContext
 from specbench_cli.models.prompting import encode_chat, user_turn
 from specbench_cli.store.rows import SampleRow, required_keys
 from specbench_cli.store.runfolder import load_run
+from specbench_cli.targets import as_target
 from specbench_cli.tasks.categories import display_category
 
 REPO = Path(__file__).resolve().parents[2]
@@ -95,10 +96,11 @@ def test_registry_rejects_a_target_that_is_not_a_method(monkeypatch, capsys):
 
 
 PLUGIN = '''
-from specbench_cli.engine.drafter import Structure
-from specbench_cli.engine.draft import Draft
+from specbench_cli.decoding.drafter import Structure
+from specbench_cli.decoding.draft import Draft
 from specbench_cli.methods.core.method import Method
 from specbench_cli.tasks.base import Question, Task
+from specbench_cli.targets import as_target
 
 
 class Repeat(Method):
@@ -176,7 +178,7 @@ class Probe(Method):
 
 def test_hidden_states_of_the_accepted_path_match_a_full_forward_and_tokens_equal_ar(tiny_model, tiny_tok):
     ctx = MethodContext(tiny_model, tiny_tok, budget=4)
-    dec = Decoder(tiny_model, set())
+    dec = Decoder(as_target(tiny_model), set())
     ar = dec.generate(Method.create(ctx), PROMPT, 20, 4)
     probe = Probe.create(ctx)
     got = dec.generate(probe, PROMPT, 20, 4)
@@ -190,7 +192,7 @@ def test_hidden_states_of_the_accepted_path_match_a_full_forward_and_tokens_equa
 
 
 def test_benchmark_and_distillation_encode_a_conversation_identically(tiny_tok):
-    from specbench_cli.training.drafter.distill_data import chat_prompt
+    from specbench_cli.training.draft_model.distill_data import chat_prompt
 
     class Templated:
         """A chat-template tokenizer stand-in over the tiny one."""

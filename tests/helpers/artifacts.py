@@ -3,6 +3,8 @@ fixtures, so tests run every registered method without naming any."""
 
 from __future__ import annotations
 
+from specbench_cli.targets import as_target
+
 # the prompts of the lossless test: the tiny datastore holds the tiny model's answers to them
 DATASTORE_PROMPTS = [
     [2, 5, 9, 14, 7, 3, 2, 6, 30, 31, 32, 33, 9, 14],
@@ -19,7 +21,7 @@ def expects_acceptance(method_cls) -> bool:
     """Should the method get draft tokens accepted on the tiny model? Not when it drafts nothing
     (AR) or its drafts are guesses never conditioned on the accepted text (vanilla Jacobi: only
     luck gets one accepted, and on the tiny model that luck does not come)."""
-    from specbench_cli.engine.drafter import Structure
+    from specbench_cli.decoding.drafter import Structure
 
     return method_cls.structure is not Structure.NONE and not method_cls.drafts_by_chance
 
@@ -49,10 +51,10 @@ def equals_ar_counting(method, target, tokenizer, budget: int, stat: str, prompt
     method's `stat` over the prompts (how often the part under test drafted)."""
     from helpers.tiny import EOS
     from specbench_cli import methods
-    from specbench_cli.engine.loop import Decoder
+    from specbench_cli.decoding.decoder import Decoder
     from specbench_cli.methods.core.method import MethodContext
 
-    dec = Decoder(target, {EOS})
+    dec = Decoder(as_target(target), {EOS})
     ar = methods.get("ar").create(MethodContext(target, tokenizer, budget=budget))
     total = 0
     for prompt in prompts if prompts is not None else DATASTORE_PROMPTS:

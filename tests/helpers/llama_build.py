@@ -10,7 +10,7 @@ import pytest
 
 def require_llama_cpp_build():
     """The located build (`find_llama_cpp`), with its `libllama.so`."""
-    from specbench_cli.engines.locate import find_llama_cpp
+    from specbench_cli.locate import find_llama_cpp
 
     found = find_llama_cpp()
     if found is None or found.library is None:

@@ -15,9 +15,10 @@ from helpers.tiny import EOS
 from helpers.tiny_dflash import BLOCK, TARGET_LAYERS, recipe, tiny_dflash_cache
 
 from specbench_cli import methods
-from specbench_cli.engine.drafter import DecodeState
-from specbench_cli.engine.loop import Decoder
+from specbench_cli.decoding.decoder import Decoder
+from specbench_cli.decoding.drafter import DecodeState
 from specbench_cli.methods.core.method import MethodContext
+from specbench_cli.targets import as_target
 
 PROMPTS = [[2, 5, 9, 14, 7, 3, 2, 6, 30, 31, 32, 33, 9, 14], [2, 40, 41, 42, 40, 41, 42, 40, 41], [2, 77]]
 
@@ -68,7 +69,7 @@ def trained(tiny_head_folders):
 
 def _decode(model, tok, heads, budget, prompt, sampling=None):
     method = methods.get("dflash").create(MethodContext(model, tok, budget=budget), heads=str(heads))
-    return Decoder(model, {EOS}).generate(method, prompt, 40, budget)
+    return Decoder(as_target(model), {EOS}).generate(method, prompt, 40, budget)
 
 
 def test_the_published_layout_runs_directly_and_imported_and_equals_ours(trained, tiny_model, tiny_tok, tmp_path,
@@ -82,7 +83,7 @@ def test_the_published_layout_runs_directly_and_imported_and_equals_ours(trained
     ar = methods.get("ar").create(MethodContext(tiny_model, tiny_tok, budget=1))
     accepted = 0
     for prompt in PROMPTS:
-        ref = Decoder(tiny_model, {EOS}).generate(ar, prompt, 40, 1).output_ids
+        ref = Decoder(as_target(tiny_model), {EOS}).generate(ar, prompt, 40, 1).output_ids
         runs = [_decode(tiny_model, tiny_tok, folder, 8, prompt) for folder in (trained, src, tmp_path / "imported")]
         assert all(g.output_ids == ref for g in runs)
         assert runs[0].accept_lengths == runs[1].accept_lengths == runs[2].accept_lengths  # the same drafts
@@ -265,9 +266,9 @@ def test_as_the_fallback_of_samd_and_suffix_it_stays_lossless(owner, trained, ti
     """Their own steps feed the drafter's context cache (`absorb`), so its steps draft right."""
     ar = methods.get("ar").create(MethodContext(tiny_model, tiny_tok, budget=1))
     for prompt in PROMPTS:
-        ref = Decoder(tiny_model, {EOS}).generate(ar, prompt, 40, 1).output_ids
+        ref = Decoder(as_target(tiny_model), {EOS}).generate(ar, prompt, 40, 1).output_ids
         m = methods.get(owner).create(MethodContext(tiny_model, tiny_tok, budget=8), fallback="dflash", heads=trained)
-        assert Decoder(tiny_model, {EOS}).generate(m, prompt, 40, 8).output_ids == ref
+        assert Decoder(as_target(tiny_model), {EOS}).generate(m, prompt, 40, 8).output_ids == ref
 
 
 def _reference_block_logits(state: dict, cfg: dict, model, feats: torch.Tensor, root: int) -> torch.Tensor:

@@ -15,11 +15,12 @@ import torch.nn.functional as F
 from helpers.published_eagle3 import published_config, write_safeailab, write_speculators
 from helpers.tiny import make_model
 
-from specbench_cli.engine.draft import Draft
-from specbench_cli.engine.drafter import Structure
-from specbench_cli.engine.loop import Decoder
+from specbench_cli.decoding.decoder import Decoder
+from specbench_cli.decoding.draft import Draft
+from specbench_cli.decoding.drafter import Structure
 from specbench_cli.errors import UsageError
 from specbench_cli.methods.core.method import Method, MethodContext
+from specbench_cli.targets import as_target
 
 PROMPT = [2, 5, 9, 14, 7, 3, 2, 6]
 
@@ -42,14 +43,14 @@ class LayerProbe(Method):
 
 @pytest.mark.parametrize("forward", ["sdpa", "lean"])
 def test_layer_inputs_of_the_accepted_path_match_a_full_forward(forward, tiny_tok):
-    from specbench_cli.engine.forward import lean
+    from specbench_cli.targets.hf.forward import lean
 
     model = make_model(0).eval()
     full_model = copy.deepcopy(model)
     if forward == "lean":
         lean.install(model)
     ctx = MethodContext(model, tiny_tok, budget=4)
-    dec = Decoder(model, set())
+    dec = Decoder(as_target(model), set())
     ar = dec.generate(Method.create(ctx), PROMPT, 20, 4)
     probe = LayerProbe.create(ctx)
     got = dec.generate(probe, PROMPT, 20, 4)
@@ -200,7 +201,7 @@ def test_smollm2_reads_layers_2_15_27_and_stays_lossless(tmp_path):
     write_safeailab(tmp_path / "p", smol.model, draft_vocab=4096, feature_layers=None)  # EAGLE-3's own rule
     import_heads(tmp_path / "p", tmp_path / "o")
     ids = smol.tokenizer("The capital of France is Paris. The capital of Italy is")["input_ids"]
-    dec = Decoder(smol.model, {smol.tokenizer.eos_token_id})
+    dec = Decoder(as_target(smol.model), {smol.tokenizer.eos_token_id})
     ctx = MethodContext(smol.model, smol.tokenizer, budget=10)
     ar = dec.generate(methods.get("ar").create(ctx), ids, 24, 10)
     e3 = methods.get("eagle3").create(ctx, heads=str(tmp_path / "o"))

@@ -10,10 +10,11 @@ import pytest
 from helpers.cli import cli, only_run_dir, run_rows
 
 from specbench_cli import methods
-from specbench_cli.engine.loop import Decoder
+from specbench_cli.decoding.decoder import Decoder
 from specbench_cli.errors import UsageError
 from specbench_cli.methods.core.method import MethodContext
 from specbench_cli.models.prompting import encode_chat, stop_token_ids, user_turn
+from specbench_cli.targets import as_target
 
 BC = 6
 MAX_NEW = 30
@@ -22,7 +23,7 @@ MAX_NEW = 30
 @pytest.fixture(scope="module")
 def setup(tiny_model, tiny_tok):
     ctx = MethodContext(target=tiny_model, tokenizer=tiny_tok, budget=BC)
-    dec = Decoder(tiny_model, stop_token_ids(tiny_tok, tiny_model))
+    dec = Decoder(as_target(tiny_model), stop_token_ids(tiny_tok, tiny_model))
     prompts = [encode_chat(tiny_tok, user_turn(t)) for t in ("what is the sum of one and two",
                                                               "write a short poem about the sea")]
     return ctx, dec, prompts

@@ -15,13 +15,14 @@ from helpers.cli import cli
 from helpers.tiny import EOS, make_model
 
 from specbench_cli import methods
-from specbench_cli.engine.drafter import Structure
-from specbench_cli.engine.loop import Decoder
-from specbench_cli.engine.verify import SamplingConfig
+from specbench_cli.decoding.decoder import Decoder
+from specbench_cli.decoding.drafter import Structure
+from specbench_cli.decoding.verify import SamplingConfig
 from specbench_cli.errors import UsageError
 from specbench_cli.methods.core.method import MethodContext
 from specbench_cli.methods.heads.checkpoint import save_heads
 from specbench_cli.methods.heads.model import EagleHead, MedusaHeads, count_params, eagle_config
+from specbench_cli.targets import as_target
 
 PROMPTS = [[2, 5, 9, 14, 7, 3, 2, 6, 30, 31, 32, 33, 9, 14], [2, 40, 41, 42, 40, 41, 42, 40, 41], [2, 77]]
 KINDS = ["medusa", "eagle"]
@@ -45,7 +46,7 @@ def test_tree_drafts_fill_the_budget_and_branch(kind, tiny_model, tiny_tok, tiny
     method = methods.get(kind).create(MethodContext(tiny_model, tiny_tok, budget=budget), heads=tiny_heads[kind])
     assert method.structure is Structure.TREE and method.needs_hidden_states
     drafts = recording(method)
-    gen = Decoder(tiny_model, {EOS}).generate(method, PROMPTS[0], 40, budget)
+    gen = Decoder(as_target(tiny_model), {EOS}).generate(method, PROMPTS[0], 40, budget)
     assert max(gen.budget_used) <= budget
     full = [d for d, remaining in drafts if remaining > 1]
     assert full and all(len(d) == budget - 1 for d in full)  # the trees are trimmed to BC-1, not smaller
@@ -61,7 +62,7 @@ def test_greedy_chain_option_equals_ar(kind, budget, tiny_model, tiny_tok, tiny_
     method = methods.get(kind).create(ctx, heads=tiny_heads[kind], chain=True)
     assert method.structure is Structure.CHAIN and method.label().endswith(",chain=True)")
     drafts = recording(method)
-    dec, ar = Decoder(tiny_model, {EOS}), methods.get("ar").create(ctx)
+    dec, ar = Decoder(as_target(tiny_model), {EOS}), methods.get("ar").create(ctx)
     accepted = 0
     for prompt in PROMPTS:
         got = dec.generate(method, prompt, 40, budget)
@@ -78,7 +79,7 @@ def test_sampling_drafts_chains_with_probabilities(kind, tiny_model, tiny_tok, t
     method = methods.get(kind).create(ctx, heads=tiny_heads[kind])
     assert method.structure is Structure.CHAIN
     drafts = recording(method)
-    dec = Decoder(tiny_model, {EOS}, sampling)
+    dec = Decoder(as_target(tiny_model), {EOS}, sampling)
     gen = dec.generate(method, PROMPTS[1], 30, budget, torch.Generator().manual_seed(0))
     assert len(gen.output_ids) > 0 and max(gen.budget_used) <= budget
     drafted = [d for d, _ in drafts if len(d)]
@@ -100,7 +101,7 @@ def test_draft_vocabulary_restricts_drafts_and_stays_exact(kind, tmp_path, tiny_
     stored = torch.tensor([3, 5, 9, 14, 40, 41, 42, 60])
     save_file({"ids": stored}, str(folder / "draft_vocab.safetensors"))
     ctx = MethodContext(tiny_model, tiny_tok, budget=8)
-    dec, ar = Decoder(tiny_model, {EOS}), methods.get("ar").create(ctx)
+    dec, ar = Decoder(as_target(tiny_model), {EOS}), methods.get("ar").create(ctx)
     method = methods.get(kind).create(ctx, heads=str(folder))
     full = methods.get(kind).create(ctx, heads=str(folder), vocab="full")
     drafts = recording(method)
@@ -126,7 +127,7 @@ def test_draft_vocabulary_under_sampling_scatters_to_the_full_vocabulary(tmp_pat
     ctx = MethodContext(tiny_model, tiny_tok, budget=5, sampling=sampling, seed=1)
     method = methods.get("eagle").create(ctx, heads=str(folder))
     drafts = recording(method)
-    Decoder(tiny_model, {EOS}, sampling).generate(method, PROMPTS[1], 20, 5, torch.Generator().manual_seed(0))
+    Decoder(as_target(tiny_model), {EOS}, sampling).generate(method, PROMPTS[1], 20, 5, torch.Generator().manual_seed(0))
     allowed = torch.zeros(128, dtype=torch.bool)
     allowed[20:60] = True
     allowed[PROMPTS[1]] = True

@@ -19,12 +19,13 @@ from helpers.tiny import EOS, make_model
 from safetensors.torch import load_file
 
 from specbench_cli import methods
-from specbench_cli.engine.loop import Decoder
+from specbench_cli.decoding.decoder import Decoder
 from specbench_cli.errors import UsageError
 from specbench_cli.methods.core.method import MethodContext
 from specbench_cli.methods.heads.checkpoint import load_heads
 from specbench_cli.methods.heads.draft_trees import hydra_tree
 from specbench_cli.methods.heads.importers import import_heads
+from specbench_cli.targets import as_target
 
 PROMPTS = [[2, 5, 9, 14, 7, 3, 2, 6, 30, 31, 32, 33, 9, 14], [2, 40, 41, 42, 40, 41, 42, 40, 41], [2, 77]]
 
@@ -166,7 +167,7 @@ def test_prefix_cache_fed_in_pieces_equals_one_pass(imported, tiny_model):
 @pytest.mark.parametrize("which", ["trained", "imported"])
 def test_decoding_equals_ar(which, budget, imported, tiny_heads, tiny_model, tiny_tok):
     folder = str(imported) if which == "imported" else tiny_heads["hydra"]
-    dec = Decoder(tiny_model, {EOS})
+    dec = Decoder(as_target(tiny_model), {EOS})
     ctx = MethodContext(tiny_model, tiny_tok, budget=budget)
     ar, hydra = methods.get("ar").create(ctx), methods.get("hydra").create(ctx, heads=folder)
     accepted = 0
@@ -286,7 +287,7 @@ def test_mlp_heads_import_too(tiny_model, tiny_tok, tmp_path):
     src = published_hydra(str(tmp_path / "mlp"), tiny_model, tmp_path / "pub")
     assert "hydra_lm_head.1.weight" in torch.load(src / "hydra_lm_head.pt", weights_only=True)
     assert import_heads(src, tmp_path / "imp")["arch"] == "mlp"
-    dec = Decoder(tiny_model, {EOS})
+    dec = Decoder(as_target(tiny_model), {EOS})
     ctx = MethodContext(tiny_model, tiny_tok, budget=10)
     ar, hydra = methods.get("ar").create(ctx), methods.get("hydra").create(ctx, heads=str(tmp_path / "imp"))
     for prompt in PROMPTS:

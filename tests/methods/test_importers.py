@@ -19,11 +19,12 @@ from helpers.tiny import EOS
 from safetensors.torch import load_file
 
 from specbench_cli import methods
-from specbench_cli.engine.loop import Decoder
+from specbench_cli.decoding.decoder import Decoder
 from specbench_cli.errors import UsageError
 from specbench_cli.methods.core.method import MethodContext
 from specbench_cli.methods.heads.checkpoint import load_heads
 from specbench_cli.methods.heads.importers import import_heads
+from specbench_cli.targets import as_target
 
 PROMPTS = [[2, 5, 9, 14, 7, 3, 2, 6, 30, 31, 32, 33, 9, 14], [2, 40, 41, 42, 40, 41, 42, 40, 41], [2, 77]]
 
@@ -162,7 +163,7 @@ def test_medusa1_logits_equal_a_hand_written_forward(published, imported, tiny_m
 @pytest.mark.parametrize("budget", [1, 4, 10, 30, 60])
 @pytest.mark.parametrize("kind", ["eagle", "medusa"])
 def test_imported_heads_decode_exactly_like_ar(kind, budget, imported, tiny_model, tiny_tok):
-    dec = Decoder(tiny_model, {EOS})
+    dec = Decoder(as_target(tiny_model), {EOS})
     ctx = MethodContext(tiny_model, tiny_tok, budget=budget)
     ar = methods.get("ar").create(ctx)
     method = methods.get(kind).create(ctx, heads=str(imported[kind]))

@@ -7,11 +7,12 @@ import torch
 from helpers.tiny import EOS, VOCAB
 
 from specbench_cli import methods
-from specbench_cli.engine.loop import Decoder, DecodeState, VerifyResult
-from specbench_cli.engine.verify import verify_greedy
+from specbench_cli.decoding.decoder import Decoder, DecodeState, VerifyResult
+from specbench_cli.decoding.verify import verify_greedy
 from specbench_cli.errors import UsageError
 from specbench_cli.methods.core.method import MethodContext
 from specbench_cli.methods.jacobi import Jacobi
+from specbench_cli.targets import as_target
 
 PROMPT = [2, 5, 9, 14, 7, 3, 2, 6]
 
@@ -131,7 +132,7 @@ def test_sampling_results_without_preds_refresh_from_the_logits():
 
 @pytest.mark.parametrize("init", ["prompt", "ahead", "pad"])
 def test_equals_ar_on_the_tiny_model_for_every_init(init, tiny_model, tiny_tok):
-    dec = Decoder(tiny_model, {EOS})
+    dec = Decoder(as_target(tiny_model), {EOS})
     ctx = MethodContext(tiny_model, tiny_tok, budget=6)
     ref = dec.generate(methods.get("ar").create(ctx), PROMPT, 24, 6)
     got = dec.generate(Jacobi.create(ctx, init=init), PROMPT, 24, 6)

@@ -8,12 +8,13 @@ import torch
 from helpers.tiny import EOS, VOCAB
 
 from specbench_cli import methods
-from specbench_cli.engine.draft import depths, path_to
-from specbench_cli.engine.loop import Decoder, DecodeState, VerifyResult
-from specbench_cli.engine.verify import verify_greedy
+from specbench_cli.decoding.decoder import Decoder, DecodeState, VerifyResult
+from specbench_cli.decoding.draft import depths, path_to
+from specbench_cli.decoding.verify import verify_greedy
 from specbench_cli.errors import UsageError
 from specbench_cli.methods.core.method import MethodContext
 from specbench_cli.methods.lookahead import Lookahead, NgramPool, build_trie, default_config, step_cost, window_parents
+from specbench_cli.targets import as_target
 
 PROMPT = [2, 5, 9, 14, 7, 3, 2, 6]
 
@@ -223,7 +224,7 @@ def test_warmup_steps_add_no_trajectory_ngrams():
 @pytest.mark.parametrize("opts", [{}, {"shift": "accepted"}, {"W": 0}, {"N": 5, "W": 3, "G": 2}])
 def test_equals_ar_and_only_accepts_candidates(opts, tiny_model, tiny_tok):
     budget = 20
-    dec = Decoder(tiny_model, {EOS})
+    dec = Decoder(as_target(tiny_model), {EOS})
     ctx = MethodContext(tiny_model, tiny_tok, budget=budget)
     method = Lookahead(ctx, **opts)
     seen = []

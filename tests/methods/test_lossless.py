@@ -14,10 +14,11 @@ from helpers.artifacts import DATASTORE_PROMPTS, artifact_options, expects_accep
 from helpers.tiny import EOS, make_model, save_noisy_copy
 
 from specbench_cli import methods
-from specbench_cli.engine.forward import kernels, lean
-from specbench_cli.engine.forward.short import register as register_short
-from specbench_cli.engine.loop import Decoder
+from specbench_cli.decoding.decoder import Decoder
 from specbench_cli.methods.core.method import MethodContext
+from specbench_cli.targets import as_target
+from specbench_cli.targets.hf.forward import kernels, lean
+from specbench_cli.targets.hf.forward.short import register as register_short
 
 LOSSLESS = [n for n in methods.names() if methods.get(n).lossless]
 if os.environ.get("SPECBENCH_TEST_METHODS"):  # benchmarks/gpu/check.sh --quick: a few methods only
@@ -71,7 +72,7 @@ def test_registry_has_the_baseline_and_pld():
 @pytest.mark.parametrize("budget", [1, 4, 10, 30, 60])
 @pytest.mark.parametrize("name", LOSSLESS)
 def test_lossless_method_equals_ar_greedy(name, budget, target, tiny_tok, draft_dir, request):
-    dec = Decoder(target, {EOS})
+    dec = Decoder(as_target(target), {EOS})
     ctx = MethodContext(target, tiny_tok, budget=budget, draft_model=draft_dir)
     ar = methods.get("ar").create(ctx)
     # what the method declares it needs (`requires`): tiny heads of its kind, a datastore, a draft model
@@ -98,13 +99,13 @@ def test_the_methods_that_take_an_adaptive_budget():
 
 @pytest.mark.parametrize("name", ADAPTIVE)
 def test_adaptive_budget_equals_ar_greedy(name, target, tiny_tok, draft_dir, request):
-    """An adaptive budget (engine/budget.py) learned on the prompts with whole drafts, then frozen
+    """An adaptive budget (decoding/budget.py) learned on the prompts with whole drafts, then frozen
     on a steep cost curve so that it trims: still AR's tokens, and it verified less than whole."""
-    from specbench_cli.engine.budget import AcceptanceTable, AdaptiveBudget
+    from specbench_cli.decoding.budget import AcceptanceTable, AdaptiveBudget
 
     budget = 24
     steep = [10.0 + 3.0 * (q - 1) for q in range(1, budget + 1)]
-    dec = Decoder(target, {EOS})
+    dec = Decoder(as_target(target), {EOS})
     ctx = MethodContext(target, tiny_tok, budget=budget, draft_model=draft_dir)
     ar = methods.get("ar").create(ctx)
     method = methods.get(name).create(ctx, **artifact_options(methods.get(name), request))

@@ -18,9 +18,10 @@ from test_lossless import (  # noqa: F401 - the lossless test's fixtures: the sa
 )
 
 from specbench_cli import methods
-from specbench_cli.engine.loop import Decoder
+from specbench_cli.decoding.decoder import Decoder
 from specbench_cli.methods.core.method import MethodContext
 from specbench_cli.run.replicas import replicas
+from specbench_cli.targets import as_target
 
 # mixed lengths; the repetitive ones give lookup-style drafts something to accept
 PROMPTS = [
@@ -44,7 +45,7 @@ def _options(name, request):
 @pytest.mark.parametrize("budget", [4, 10])
 @pytest.mark.parametrize("name", LOSSLESS)
 def test_every_sequence_equals_ar_at_the_same_batch_size(name, budget, target, tiny_tok, draft_dir, request):  # noqa: F811
-    dec = Decoder(target, {EOS})
+    dec = Decoder(as_target(target), {EOS})
     ctx = MethodContext(target, tiny_tok, budget=budget, draft_model=draft_dir)
     options = _options(name, request)
     accepted_extra = 0
@@ -78,7 +79,7 @@ def _filled(g) -> set[str]:
 def test_every_field_filled_at_batch_size_1_is_filled_at_batch_size_4(name, target, tiny_tok, draft_dir, request):  # noqa: F811
     """One loop for every batch size: nothing a method records at N = 1 (per-position acceptance,
     hidden-state bookkeeping, a lossy method's epilogue and stats) is missing at N = 4."""
-    dec = Decoder(target, {EOS})
+    dec = Decoder(as_target(target), {EOS})
     ctx = MethodContext(target, tiny_tok, budget=6, draft_model=draft_dir)
     options = _options(name, request)
     (one,) = dec.generate_batch([methods.get(name).create(ctx, **options)], PROMPTS[3:4], CAPS[3:4], 6)

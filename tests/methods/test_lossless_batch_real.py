@@ -10,9 +10,10 @@ from helpers.artifacts import expects_acceptance
 from helpers.embedded import needs_model
 
 from specbench_cli import methods
-from specbench_cli.engine.loop import Decoder
+from specbench_cli.decoding.decoder import Decoder
 from specbench_cli.methods.core.method import MethodContext
 from specbench_cli.run.replicas import replicas
+from specbench_cli.targets import as_target
 
 pytestmark = pytest.mark.slow
 
@@ -43,7 +44,7 @@ def prompts(smol):
 @needs_model
 @pytest.mark.parametrize("name", [n for n in DRAFT_FREE_LOSSLESS if n != "ar"])
 def test_every_sequence_equals_ar_at_the_same_batch_size_on_the_real_model(smol, prompts, name):
-    dec = Decoder(smol.model, {smol.tokenizer.eos_token_id})
+    dec = Decoder(as_target(smol.model), {smol.tokenizer.eos_token_id})
     ctx = MethodContext(smol.model, smol.tokenizer, budget=10)
     accepted = 0
     for n in (2, 4):

@@ -8,8 +8,8 @@ import pytest
 import torch
 from helpers.tiny import VOCAB
 
-from specbench_cli.engine.draft import Draft, depths
-from specbench_cli.engine.loop import DecodeState, VerifyResult
+from specbench_cli.decoding.decoder import DecodeState, VerifyResult
+from specbench_cli.decoding.draft import Draft, depths
 from specbench_cli.errors import UsageError
 from specbench_cli.methods.core.method import MethodContext
 from specbench_cli.methods.mask_probe import MaskProbe, best_first_tree, mask_steps

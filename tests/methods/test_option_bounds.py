@@ -18,10 +18,11 @@ from hypothesis import strategies as st
 
 from specbench_cli import methods
 from specbench_cli.config.syntax import MAX_BUDGET
-from specbench_cli.engine.loop import Decoder
+from specbench_cli.decoding.decoder import Decoder
 from specbench_cli.errors import UsageError
 from specbench_cli.methods.core.method import MethodContext
 from specbench_cli.options import option_bounds, type_name
+from specbench_cli.targets import as_target
 
 NAMES = methods.names()
 PROMPT = [2, 40, 41, 42, 40, 41, 42, 40, 41]
@@ -74,7 +75,7 @@ def _skip(name: str, field: str) -> bool:
 def test_any_option_values_refuse_or_decode(name, tiny_model, tiny_tok, draft_dir, request):
     fields = [f for f in dataclasses.fields(methods.get(name).Options) if not _skip(name, f.name)]
     artifacts = artifact_options(methods.get(name), request)  # what it declares it requires
-    dec = Decoder(tiny_model, {EOS})
+    dec = Decoder(as_target(tiny_model), {EOS})
     start = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss << 10
 
     @settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)

@@ -15,9 +15,10 @@ from helpers.cli import cli
 from helpers.tiny import EOS, VOCAB, make_model, make_tokenizer, save_noisy_copy
 
 from specbench_cli import methods
-from specbench_cli.engine.loop import Decoder
+from specbench_cli.decoding.decoder import Decoder
 from specbench_cli.errors import UsageError
 from specbench_cli.methods.core.method import MethodContext
+from specbench_cli.targets import as_target
 
 PROMPT = [2, 5, 9, 14, 7, 3, 2, 6, 30, 31, 32, 33, 9, 14]
 MASK = VOCAB - 2
@@ -74,7 +75,7 @@ def make_pard(target, draft, budget, **options):
 
 def test_the_published_layout_loads_and_decodes_ars_tokens(target, pard_dir):
     assert set(os.listdir(pard_dir)) == PUBLISHED_FILES
-    dec = Decoder(target, {EOS})
+    dec = Decoder(as_target(target), {EOS})
     ar = methods.get("ar").create(MethodContext(target, make_tokenizer(), budget=1))
     for budget in (2, 5, 9):
         pard = make_pard(target, pard_dir, budget)
@@ -132,7 +133,7 @@ def test_one_draft_forward_gives_the_rows_of_a_fresh_forward(target, tmp_path):
     pard = make_pard(target, folder, 6)
     draft_model = load_model(folder).model
     probe = Probe(pard, draft_model)
-    got = Decoder(target, {EOS}).generate(probe, PROMPT, 30, 6)
+    got = Decoder(as_target(target), {EOS}).generate(probe, PROMPT, 30, 6)
     assert probe.checked == sum(q > 1 for q in got.budget_used) > 5  # every step that drafted
 
 
@@ -141,7 +142,7 @@ def test_k_follows_the_budget_and_the_option_only_lowers_it(target, pard_dir):
     assert make_pard(target, pard_dir, 10, k=4).gamma == 4
     assert make_pard(target, pard_dir, 3, k=8).gamma == 2
     one = make_pard(target, pard_dir, 1)
-    got = Decoder(target, {EOS}).generate(one, PROMPT, 8, 1)
+    got = Decoder(as_target(target), {EOS}).generate(one, PROMPT, 8, 1)
     assert one.gamma == 0 and one.batch is None and got.budget_used == [1] * len(got.budget_used)
     params = make_pard(target, pard_dir, 5).params()
     assert params["k"] == 4 and params["mask_id"] == MASK and params["structure"] == "chain"

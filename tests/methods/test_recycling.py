@@ -8,12 +8,13 @@ import json
 import pytest
 import torch
 
-from specbench_cli.engine.draft import Draft
-from specbench_cli.engine.drafter import DecodeState, VerifyResult
-from specbench_cli.engine.target import Target
+from specbench_cli.decoding.draft import Draft
+from specbench_cli.decoding.drafter import DecodeState, VerifyResult
+from specbench_cli.decoding.target import Target
 from specbench_cli.errors import UsageError
 from specbench_cli.methods.core.method import MethodContext
 from specbench_cli.methods.recycling import TEMPLATE_CHILDREN, TokenRecycling, template_paths, truncate
+from specbench_cli.targets import as_target
 
 
 def test_the_template_has_the_papers_80_nodes_depth_6_and_8_root_children():
@@ -77,11 +78,11 @@ def test_through_the_engine_each_root_row_holds_its_successor(tiny_model, tiny_t
     token (the last time it was a root) must rank first the token that followed it."""
     from helpers.tiny import EOS
 
-    from specbench_cli.engine.loop import Decoder
+    from specbench_cli.decoding.decoder import Decoder
 
     m = TokenRecycling.create(MethodContext(tiny_model, tiny_tok, budget=1))
     prompt = [2, 5, 9, 14, 7, 3, 2, 6, 30, 31]
-    out = Decoder(tiny_model, {EOS}).generate(m, prompt, 30, 1).output_ids
+    out = Decoder(as_target(tiny_model), {EOS}).generate(m, prompt, 30, 1).output_ids
     seq = prompt + out
     last_next = {seq[i]: seq[i + 1] for i in range(len(prompt), len(seq) - 1)}  # the prefill is not observed
     assert last_next and all(int(m.matrix[t][0]) == n for t, n in last_next.items())

@@ -7,10 +7,11 @@ import random
 
 import pytest
 
-from specbench_cli.engine.drafter import DecodeState
+from specbench_cli.decoding.drafter import DecodeState
 from specbench_cli.errors import UsageError
 from specbench_cli.methods.core.method import MethodContext
 from specbench_cli.methods.samd import SEPARATOR, SAMDecoding, SuffixAutomaton, corpus_automaton
+from specbench_cli.targets import as_target
 
 
 def brute_match(text: list[int]) -> tuple[int, int]:
@@ -90,11 +91,11 @@ def test_samd_with_a_head_fallback_equals_ar_and_uses_both_drafters(fallback, bu
     from helpers.tiny_eagle3 import train_tiny_eagle3
 
     from specbench_cli import methods
-    from specbench_cli.engine.loop import Decoder
+    from specbench_cli.decoding.decoder import Decoder
 
     heads = tiny_heads.get(fallback) or train_tiny_eagle3(tiny_model, tmp_path_factory.mktemp("e3") / "h")
     ctx = MethodContext(tiny_model, tiny_tok, budget=budget)
-    dec = Decoder(tiny_model, {EOS})
+    dec = Decoder(as_target(tiny_model), {EOS})
     samd = SAMDecoding.create(ctx, fallback=fallback, heads=heads)
     ar = methods.get("ar").create(ctx)
     used = {"sam": 0, "fallback": 0}
@@ -225,7 +226,7 @@ def test_a_runs_answers_become_a_corpus_once_each(tmp_path):
 
 
 def test_merge_unites_the_chain_and_the_tree_and_keeps_the_likeliest_nodes_with_their_parents():
-    from specbench_cli.engine.draft import Draft
+    from specbench_cli.decoding.draft import Draft
     from specbench_cli.methods.core.merge import merge
 
     chain = Draft.chain([5, 6, 7, 8], signal=[101] * 4)

@@ -16,10 +16,11 @@ from helpers.cli import cli
 from helpers.tiny import EOS, VOCAB, WORDS, make_model, make_tokenizer
 
 from specbench_cli import methods
-from specbench_cli.engine.loop import Decoder, DecodeState, VerifyResult
+from specbench_cli.decoding.decoder import Decoder, DecodeState, VerifyResult
 from specbench_cli.errors import UsageError
 from specbench_cli.methods.core.method import MethodContext
 from specbench_cli.methods.space import Space, mask_id_in_folder
+from specbench_cli.targets import as_target
 
 PROMPT = [2, 5, 9, 14, 7, 3, 2, 6, 30, 31, 32, 33, 9, 14]
 
@@ -161,13 +162,13 @@ def fine_tuned(tmp_path_factory):
 def test_fine_tuned_target_decodes_as_its_own_ar_and_its_masks_draft(fine_tuned):
     """Lossless against AR of the SAME fine-tuned model; the trained mask token gets more drafts
     accepted than an ordinary token put in its place (the masks, not luck, draft)."""
-    from specbench_cli.training.drafter.finetune import build_examples
+    from specbench_cli.training.draft_model.finetune import build_examples
 
     model, tok, _ = fine_tuned
     mask = model.config.space_mask_id
     assert mask == VOCAB and model.config.space_mask_num == 3
     prompts = [e.input_ids[:e.start + 1] for e in build_examples(rows_for(24)[:6], tok, model, 64)]
-    dec = Decoder(model, {EOS})
+    dec = Decoder(as_target(model), {EOS})
     for budget in (4, 10, 16):
         ctx = MethodContext(model, tok, budget=budget)
         ar = methods.get("ar").create(ctx)

@@ -10,12 +10,13 @@ from helpers.cli import cli
 from helpers.tiny import EOS, VOCAB, make_tokenizer, save_tiny
 
 from specbench_cli import methods
-from specbench_cli.engine.draft import Draft
-from specbench_cli.engine.loop import Decoder
-from specbench_cli.engine.verify import SamplingConfig, target_probs
+from specbench_cli.decoding.decoder import Decoder
+from specbench_cli.decoding.draft import Draft
+from specbench_cli.decoding.verify import SamplingConfig, target_probs
 from specbench_cli.errors import UsageError
 from specbench_cli.methods.core.method import MethodContext
 from specbench_cli.methods.sps import SpeculativeSampling
+from specbench_cli.targets import as_target
 
 PROMPT = [2, 5, 9, 14, 7, 3, 2, 6, 30, 31, 32, 33, 9, 14]
 
@@ -108,7 +109,7 @@ class SyncProbe:
 
 
 def run(target, drafter, budget, max_new=48, sampling=None, seed=0):
-    dec = Decoder(target, {EOS}, sampling)
+    dec = Decoder(as_target(target), {EOS}, sampling)
     gen = torch.Generator().manual_seed(seed) if sampling and not sampling.greedy else None
     return dec.generate(drafter, PROMPT, max_new, budget, gen)
 

@@ -10,11 +10,12 @@ import torch
 from helpers.tiny import EOS
 
 from specbench_cli import methods
-from specbench_cli.engine.loop import Decoder
+from specbench_cli.decoding.decoder import Decoder
 from specbench_cli.errors import UsageError
 from specbench_cli.methods.core.method import MethodContext
 from specbench_cli.methods.core.tree_shapes import EAGLE1_25, MC_SIM_7B_63, read_paths
 from specbench_cli.methods.heads.draft_trees import medusa_tree
+from specbench_cli.targets import as_target
 
 PROMPTS = [[2, 5, 9, 14, 7, 3, 2, 6, 30, 31, 32, 33, 9, 14], [2, 40, 41, 42, 40, 41, 42, 40, 41], [2, 77]]
 
@@ -68,7 +69,7 @@ def test_published_medusa_trees_give_medusa_s_tree_at_64_tokens(seed, tree_name)
                                            ("medusa", {"choices": "vicuna_7b_stage2"}), ("eagle", {"tree": "eagle1_25"}),
                                            ("eagle", {"tree": "mc_sim_7b_63"})])
 def test_static_trees_decode_exactly_like_ar(name, options, budget, tiny_model, tiny_tok, tiny_heads):
-    dec = Decoder(tiny_model, {EOS})
+    dec = Decoder(as_target(tiny_model), {EOS})
     ctx = MethodContext(tiny_model, tiny_tok, budget=budget)
     ar = methods.get("ar").create(ctx)
     method = methods.get(name).create(ctx, heads=tiny_heads[name], **options)
@@ -83,7 +84,7 @@ def test_static_trees_decode_exactly_like_ar(name, options, budget, tiny_model, 
 
 def test_eagle_static_tree_has_the_listed_shape(tiny_model, tiny_tok, tiny_heads):
     """At BC 26 EAGLE-1's tree drafts exactly its 25 nodes with the listed parents."""
-    from specbench_cli.engine.drafter import DecodeState
+    from specbench_cli.decoding.drafter import DecodeState
 
     ctx = MethodContext(tiny_model, tiny_tok, budget=26)
     method = methods.get("eagle").create(ctx, heads=tiny_heads["eagle"], tree="eagle1_25", vocab="full")

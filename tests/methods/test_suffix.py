@@ -12,11 +12,12 @@ from helpers.cli import cli, only_run_dir, run_rows
 from helpers.tiny import EOS
 
 from specbench_cli import methods
-from specbench_cli.engine.drafter import DecodeState
-from specbench_cli.engine.loop import Decoder
+from specbench_cli.decoding.decoder import Decoder
+from specbench_cli.decoding.drafter import DecodeState
 from specbench_cli.errors import UsageError
 from specbench_cli.methods.core.method import MethodContext
 from specbench_cli.methods.suffix import SuffixDecoding
+from specbench_cli.targets import as_target
 
 
 def _suffix(budget=8, **options):
@@ -140,7 +141,7 @@ def test_the_hybrid_equals_ar_and_uses_both_drafters(fallback, budget, tiny_mode
     elif fallback not in ("pld", "recycling"):
         options["heads"] = tiny_heads[fallback]
     ctx = MethodContext(tiny_model, tiny_tok, budget=budget)
-    dec = Decoder(tiny_model, {EOS})
+    dec = Decoder(as_target(tiny_model), {EOS})
     hybrid = SuffixDecoding.create(ctx, **options)
     ar = methods.get("ar").create(ctx)
     used = {"suffix": 0, "fallback": 0}

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from specbench_cli.engine.draft import Draft, depths, paths_to_parents
-from specbench_cli.engine.loop import DecodeState, VerifyResult
+from specbench_cli.decoding.decoder import DecodeState, VerifyResult
+from specbench_cli.decoding.draft import Draft, depths, paths_to_parents
 from specbench_cli.methods.core.method import MethodContext
 from specbench_cli.methods.tr_jacobi import RETRIEVAL, TRJacobi, jacobi_paths, rank_prior, template
 

@@ -1,5 +1,5 @@
 """Every cache is validated when read: cost curves and kernel plans (one keyed JSON cache,
-models/json_cache.py) and converted models. Anything invalid is measured or built again with one
+json_cache.py) and converted models. Anything invalid is measured or built again with one
 warning line, never used and never a crash; a cache folder that cannot be written (read-only,
 full, not a folder) is one warning and the run goes on without the cache."""
 
@@ -11,7 +11,7 @@ import math
 
 import pytest
 
-from specbench_cli.models import json_cache
+from specbench_cli import json_cache
 from specbench_cli.run.auto import cost
 
 
@@ -72,8 +72,8 @@ def test_a_valid_cost_curve_round_trips(isolated_cache):
 def _good_plan() -> tuple[dict, dict]:
     import torch
 
-    from specbench_cli.engine.forward.kernels import BUCKETS, Plan, available
-    from specbench_cli.models.kernel_plan import plan_key
+    from specbench_cli.targets.hf.forward.kernels import BUCKETS, Plan, available
+    from specbench_cli.targets.hf.kernel_plan import plan_key
 
     kernel = available(torch.float32)[0]
     key = plan_key({"64x32": [torch.zeros(64, 32)], "32x32": [torch.zeros(32, 32)] * 2}, "float32", 2)
@@ -99,7 +99,7 @@ PLAN_DAMAGE = {
 
 @pytest.mark.parametrize("damage", PLAN_DAMAGE, ids=list(PLAN_DAMAGE))
 def test_a_damaged_kernel_plan_is_one_warning_and_timed_again(tmp_path, damage):
-    from specbench_cli.models import kernel_plan
+    from specbench_cli.targets.hf import kernel_plan
 
     key, doc = _good_plan()
     path = kernel_plan.plan_path(key, tmp_path)
@@ -111,7 +111,7 @@ def test_a_damaged_kernel_plan_is_one_warning_and_timed_again(tmp_path, damage):
 
 
 def test_a_valid_kernel_plan_round_trips(tmp_path):
-    from specbench_cli.models import kernel_plan
+    from specbench_cli.targets.hf import kernel_plan
 
     key, doc = _good_plan()
     said = []
@@ -123,10 +123,10 @@ def test_plan_for_times_again_after_a_damaged_plan_and_runs_on(tmp_path, monkeyp
     """Through the real entry point: the damaged plan of a real model is replaced, not used."""
     from helpers.tiny import make_model
 
-    from specbench_cli.engine.forward import kernels as k
-    from specbench_cli.engine.forward import lean
-    from specbench_cli.engine.forward.short import register
-    from specbench_cli.models import kernel_plan
+    from specbench_cli.targets.hf import kernel_plan
+    from specbench_cli.targets.hf.forward import kernels as k
+    from specbench_cli.targets.hf.forward import lean
+    from specbench_cli.targets.hf.forward.short import register
 
     model = make_model(0)
     register()

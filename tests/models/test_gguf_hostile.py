@@ -485,7 +485,7 @@ def test_a_folder_named_gguf_and_a_missing_gguf(tmp_path, no_loads, capsys):
 LOAD = textwrap.dedent("""
     import sys
     from specbench_cli.errors import UsageError
-    from specbench_cli.engine.targets.llama_cpp import LlamaCppTarget
+    from specbench_cli.targets.llama_cpp.target import LlamaCppTarget
     if sys.argv[2] == "unchecked":  # the control: the same file with the header check taken out
         import specbench_cli.gguf_header
         specbench_cli.gguf_header.check_gguf = lambda path: None

@@ -198,7 +198,7 @@ def _rows(template=None, n=3):
 
 def test_training_examples_start_with_the_prompt_the_benchmark_sends(tiny_tok, tiny_model):
     from specbench_cli.models.prompting import ChatPrompter, user_turn
-    from specbench_cli.training.drafter.finetune import build_examples
+    from specbench_cli.training.draft_model.finetune import build_examples
 
     for template in ("auto", "vicuna", "none"):
         example = build_examples(_rows(template, 1), tiny_tok, tiny_model)[0]
@@ -210,7 +210,7 @@ def test_training_examples_start_with_the_prompt_the_benchmark_sends(tiny_tok, t
 
 
 def test_training_data_must_have_one_template_matching_the_flag(tmp_path):
-    from specbench_cli.training.drafter.finetune import check_distill_rows
+    from specbench_cli.training.draft_model.finetune import check_distill_rows
 
     assert check_distill_rows(_rows("vicuna"), tmp_path / "d.jsonl") == "vicuna"
     assert check_distill_rows(_rows(None), tmp_path / "d.jsonl", "auto") == "auto"
@@ -223,7 +223,7 @@ def test_training_data_must_have_one_template_matching_the_flag(tmp_path):
 def test_distill_data_records_the_template_and_a_resume_keeps_it(tiny_tok, tiny_model, tmp_path):
     import json
 
-    from specbench_cli.training.drafter.distill_data import generate_distill_data
+    from specbench_cli.training.draft_model.distill_data import generate_distill_data
 
     seeds = [{"id": "s1", "category": "", "instruction": "say hi"}]
     out = tmp_path / "d.jsonl"

@@ -10,8 +10,9 @@ import pytest
 from helpers.embedded import needs_model
 
 from specbench_cli import methods
-from specbench_cli.engine.loop import Decoder
+from specbench_cli.decoding.decoder import Decoder
 from specbench_cli.methods.core.method import MethodContext
+from specbench_cli.targets import as_target
 
 pytestmark = pytest.mark.slow
 
@@ -41,7 +42,7 @@ def test_method_equals_ar_on_the_real_model(smol, name):
 
     prompter = ChatPrompter(smol.tokenizer)
     qs = {q.id: q for q in tasks.get("mini").load()}
-    dec = Decoder(smol.model, {smol.tokenizer.eos_token_id})
+    dec = Decoder(as_target(smol.model), {smol.tokenizer.eos_token_id})
     for budget in (10, 30):
         ctx = MethodContext(smol.model, smol.tokenizer, budget=budget)
         ar, method = methods.get("ar").create(ctx), methods.get(name).create(ctx)

@@ -5,7 +5,7 @@ or the resume is refused with one line naming them, before anything is planned. 
 one in a manifest (a script that would write a marker file, a server that counts its visitors, a
 `--log-file` aimed at a file outside) and finds no marker, no visit and the file unchanged.
 
-Also: the folder's engine logs (`engines/`), which a resumed run appends to, are refused when they
+Also: the folder's engine logs (`servers/`), which a resumed run appends to, are refused when they
 are links or special files. No model loads in any of these tests: the refusals come first."""
 
 from __future__ import annotations
@@ -22,10 +22,10 @@ from helpers.cli import cli
 from helpers.rows import manifest
 
 from specbench_cli.config import RunConfig, config_from_manifest, flat_name, option_fields, resume_normalisers
-from specbench_cli.engines import methods as engine_methods
 from specbench_cli.errors import UsageError
 from specbench_cli.options import taken_from_folder
 from specbench_cli.run.resume import check_resume_flags
+from specbench_cli.servers import registry as engine_methods
 
 
 def planted_run(folder: Path, **config) -> Path:

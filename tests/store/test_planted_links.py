@@ -150,7 +150,7 @@ def test_a_planted_lock_link_in_the_model_cache_is_replaced(tmp_path, victim):
 
 
 def test_a_planted_link_in_a_keyed_cache_is_read_as_invalid_and_replaced(tmp_path, victim):
-    from specbench_cli.models.json_cache import KeyedJsonCache
+    from specbench_cli.json_cache import KeyedJsonCache
 
     cache = KeyedJsonCache("things", "thing", "measuring it again", lambda d: d["value"], lambda v: v)
     key = {"k": 1}

@@ -39,7 +39,7 @@ def _template(path):
 
 
 def _training_data(path):
-    from specbench_cli.training.drafter.distill_data import load_jsonl
+    from specbench_cli.training.draft_model.distill_data import load_jsonl
 
     return load_jsonl(path, "--data")
 

@@ -105,7 +105,7 @@ def test_a_run_reads_a_parquet_file_scores_it_and_refuses_fields_without_an_hf_t
 
 
 def test_training_reads_sharegpt_and_instruction_columns(files):
-    from specbench_cli.training.drafter.distill_data import dataset_rows, load_seeds
+    from specbench_cli.training.draft_model.distill_data import dataset_rows, load_seeds
 
     rows = dataset_rows(f"hf:{files}/chat.json", "vicuna")
     assert [(r["instruction"], r["response"]) for r in rows] == [("Hi there", "Hello!"), ("Name a color", "Red.")]

@@ -13,6 +13,7 @@ from helpers.tiny import EOS
 from helpers.tiny_eagle3 import LAYERS, tiny_eagle3_cache, train_tiny_eagle3
 
 from specbench_cli.methods.heads.eagle3.training import build_eagle3, draft_vocabulary, ttt_unroll
+from specbench_cli.targets import as_target
 from specbench_cli.training.heads.eagle3 import eagle3_loss, make_eagle3_batch
 from specbench_cli.training.heads.train import HeadsRecipe, train_heads
 
@@ -125,10 +126,10 @@ def test_resume_continues_exactly(tmp_path, tiny_model, e3cache):
 @pytest.mark.parametrize("budget", [4, 10])
 def test_decoding_with_the_trained_head_equals_ar_and_accepts_drafts(budget, trained, tiny_model, tiny_tok):
     from specbench_cli import methods
-    from specbench_cli.engine.loop import Decoder
+    from specbench_cli.decoding.decoder import Decoder
     from specbench_cli.methods.core.method import MethodContext
 
-    dec = Decoder(tiny_model, {EOS})
+    dec = Decoder(as_target(tiny_model), {EOS})
     ctx = MethodContext(tiny_model, tiny_tok, budget=budget)
     ar, e3 = methods.get("ar").create(ctx), methods.get("eagle3").create(ctx, heads=str(trained))
     accepted = 0

@@ -13,8 +13,8 @@ from helpers.cli import cli as run_cli
 from helpers.tiny import WORDS, make_model, make_tokenizer  # noqa: E402
 
 from specbench_cli.training.common.loop import TrainConfig
-from specbench_cli.training.drafter.finetune import batch_indices, build_examples, collate
-from specbench_cli.training.drafter.synth_prompts import make_prompts
+from specbench_cli.training.draft_model.finetune import batch_indices, build_examples, collate
+from specbench_cli.training.draft_model.synth_prompts import make_prompts
 from specbench_cli.training.sft.noise import NoiseConfig, apply_noise, window
 from specbench_cli.training.sft.train import noise_generator, train_sft
 
@@ -187,7 +187,7 @@ def _norm(text: str) -> str:
 
 def test_training_prompts_do_not_overlap_spec_bench():
     from specbench_cli.tasks.spec_bench import local_candidates
-    from specbench_cli.training.drafter.distill_data import load_seeds
+    from specbench_cli.training.draft_model.distill_data import load_seeds
 
     path = next((p for p in local_candidates() if p.is_file()), None)
     if path is None:

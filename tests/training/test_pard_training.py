@@ -14,9 +14,10 @@ import torch
 from helpers.cli import cli
 from helpers.tiny import VOCAB, WORDS, make_model, make_tokenizer, save_tiny
 
+from specbench_cli.targets import as_target
 from specbench_cli.training.common.loop import TrainConfig
-from specbench_cli.training.drafter.finetune import Example, build_examples
-from specbench_cli.training.drafter.pard import (
+from specbench_cli.training.draft_model.finetune import Example, build_examples
+from specbench_cli.training.draft_model.pard import (
     PardRecipe,
     expand,
     kept_slots,
@@ -169,7 +170,7 @@ def test_cli_trains_a_pard_drafter_that_runs(tmp_path, capsys):
     from helpers.tiny import EOS
 
     from specbench_cli import methods
-    from specbench_cli.engine.loop import Decoder
+    from specbench_cli.decoding.decoder import Decoder
     from specbench_cli.methods.core.method import MethodContext
 
     src = save_tiny(tmp_path / "drafter", seed=0)
@@ -185,6 +186,6 @@ def test_cli_trains_a_pard_drafter_that_runs(tmp_path, capsys):
     ctx = MethodContext(target, make_tokenizer(), budget=4, draft_model=str(out))
     pard = methods.get("pard").create(ctx)
     ar = methods.get("ar").create(ctx)
-    dec = Decoder(target, {EOS})
+    dec = Decoder(as_target(target), {EOS})
     prompt = [2, 5, 9, 14, 7]
     assert dec.generate(pard, prompt, 16, 4).output_ids == dec.generate(ar, prompt, 16, 4).output_ids

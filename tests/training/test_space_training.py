@@ -15,7 +15,7 @@ from helpers.tiny import VOCAB, WORDS, make_model, make_tokenizer
 from safetensors.torch import load_file
 
 from specbench_cli.training.common.loop import TrainConfig
-from specbench_cli.training.drafter.finetune import build_examples
+from specbench_cli.training.draft_model.finetune import build_examples
 from specbench_cli.training.space.train import (
     SpaceConfig,
     add_mask_token,

@@ -21,8 +21,8 @@ from helpers.tiny import make_model as _make_model  # noqa: E402
 
 from specbench_cli.errors import UsageError
 from specbench_cli.training.common.loop import TrainConfig, train_loop
-from specbench_cli.training.drafter import losses
-from specbench_cli.training.drafter.finetune import (
+from specbench_cli.training.draft_model import losses
+from specbench_cli.training.draft_model.finetune import (
     batch_indices,
     build_examples,
     collate,
@@ -31,7 +31,7 @@ from specbench_cli.training.drafter.finetune import (
     next_token_loss,
     split_rows,
 )
-from specbench_cli.training.drafter.subclone import subclone
+from specbench_cli.training.draft_model.subclone import subclone
 
 
 def make_model(seed: int, layers: int = 2, dropout: float = 0.0):
@@ -436,7 +436,7 @@ def test_resume_refuses_a_mangled_trainer_state(tmp_path, tok):
 # ----------------------------------------------------------------------------- distillation data + CLI
 
 def test_distill_data_generation(tmp_path, tok):
-    from specbench_cli.training.drafter.distill_data import generate_distill_data
+    from specbench_cli.training.draft_model.distill_data import generate_distill_data
 
     model = make_model(0)
     seeds = [{"id": f"q{i}", "category": "c", "instruction": f"write a poem about the {w}"}

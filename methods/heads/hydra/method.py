@@ -21,8 +21,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
-from specbench_cli.engine.draft import Draft
-from specbench_cli.engine.drafter import DecodeState
+from specbench_cli.decoding.draft import Draft
+from specbench_cli.decoding.drafter import DecodeState
 from specbench_cli.lazy import inference_mode, torch
 from specbench_cli.methods.heads.common import VOCAB_MODES, HeadsMethod, pick
 from specbench_cli.options import opt

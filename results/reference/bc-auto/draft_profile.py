@@ -22,10 +22,11 @@ import torch
 
 from specbench_cli import methods as registry
 from specbench_cli import tasks
-from specbench_cli.engine.loop import Decoder
+from specbench_cli.decoding.decoder import Decoder
 from specbench_cli.methods.core.method import MethodContext
 from specbench_cli.models.load import load_model
 from specbench_cli.models.prompting import ChatPrompter, stop_token_ids, user_turn
+from specbench_cli.targets import as_target
 
 
 class Timed:
@@ -71,7 +72,7 @@ def main() -> None:
     lm = load_model(args.model, dtype=args.dtype)
     prompter = ChatPrompter(lm.tokenizer)
     prompts = [prompter(user_turn(q.turns[0])) for q in tasks.get("mini").load(None)[:: 3][: args.questions]]
-    dec = Decoder(lm.model, stop_token_ids(lm.tokenizer, lm.model))
+    dec = Decoder(as_target(lm.model), stop_token_ids(lm.tokenizer, lm.model))
     print(f"| method | BC | steps | propose ms | observe ms | verify ms | overhead ms | drafting share |")
     print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     for name in args.methods.split(","):

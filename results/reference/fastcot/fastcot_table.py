@@ -23,6 +23,7 @@ import time
 from pathlib import Path
 
 from specbench_cli.atomic import atomic_write  # replaces a link at the name, never writes through it
+from specbench_cli.targets import as_target
 
 GRID = (8, 16, 32, 48, 64, 96, 128, 192)
 
@@ -38,7 +39,7 @@ def calibrate(args) -> dict:
     import torch
 
     from specbench_cli import methods
-    from specbench_cli.engine.loop import Decoder
+    from specbench_cli.decoding.decoder import Decoder
     from specbench_cli.methods.core.method import MethodContext
     from specbench_cli.methods.fastcot import FastCoT
     from specbench_cli.models.load import load_model
@@ -49,7 +50,7 @@ def calibrate(args) -> dict:
     lm = load_model("smollm2-135m", dtype="float32")
     tok, model = lm.tokenizer, lm.model
     ctx = MethodContext(target=model, tokenizer=tok, budget=args.bc)
-    dec = Decoder(model, stop_token_ids(tok, model))
+    dec = Decoder(as_target(model), stop_token_ids(tok, model))
     ar = methods.get("ar").create(ctx)
     grid = [c for c in GRID if c <= args.max_new_tokens]
 

@@ -14,7 +14,7 @@ import time
 
 import torch
 
-from specbench_cli.engine.targets.hf_kv import KVCache
+from specbench_cli.targets.hf.kv import KVCache
 from specbench_cli.models.load import load_model
 
 

@@ -24,6 +24,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
 from bench_json import write_result  # noqa: E402
+from specbench_cli.targets import as_target
 
 
 def main() -> None:
@@ -41,7 +42,7 @@ def main() -> None:
 
     from specbench_cli import methods, tasks
     from specbench_cli.tasks.base import select as select_questions
-    from specbench_cli.engine.loop import Decoder
+    from specbench_cli.decoding.decoder import Decoder
     from specbench_cli.methods.core.method import MethodContext
     from specbench_cli.models.load import load_model
     from specbench_cli.models.prompting import encode_chat, stop_token_ids, user_turn
@@ -52,7 +53,7 @@ def main() -> None:
     tok = lms[flavours[0]].tokenizer
     questions = select_questions(tasks.get("spec_bench").load(args.questions), None, args.limit, None)
     prompts = [encode_chat(tok, user_turn(q.turns[0])) for q in questions]
-    decoders = {f: Decoder(lm.model, stop_token_ids(tok, lm.model)) for f, lm in lms.items()}
+    decoders = {f: Decoder(as_target(lm.model), stop_token_ids(tok, lm.model)) for f, lm in lms.items()}
     ar = {f: methods.get("ar").create(MethodContext(lm.model, tok, budget=1)) for f, lm in lms.items()}
     acc = {f: {"tokens": 0, "wall": 0.0, "cpu": 0.0, "prefill_wall": 0.0, "prefill_cpu": 0.0, "steps": 0, "verify": 0.0}
            for f in flavours}

@@ -5,7 +5,7 @@
 import torch, time, os, sys
 torch.set_num_threads(1)
 from specbench_cli.models.load import load_model
-from specbench_cli.engine.targets.hf_kv import KVCache
+from specbench_cli.targets.hf.kv import KVCache
 attn = sys.argv[1]
 lm = load_model(dtype="float32", forward=attn); m = lm.model
 g = torch.Generator().manual_seed(0)

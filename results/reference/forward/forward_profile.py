@@ -42,7 +42,7 @@ def profile(lm, q: int, context: int, iters: int, fast: bool) -> dict:
     import torch
     from torch.profiler import ProfilerActivity, profile as tprof
 
-    from specbench_cli.engine.targets.hf_kv import KVCache
+    from specbench_cli.targets.hf.kv import KVCache
 
     model = lm.model
     gen = torch.Generator().manual_seed(0)

@@ -38,7 +38,7 @@ def main() -> None:
     args = ap.parse_args()
     import torch
 
-    from specbench_cli.engine.targets.hf_kv import KVCache
+    from specbench_cli.targets.hf.kv import KVCache
     from specbench_cli.models.load import load_model
 
     torch.set_num_threads(args.threads)

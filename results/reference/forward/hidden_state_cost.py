@@ -14,11 +14,12 @@ from __future__ import annotations
 import argparse
 import statistics
 
-from specbench_cli.engine.drafter import Drafter
-from specbench_cli.engine.loop import Decoder
+from specbench_cli.decoding.drafter import Drafter
+from specbench_cli.decoding.decoder import Decoder
 from specbench_cli.models.load import load_model
 from specbench_cli.models.prompting import encode_chat, set_threads, stop_token_ids, user_turn
 from specbench_cli.tasks.mini import Mini
+from specbench_cli.targets import as_target
 
 
 class Plain(Drafter):
@@ -40,7 +41,7 @@ def main() -> None:
     args = ap.parse_args()
     set_threads(args.threads)
     lm = load_model(args.model, dtype=args.dtype)
-    dec = Decoder(lm.model, stop_token_ids(lm.tokenizer, lm.model))
+    dec = Decoder(as_target(lm.model), stop_token_ids(lm.tokenizer, lm.model))
     prompts = [encode_chat(lm.tokenizer, user_turn(q.turns[0])) for q in Mini.load()][: args.prompts]
     dec.generate(Plain(), prompts[0], 8, 1)  # warm-up, untimed
     per = {"plain": [], "wants-hidden": []}

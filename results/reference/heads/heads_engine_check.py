@@ -17,11 +17,12 @@ import sys
 import torch
 
 from specbench_cli import methods
-from specbench_cli.engine.loop import Decoder
+from specbench_cli.decoding.decoder import Decoder
 from specbench_cli.methods.core.method import MethodContext
 from specbench_cli.report.metrics import chain_alphas
 from specbench_cli.models.load import load_model
 from specbench_cli.models.prompting import encode_chat, stop_token_ids, user_turn
+from specbench_cli.targets import as_target
 
 
 def main() -> None:
@@ -32,7 +33,7 @@ def main() -> None:
     rows = [json.loads(line) for line in open(data)]
     prompts = [encode_chat(lm.tokenizer, user_turn(r["instruction"])) for r in random.Random(1).sample(rows, 4)]
     ctx = MethodContext(lm.model, lm.tokenizer, budget=4, target_ref="smollm2-135m")
-    dec = Decoder(lm.model, set(stop_token_ids(lm.tokenizer, lm.model)))
+    dec = Decoder(as_target(lm.model), set(stop_token_ids(lm.tokenizer, lm.model)))
     for kind, path in (("eagle", eagle_dir), ("medusa", medusa_dir)):
         for vocab in ("auto", "full"):
             method = methods.get(kind).create(ctx, heads=path, chain=True, vocab=vocab)

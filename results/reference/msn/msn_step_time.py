@@ -23,8 +23,8 @@ import time
 def time_config(lm, rows, lora_rank, autocast, args) -> dict:
     import torch
 
-    from specbench_cli.training.drafter.distill_data import stop_token_ids
-    from specbench_cli.training.drafter.finetune import batch_indices, build_examples, collate
+    from specbench_cli.training.draft_model.distill_data import stop_token_ids
+    from specbench_cli.training.draft_model.finetune import batch_indices, build_examples, collate
     from specbench_cli.training.sft.noise import NoiseConfig, apply_noise
     from specbench_cli.training.sft.train import _autocast, batch_loss, noise_generator
     from specbench_cli.training.sft.lora import wrap

@@ -50,7 +50,7 @@ train() {  # train NAME COMMAND [noise options]
 case ${1:-} in
   data)
     cat "$here/specbench_cli/tasks/data/seed_instructions.jsonl" > "$root/prompts.jsonl"
-    python -m specbench_cli.training.drafter.synth_prompts -o "$root/synth.jsonl"
+    python -m specbench_cli.training.draft_model.synth_prompts -o "$root/synth.jsonl"
     cat "$root/synth.jsonl" >> "$root/prompts.jsonl"
     # Greedy answers for every prompt first, then sampled ones at T=0.7 while time lasts; the
     # file is appended batch by batch, so the time cap leaves a valid (shorter) dataset.

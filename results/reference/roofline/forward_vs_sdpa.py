@@ -20,8 +20,8 @@ import time
 import torch
 
 from specbench_cli.atomic import atomic_write
-from specbench_cli.engine.targets.hf_kv import KVCache
-from specbench_cli.engine.forward.cpuinfo import cpu_flags, cpu_model
+from specbench_cli.targets.hf.kv import KVCache
+from specbench_cli.targets.hf.forward.cpuinfo import cpu_flags, cpu_model
 from specbench_cli.models.load import load_model
 
 

@@ -12,7 +12,7 @@
 # Everything is recorded with the CPU's instruction-set flags; compare numbers only within one machine.
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
-ISA=$(python3 -c "from specbench_cli.engine.forward.cpuinfo import cpu_flags, isa_label; print(isa_label(cpu_flags()).replace('+', '-').lower())")
+ISA=$(python3 -c "from specbench_cli.targets.hf.forward.cpuinfo import cpu_flags, isa_label; print(isa_label(cpu_flags()).replace('+', '-').lower())")
 OUT="${1:-results/reference/roofline/$ISA}"
 mkdir -p "$OUT/runs"
 grep -o 'avx512[a-z_0-9]*\|amx[a-z_0-9]*\|avx2' /proc/cpuinfo | sort -u > "$OUT/cpu-flags.txt" || true

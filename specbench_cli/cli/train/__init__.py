@@ -6,7 +6,7 @@ from __future__ import annotations
 import typer
 
 from specbench_cli.cli.train import heads, pard, sft, space
-from specbench_cli.cli.train.drafter import drafter_app
+from specbench_cli.cli.train.draft_model import drafter_app
 
 train_app = typer.Typer(help="Train models that help speculative decoding (draft models).", no_args_is_help=True)
 train_app.add_typer(drafter_app, name="drafter")

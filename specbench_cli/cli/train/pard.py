@@ -1,5 +1,5 @@
 """`specbench train pard`: adapt a small draft model into a PARD parallel drafter (mask tokens,
-conditional drop; specbench_cli/training/drafter/pard.py). Every option is checked before the
+conditional drop; specbench_cli/training/draft_model/pard.py). Every option is checked before the
 model loads (bad input: one line, exit 2)."""
 
 from __future__ import annotations
@@ -48,9 +48,9 @@ def pard_cmd(
     from specbench_cli.models.load import check_device
     from specbench_cli.models.prompting import set_threads
     from specbench_cli.training.common.loop import trained_model_output
-    from specbench_cli.training.drafter.distill_data import load_training_rows
-    from specbench_cli.training.drafter.finetune import check_distill_rows
-    from specbench_cli.training.drafter.pard import PardRecipe, train_pard
+    from specbench_cli.training.draft_model.distill_data import load_training_rows
+    from specbench_cli.training.draft_model.finetune import check_distill_rows
+    from specbench_cli.training.draft_model.pard import PardRecipe, train_pard
 
     set_threads(threads)
     check_data_template(prompt_template)

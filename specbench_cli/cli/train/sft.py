@@ -85,8 +85,8 @@ def _run(a: dict, noise) -> None:
     from specbench_cli.models.load import check_device
     from specbench_cli.models.prompting import set_threads
     from specbench_cli.training.common.loop import trained_model_output
-    from specbench_cli.training.drafter.distill_data import load_training_rows
-    from specbench_cli.training.drafter.finetune import check_distill_rows, split_rows
+    from specbench_cli.training.draft_model.distill_data import load_training_rows
+    from specbench_cli.training.draft_model.finetune import check_distill_rows, split_rows
     from specbench_cli.training.sft.lora import ADAPTER_FILE, check_lora
     from specbench_cli.training.sft.train import check_autocast, train_sft
 

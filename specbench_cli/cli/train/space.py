@@ -47,8 +47,8 @@ def space_cmd(
     from specbench_cli.models.load import check_device
     from specbench_cli.models.prompting import set_threads
     from specbench_cli.training.common.loop import trained_model_output
-    from specbench_cli.training.drafter.distill_data import load_training_rows
-    from specbench_cli.training.drafter.finetune import check_distill_rows, split_rows
+    from specbench_cli.training.draft_model.distill_data import load_training_rows
+    from specbench_cli.training.draft_model.finetune import check_distill_rows, split_rows
     from specbench_cli.training.sft.train import check_autocast
     from specbench_cli.training.space.train import SpaceConfig, train_space
 

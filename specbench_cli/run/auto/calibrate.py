@@ -117,7 +117,7 @@ def calibrate_one(inst: MethodInstance, cfg, lm, decoder, prompts: list[list[int
 def _decode_pass(method, decoder, prompts: list[list[int]], budget: int, max_new: int, cfg,
                  adaptive=None) -> bcauto.Profile:
     """One pass over the calibration prompts, as the runner's over the questions (`adaptive`: an
-    adaptive budget within `budget`, engine/budget.py)."""
+    adaptive budget within `budget`, decoding/budget.py)."""
     method.forget()
     profile = bcauto.Profile(budget=budget)
     for ids in prompts:
@@ -129,13 +129,13 @@ def _decode_pass(method, decoder, prompts: list[list[int]], budget: int, max_new
 
 def calibrate_adaptive(inst: MethodInstance, cfg, lm, decoder, prompts: list[list[int]], curve: costmod.CostCurve,
                        max_new: int) -> dict:
-    """An adaptive instance (engine/budget.py): decode the calibration prompts at the ceiling with
+    """An adaptive instance (decoding/budget.py): decode the calibration prompts at the ceiling with
     every draft verified whole, counting each node's acceptance by the drafter's signal; fit the
     whole step's cost T(q) = s t(q) + o from the same steps (s: `bcauto.fit_scale`; o: the loop's
     other work per step); decode them again with the per-step ratio rule for the decode's rate
     lambda (`rate_per_ms`), and a third time with the frozen policy (lambda's rule) for its prediction.
     Returns the manifest record `policy` rebuilds the policy from."""
-    from specbench_cli.engine.budget import ONLINE, AcceptanceTable, AdaptiveBudget
+    from specbench_cli.decoding.budget import ONLINE, AcceptanceTable, AdaptiveBudget
     from specbench_cli.run.plan import adaptive_ceiling, plan_instance
 
     ceiling = adaptive_ceiling(cfg)
@@ -169,7 +169,7 @@ def calibrate_adaptive(inst: MethodInstance, cfg, lm, decoder, prompts: list[lis
 
 def policy(record: dict):
     """The frozen adaptive budget of a manifest record (`calibrate_adaptive`)."""
-    from specbench_cli.engine.budget import AcceptanceTable, AdaptiveBudget
+    from specbench_cli.decoding.budget import AcceptanceTable, AdaptiveBudget
 
     try:
         history = record.get("history", False)  # absent: a record from before the split, used as it ran
@@ -235,7 +235,7 @@ def calibrate(cfg, lm, auto: list[MethodInstance], adaptive: list[MethodInstance
               curve: costmod.CostCurve) -> tuple[dict, dict]:
     """Every auto and adaptive instance calibrated on the same calibration prompts: (auto
     choices, adaptive records)."""
-    from specbench_cli.engine.loop import Decoder
+    from specbench_cli.decoding.decoder import Decoder
     from specbench_cli.models.prompting import ChatPrompter, stop_token_ids, user_turn
     from specbench_cli.run.plan import method_context
 

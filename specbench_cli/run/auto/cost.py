@@ -13,7 +13,7 @@ Whether a speculative method pays depends on how much more a q-token forward cos
 
 At batch size N (`batch_size` > 1) the curve is t(N, q): one forward over N sequences of q new
 tokens each, every sequence with `context` cached tokens. Every forward is the target's own
-`verify` (engine/target.py), the call the decoding loop makes: per-sequence masks and positions,
+`verify` (decoding/target.py), the call the decoding loop makes: per-sequence masks and positions,
 the output head on the real rows, on whatever computes the target.
 
 Curves are cached as JSON under `<model cache>/cost/`, keyed by everything that changes the
@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 from specbench_cli.atomic import atomic_write
-from specbench_cli.models.json_cache import KeyedJsonCache
+from specbench_cli.json_cache import KeyedJsonCache
 from specbench_cli.options import Bound
 
 
@@ -115,7 +115,7 @@ def curve_key(model_ref: str, resolved: str, device: str, dtype: str, threads: i
     size enters the key only above 1 (curves measured before it existed stay valid)."""
     import torch
 
-    from specbench_cli.engine.forward.cpuinfo import cpu_flags, cpu_model
+    from specbench_cli.targets.hf.forward.cpuinfo import cpu_flags, cpu_model
 
     key = {"model": model_ref, "resolved": resolved, "device": device, "dtype": dtype, "threads": threads,
            "context": context, "torch": torch.__version__, "attn": attn, "machine": platform.machine()}
@@ -137,7 +137,7 @@ def _positive(v: object) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v > 0
 
 
-# curves are a keyed JSON cache (models/json_cache.py): validated on read (`from_dict`), measured
+# curves are a keyed JSON cache (json_cache.py): validated on read (`from_dict`), measured
 # again with one warning when invalid; a cache that cannot be written is one warning, never a crash
 CACHE = KeyedJsonCache("cost", "cost curve", "measuring it again", CostCurve.from_dict, CostCurve.to_dict)
 
@@ -184,12 +184,12 @@ def measure_curve(target: Any, max_q: int, context: int = 400, rounds: int = 5, 
                   progress: Optional[Callable[[int, int], None]] = None, batch_size: int = 1) -> CostCurve:
     """Time one verify forward of q = 1..max_q new tokens after `context` cached tokens (see module
     doc), for one sequence or, at `batch_size` N > 1, for N sequences at once, through the target's
-    own protocol (engine/target.py): what the decoding loop calls, on any target. `target` is a
+    own protocol (decoding/target.py): what the decoding loop calls, on any target. `target` is a
     `Target` or a transformers model (wrapped in an `HFTarget`)."""
     import torch
 
-    from specbench_cli.engine.draft import Draft
-    from specbench_cli.engine.targets import as_target
+    from specbench_cli.decoding.draft import Draft
+    from specbench_cli.targets import as_target
 
     target = as_target(target)
     n = batch_size
@@ -312,7 +312,7 @@ def plot_curve(curve: CostCurve, path: Path, title: str = "") -> Path:
     b.grid(alpha=0.3)
     k = curve.key
     cpu = k.get("cpu") or {}
-    from specbench_cli.engine.forward.cpuinfo import isa_label
+    from specbench_cli.targets.hf.forward.cpuinfo import isa_label
 
     isa = isa_label(cpu.get("flags")) if cpu else ""
     fig.suptitle(title or f"{k.get('model', '')} · {k.get('device', '')}{f' ({isa})' if isa else ''} · "

@@ -24,7 +24,7 @@ from typing import Any, Callable
 
 from specbench_cli.errors import UsageError
 from specbench_cli.jsonl import read_objects
-from specbench_cli.training.drafter.distill_data import load_seeds
+from specbench_cli.training.draft_model.distill_data import load_seeds
 
 FEATURES_FILE = "features.safetensors"
 FEATURES_META = "features.json"
@@ -156,8 +156,8 @@ def build_feature_cache(target: Any, tokenizer: Any, rows: list[dict], out: Path
 
     import torch
 
-    from specbench_cli.training.drafter.distill_data import stop_token_ids
-    from specbench_cli.training.drafter.finetune import build_examples, collate, model_device
+    from specbench_cli.training.draft_model.distill_data import stop_token_ids
+    from specbench_cli.training.draft_model.finetune import build_examples, collate, model_device
 
     t0 = time.time()
     examples = sorted(build_examples(rows, tokenizer, target, max_len), key=lambda e: len(e.input_ids))

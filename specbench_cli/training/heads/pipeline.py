@@ -11,8 +11,8 @@ from specbench_cli.training.heads.train import HeadsRecipe, train_heads
 
 
 def _rows_target(data: Path, template: str | None) -> tuple[list[dict], str | None, str]:
-    from specbench_cli.training.drafter.distill_data import load_training_rows
-    from specbench_cli.training.drafter.finetune import check_distill_rows
+    from specbench_cli.training.draft_model.distill_data import load_training_rows
+    from specbench_cli.training.draft_model.finetune import check_distill_rows
 
     rows = load_training_rows(data, "distillation file", template)
     template = check_distill_rows(rows, data, template)

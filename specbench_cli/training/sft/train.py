@@ -29,8 +29,8 @@ from specbench_cli.errors import UsageError
 from specbench_cli.training.common.compute import autocast
 from specbench_cli.training.common.io import DRAFTER_META, write_json
 from specbench_cli.training.common.loop import TrainConfig, checkpoints, train_loop
-from specbench_cli.training.drafter.distill_data import stop_token_ids
-from specbench_cli.training.drafter.finetune import batch_indices, build_examples, collate, model_device, split_rows
+from specbench_cli.training.draft_model.distill_data import stop_token_ids
+from specbench_cli.training.draft_model.finetune import batch_indices, build_examples, collate, model_device, split_rows
 from specbench_cli.training.sft.noise import NoiseConfig, apply_noise
 
 AUTOCAST = ("float32", "bfloat16")

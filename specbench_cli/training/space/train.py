@@ -35,8 +35,8 @@ from typing import Any
 from specbench_cli.errors import UsageError
 from specbench_cli.training.common.io import DRAFTER_META, write_json
 from specbench_cli.training.common.loop import TrainConfig, checkpoints, train_loop
-from specbench_cli.training.drafter.distill_data import stop_token_ids
-from specbench_cli.training.drafter.finetune import Example, batch_indices, build_examples, model_device, split_rows
+from specbench_cli.training.draft_model.distill_data import stop_token_ids
+from specbench_cli.training.draft_model.finetune import Example, batch_indices, build_examples, model_device, split_rows
 from specbench_cli.training.sft.train import _autocast, check_autocast
 
 CONFIG_KEY = "space_mask_id"
