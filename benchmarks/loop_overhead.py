@@ -1,11 +1,11 @@
 """Per-step overhead of the decoding loop: this checkout's `Decoder` against an older checkout's,
-in one process, on the same model, prompts and methods (AR and pld), interleaved per prompt.
+in one process, on the same model, target, prompts and methods (AR and pld), interleaved per prompt.
 
     python benchmarks/loop_overhead.py --old-src /path/to/older/checkout [--rounds 3] [--tokens 128]
 
-The older loop is loaded from its own files (`decoding/decoder.py`, and `decoding/cache.py` or
-`decoding/batch.py` where it has them) on top of this checkout's draft, drafter and verify modules,
-which kept their interfaces. Prints tok/s per loop and method: the median over rounds of the
+The older loop is loaded from its own file (`specbench_cli/decoding/decoder.py`, or
+`specbench_cli/engine/loop.py` in a checkout from before the decoding core had its own folder) on
+top of this checkout's draft, drafter, target and verify modules, which kept their interfaces. Prints tok/s per loop and method: the median over rounds of the
 tokens of all prompts over their wall time. Run it on quiet cores; say the load with its numbers.
 """
 
@@ -18,20 +18,26 @@ import statistics
 import sys
 import time
 from pathlib import Path
-from specbench_cli.targets import as_target
 
 
 def load_old_loop(src: Path):
-    """The older checkout's decoding/decoder.py as a module (its KV cache module registered under the
-    name it imports)."""
-    engine = src / "specbench_cli" / "engine"
-    old_cache = engine / "cache.py"
-    if old_cache.is_file():
-        spec = importlib.util.spec_from_file_location("specbench_cli.decoding.cache", old_cache)
-        mod = importlib.util.module_from_spec(spec)
-        sys.modules["specbench_cli.decoding.cache"] = mod
-        spec.loader.exec_module(mod)
-    spec = importlib.util.spec_from_file_location("old_specbench_loop", engine / "loop.py")
+    """The older checkout's decoding loop as a module: `specbench_cli/decoding/decoder.py`, or in a
+    checkout from before the decoding core had its own folder, `specbench_cli/engine/loop.py`,
+    whose `specbench_cli.engine.*` / `specbench_cli.engine.targets.*` imports are served by this
+    checkout's modules of the same role (their interfaces are the same)."""
+    new = src / "specbench_cli" / "decoding" / "decoder.py"
+    if new.is_file():
+        path = new
+    else:
+        import importlib
+
+        path = src / "specbench_cli" / "engine" / "loop.py"
+        for old, now in (("draft", "decoding.draft"), ("drafter", "decoding.drafter"), ("target", "decoding.target"),
+                         ("verify", "decoding.verify"), ("budget", "decoding.budget"),
+                         ("targets", "targets"), ("targets.hf", "targets.hf.target")):
+            sys.modules.setdefault(f"specbench_cli.engine.{old}", importlib.import_module(f"specbench_cli.{now}"))
+        sys.modules["specbench_cli.targets.hf.target"].as_target = sys.modules["specbench_cli.targets"].as_target
+    spec = importlib.util.spec_from_file_location("old_specbench_loop", path)
     mod = importlib.util.module_from_spec(spec)
     sys.modules["old_specbench_loop"] = mod  # dataclasses look their module up there
     spec.loader.exec_module(mod)
@@ -65,7 +71,7 @@ def main() -> None:
     for q in qs:
         by_cat.setdefault(q.category, q)
     prompts = [prompter(user_turn(q.turns[0])) for q in list(by_cat.values())[: a.questions]]
-    loops = {"old": old.Decoder(as_target(lm.model), eos), "new": Decoder(lm.target, eos)}
+    loops = {"old": old.Decoder(lm.target, eos), "new": Decoder(lm.target, eos)}
     ctx = MethodContext(lm.target, lm.tokenizer, budget=10)
     made = {m: methods.get(m).create(ctx) for m in ("ar", "pld")}
     for d in loops.values():  # warm-up

@@ -245,12 +245,8 @@ class Decoder:
         `budget`, and sees each verdict. The steps are the module doc's; what each one costs is
         read by `self.clock` (decoding/clock.py)."""
         n = len(prompts)
-        self._check(drafters, prompts, max_new_tokens, budget)
-        policies = list(policies) if policies is not None else [None] * n
-        if len(policies) != n:
-            raise ValueError("generate_batch needs one adaptive budget (or None) per prompt")
+        gens, policies = self._check(drafters, prompts, max_new_tokens, budget, generators, policies)
         target, clock = self.target, self.clock
-        gens = list(generators) if generators is not None else [None] * n
         want = wants(drafters[0])
         out = [Generation(prompt_tokens=len(p)) for p in prompts]
         clock.start(out)
@@ -380,7 +376,11 @@ class Decoder:
 
     @staticmethod
     def _check(drafters: Sequence[Drafter], prompts: Sequence[list[int]], max_new_tokens: Sequence[int],
-               budget: int) -> None:
+               budget: int, generators: Optional[Sequence[Optional[torch.Generator]]],
+               policies: Optional[Sequence[Optional[AdaptiveBudget]]]
+               ) -> tuple[list[Optional[torch.Generator]], list[Optional[AdaptiveBudget]]]:
+        """`generate_batch`'s arguments checked; its generators and adaptive budgets, one per
+        sequence (None where there is none)."""
         n = len(prompts)
         if not n or len(drafters) != n or len(max_new_tokens) != n:
             raise ValueError("generate_batch needs one drafter and one cap per prompt, and at least one prompt")
@@ -388,6 +388,10 @@ class Decoder:
             raise ValueError("every sequence needs its own drafter instance (drafting state is per sequence)")
         if budget < 1:
             raise ValueError("block complexity must be at least 1")
+        policies = list(policies) if policies is not None else [None] * n
+        if len(policies) != n:
+            raise ValueError("generate_batch needs one adaptive budget (or None) per prompt")
+        return (list(generators) if generators is not None else [None] * n), policies
 
     def _record(self, g: Generation, draft: Draft, v: Verdict, produced: int, max_new_tokens: int) -> bool:
         """A step's draft and verdict into the sequence's Generation (its times: `StepClock.record`),
