@@ -3,7 +3,10 @@ terminal table with every extra column, the figures, every table format and the 
 
 Two snapshots, made with two versions of specbench, compare with `diff -r BEFORE AFTER`: a change
 that must not alter any report shows no difference. It runs in one process (the report command
-is called as a function), with the `specbench_cli` the interpreter imports.
+is called as a function), with the `specbench_cli` the interpreter imports. Matplotlib is told
+to write no dates and fixed SVG ids (`SOURCE_DATE_EPOCH`, `svg.hashsalt`), so that a version whose
+figures carry their rendering time compares too, and each folder is rendered in a scratch folder
+of the same name length in every snapshot, so wrapped paths in what is printed match.
 
     python tools/report-snapshot.py OUT [RESULTS_DIR]
 """
@@ -13,7 +16,9 @@ from __future__ import annotations
 import contextlib
 import io
 import os
+import shutil
 import sys
+import tempfile
 from pathlib import Path
 
 
@@ -40,18 +45,28 @@ def main() -> int:
         return 2
     out = Path(sys.argv[1])
     src = Path(sys.argv[2] if len(sys.argv) == 3 else "results/reference")
-    os.environ.update(COLUMNS="120", TERM="dumb", NO_COLOR="1")
+    os.environ.update(COLUMNS="120", TERM="dumb", NO_COLOR="1", SOURCE_DATE_EPOCH="0")
+    import matplotlib
+
+    matplotlib.rcParams["svg.hashsalt"] = "snapshot"
+    scratch = Path(tempfile.mkdtemp(prefix="snapshot-"))
     runs = sorted(p.parent for p in src.rglob("manifest.json") if not any(s.startswith(".") for s in p.parts))
     for i, run in enumerate(runs, 1):
-        dest = out / run.relative_to(src)
-        dest.mkdir(parents=True, exist_ok=True)
+        final = out / run.relative_to(src)
+        dest = scratch / "run"
+        shutil.rmtree(dest, ignore_errors=True)
+        dest.mkdir(parents=True)
         logs = []
         for name, args in (("default", [str(run), "-o", str(dest / "default"), "--columns", "bc,mbsu,params,alpha"]),
                            ("html", [str(run), "--html", "-o", str(dest / "page.html")])):
             code, stdout, stderr = _report(args)
             logs.append(f"== {name}: exit {code}\n{stdout}\n-- stderr\n{stderr.replace(str(dest), 'DEST')}\n")
         (dest / "printed.txt").write_text("".join(logs))
+        final.parent.mkdir(parents=True, exist_ok=True)
+        shutil.rmtree(final, ignore_errors=True)
+        shutil.move(str(dest), str(final))
         print(f"[{i}/{len(runs)}] {run}", flush=True)
+    shutil.rmtree(scratch, ignore_errors=True)
     return 0
 
 

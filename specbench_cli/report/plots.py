@@ -44,6 +44,10 @@ STYLE = {
     "pdf.fonttype": 42,  # embed TrueType so PDFs are editable and accepted by publishers
 }
 COLORS = plt.get_cmap("tab10").colors
+# Figures are rebuilt from result files alone, so the same files give the same bytes: no creation
+# date in a PDF or an SVG, and an SVG's clip-path ids from a fixed salt instead of a random one.
+NO_DATE = {"pdf": {"CreationDate": None}, "svg": {"Date": None}, "png": {}}
+SVG_SALT = "specbench"
 
 
 def save_figure(fig: plt.Figure, directory: Path, stem: str) -> list[Path]:
@@ -52,7 +56,8 @@ def save_figure(fig: plt.Figure, directory: Path, stem: str) -> list[Path]:
     paths = [directory / f"{stem}.png", directory / f"{stem}.pdf"]
     with plt.rc_context(STYLE):  # savefig.dpi
         for path in paths:
-            atomic_write(path, lambda tmp: fig.savefig(tmp, bbox_inches="tight", format=Path(path).suffix[1:]))
+            kind = Path(path).suffix[1:]
+            atomic_write(path, lambda tmp: fig.savefig(tmp, bbox_inches="tight", format=kind, metadata=NO_DATE[kind]))
     plt.close(fig)
     return paths
 
@@ -370,8 +375,8 @@ def svg_figures(rows: Sequence[dict] | pd.DataFrame, summary: pd.DataFrame) -> l
     out = []
     for _, title, fig in figures(rows, summary):
         buffer = io.StringIO()
-        with plt.rc_context({**STYLE, "svg.fonttype": "path"}):
-            fig.savefig(buffer, format="svg", bbox_inches="tight")
+        with plt.rc_context({**STYLE, "svg.fonttype": "path", "svg.hashsalt": SVG_SALT}):
+            fig.savefig(buffer, format="svg", bbox_inches="tight", metadata=NO_DATE["svg"])
         plt.close(fig)
         text = buffer.getvalue()
         out.append((title, text[text.index("<svg"):]))  # drop the XML prolog and doctype

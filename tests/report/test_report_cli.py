@@ -87,6 +87,23 @@ def test_report_writes_tables_and_plots(app, run_a, plots_flag):
     assert "| MBSU |" in (run_a / "report" / "table.md").read_text()
 
 
+def test_the_same_run_folder_gives_the_same_bytes(app, run_a, tmp_path):
+    """Reports are rebuilt from result files alone: rendered twice, a second apart, every file
+    (tables, PNG and PDF figures, the HTML page with its SVG figures) is byte for byte the same;
+    matplotlib would otherwise write each rendering's time and random SVG ids into them."""
+    import time
+
+    outs = []
+    for i in range(2):
+        out = tmp_path / f"out{i}"
+        assert invoke(app, "report", run_a, "-o", out)[0] == 0
+        assert invoke(app, "report", run_a, "--html", "-o", out / "page.html")[0] == 0
+        outs.append({p.name: p.read_bytes() for p in out.iterdir()})
+        time.sleep(1.1)  # a PDF's date has one-second resolution
+    assert {"speedup_by_category.pdf", "page.html"} <= set(outs[0])
+    assert outs[0] == outs[1]
+
+
 def test_report_format_prints_that_format_only(app, run_a, tmp_path):
     code, output = invoke(app, "report", run_a, "--format", "latex", "-o", tmp_path / "out", "--no-plots")
     assert code == 0, output
