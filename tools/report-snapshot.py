@@ -4,8 +4,8 @@ terminal table with every extra column, the figures, every table format and the 
 Two snapshots, made with two versions of specbench, compare with `diff -r BEFORE AFTER`: a change
 that must not alter any report shows no difference. It runs in one process (the report command
 is called as a function), with the `specbench_cli` the interpreter imports. Matplotlib is told
-to write no dates and fixed SVG ids (`SOURCE_DATE_EPOCH`, `svg.hashsalt`), so that a version whose
-figures carry their rendering time compares too, and each folder is rendered in a scratch folder
+to write no dates and SVG ids from specbench's salt, as specbench's figures ask for since they do,
+so that an older version, whose figures carried their rendering time, compares too, and each folder is rendered in a scratch folder
 of the same name length in every snapshot, so wrapped paths in what is printed match.
 
     python tools/report-snapshot.py OUT [RESULTS_DIR]
@@ -45,10 +45,21 @@ def main() -> int:
         return 2
     out = Path(sys.argv[1])
     src = Path(sys.argv[2] if len(sys.argv) == 3 else "results/reference")
-    os.environ.update(COLUMNS="120", TERM="dumb", NO_COLOR="1", SOURCE_DATE_EPOCH="0")
+    os.environ.update(COLUMNS="120", TERM="dumb", NO_COLOR="1")
     import matplotlib
+    from matplotlib.figure import Figure
 
-    matplotlib.rcParams["svg.hashsalt"] = "snapshot"
+    # what specbench's own figures ask for (report/plots.py: no dates, SVG ids from its salt), given
+    # to a version that did not ask, so that versions before and after that change compare
+    matplotlib.rcParams["svg.hashsalt"] = "specbench"
+    savefig = Figure.savefig
+
+    def undated(self, fname, *args, **kwargs):
+        kind = kwargs.get("format") or str(fname).rsplit(".", 1)[-1]
+        kwargs.setdefault("metadata", {"pdf": {"CreationDate": None}, "svg": {"Date": None}}.get(kind, {}))
+        return savefig(self, fname, *args, **kwargs)
+
+    Figure.savefig = undated
     scratch = Path(tempfile.mkdtemp(prefix="snapshot-"))
     runs = sorted(p.parent for p in src.rglob("manifest.json") if not any(s.startswith(".") for s in p.parts))
     for i, run in enumerate(runs, 1):
