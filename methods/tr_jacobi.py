@@ -170,16 +170,19 @@ class TRJacobi(Method):
         return Draft(tokens=tokens, parents=self.parents)
 
     def host_values(self, logits: "torch.Tensor") -> Optional["torch.Tensor"]:
-        """Every node's score at its parent's row (`logits[parent + 1, token]`): one gather on
-        the device, read in `observe` to pick the continuation below the accepted path."""
+        """Every node's score at its parent's row: read in `observe` to pick the continuation
+        below the accepted path (computed with the forward, brought over in the loop's one transfer)."""
         if not self.parents or logits.shape[0] != len(self.parents) + 1:
             return None
+        return self._scores(logits, self._tokens)
+
+    def _scores(self, logits: "torch.Tensor", tokens: list[int]) -> "torch.Tensor":
+        """`logits[parent + 1, token]` for every node: one gather on the logits' device."""
         rows = self._index.get(logits.device)
         if rows is None:
             rows = self._index[logits.device] = torch.tensor(self.parent_rows, dtype=torch.long,
                                                              device=logits.device)
-        tokens = torch.tensor(self._tokens, dtype=torch.long).to(logits.device, non_blocking=True)
-        return logits[rows, tokens]
+        return logits[rows, torch.tensor(tokens, dtype=torch.long).to(logits.device, non_blocking=True)]
 
     def observe(self, result: VerifyResult) -> None:
         if not self.parents:
@@ -190,9 +193,7 @@ class TRJacobi(Method):
             top = result.logits.topk(max(k, 1), dim=-1).indices.tolist()
         scores = result.values
         if scores is None or len(scores) != len(self.parents):  # a result made by hand (no loop)
-            dev = result.logits.device
-            scores = result.logits[torch.tensor(self.parent_rows, device=dev),
-                                   torch.tensor(result.draft.tokens, dtype=torch.long, device=dev)].double().tolist()
+            scores = self._scores(result.logits, result.draft.tokens).double().tolist()
         # Continue below the accepted path through rejected nodes: at each level the child the
         # target scored highest at its parent's row (the most plausible wrong guess; the first
         # such child on a tie).

@@ -58,7 +58,7 @@ class Method(Drafter):
        (a draft model, embedding statistics, tokenizer-derived ids).
 
     `create(ctx, **options)` does both (tests, scripts). Subclasses set `name`, `summary`,
-    `structure` (engine.drafter.Structure), `Options`, and override `plan` / `setup` and the
+    `structure` (decoding.drafter.Structure), `Options`, and override `plan` / `setup` and the
     drafter contract (`reset`, `propose`, `observe`) they need.
 
     `drafts_by_chance`: its drafts are guesses never conditioned on the text the target accepted

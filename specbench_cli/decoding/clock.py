@@ -50,7 +50,7 @@ def sync(device: Any) -> None:
 class StepClock:
     """One decoder's clock: the device's sync policy, the batch's start and each sequence's end,
     and the current step's marks (module doc). One batch at a time; what it records goes into
-    each sequence's `engine.loop.Generation` (`gens`)."""
+    each sequence's `Generation` (decoding/decoder.py; `gens`)."""
 
     def __init__(self, device: Any, time_steps: bool = False) -> None:
         kind = getattr(device, "type", None)

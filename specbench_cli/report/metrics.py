@@ -99,7 +99,7 @@ def is_ar_label(label: object) -> bool:
 
 
 def is_baseline_label(label: object) -> bool:
-    """`engines.naming.is_baseline` of a label that may carry a temperature."""
+    """`names.is_baseline` of a label that may carry a temperature."""
     return is_baseline(plain_label(label))
 
 

@@ -1,4 +1,4 @@
-"""Engine methods: `ENGINE:METHOD` -> "module:Class" (an `engines.method.EngineMethod` subclass),
+"""Engine methods: `ENGINE:METHOD` -> "module:Class" (an `servers.engine_method.EngineMethod` subclass),
 one module per engine. Other packages add their own through the `specbench.engine_methods`
 entry-point group (specbench_cli/registry.py). Nothing is imported until a name is used.
 

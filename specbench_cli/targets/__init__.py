@@ -35,8 +35,9 @@ def describe(name: str) -> dict:
 
 def as_target(model_or_target: Any) -> Any:
     """A `Target` as given, or a transformers model wrapped in an `HFTarget`: the one place a bare
-    model becomes a target (the loop, the cost curve, a method's context and its heads accept
-    either). transformers is imported only for a bare model."""
+    model becomes a target (the cost curve, a method's context and its heads accept either; the
+    decoder takes a `Target`, so scripts and tests wrap their models here). transformers is
+    imported only for a bare model."""
     from specbench_cli.decoding.target import Target
 
     if isinstance(model_or_target, Target):

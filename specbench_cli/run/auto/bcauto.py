@@ -55,7 +55,7 @@ class Profile:
     tokens: int = 0                                           # measured new tokens (the record only)
 
     def add(self, gen: Any) -> None:
-        """Pool one `engine.loop.Generation`."""
+        """Pool one `decoding.decoder.Generation`."""
         self.accept_lengths += list(gen.accept_lengths)
         self.budget_used += list(gen.budget_used)
         self.draft_ms += list(gen.step_draft_ms)
