@@ -42,6 +42,11 @@ class LlamaCpp:
     prefix: Optional[Path]     # the build prefix (None for a bare binary on PATH)
 
 
+def cache_root() -> Path:
+    """Where specbench caches what it builds once: $SPECBENCH_CACHE, default ~/.cache/specbench."""
+    return Path(os.environ.get("SPECBENCH_CACHE", Path.home() / ".cache" / "specbench"))
+
+
 def _from_prefix(prefix: Path) -> Optional[LlamaCpp]:
     prefix = prefix.expanduser()
     server = prefix / "bin" / "llama-server"

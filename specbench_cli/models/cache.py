@@ -41,9 +41,7 @@ from typing import Callable, Iterator, Optional
 RECORD = "specbench_cache.json"
 
 
-def cache_root() -> Path:
-    """Where specbench caches what it builds once: $SPECBENCH_CACHE, default ~/.cache/specbench."""
-    return Path(os.environ.get("SPECBENCH_CACHE", Path.home() / ".cache" / "specbench"))
+from specbench_cli.locate import cache_root  # noqa: E402,F401 - where it always was for callers
 
 SMALL_FILE = 32 << 20  # files up to this size are always hash-checked on load
 

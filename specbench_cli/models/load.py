@@ -460,7 +460,7 @@ def load_model(ref: str = DEFAULT_MODEL, device: str = "cpu", dtype: str = "floa
         return plan_for(model, kernels, dtype, cache_root(), refresh=refresh_kernels, note=note)
 
     options = {"forward": forward, "kernels": kernels, "trust_remote_code": trust_remote_code,
-               "kernel_plan": kernel_plan, **options}
+               "kernel_plan": kernel_plan, "native_cache": cache_root() / "native", "note": note, **options}
     if cls.weights == "transformers":
         from transformers import AutoTokenizer
 

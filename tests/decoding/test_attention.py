@@ -5,6 +5,7 @@ flag is checked before any model loads and recorded in the manifest."""
 from __future__ import annotations
 
 import json
+import os
 import random
 
 import pytest
@@ -24,16 +25,32 @@ from specbench_cli.targets.hf.kv import KVCache
 PROMPT = [2, 5, 9, 14, 7, 3, 2, 6, 30, 31, 32, 33, 9, 14]
 
 
-@pytest.fixture(scope="module", params=["short", "lean"])
+def native_forward(model):
+    """The native forward on `model`, or the test skipped when this machine cannot build it (no C
+    compiler; CI has one, so there the tests run)."""
+    from specbench_cli.targets.hf.forward.native.model import install
+
+    try:
+        return install(model)
+    except RuntimeError as e:
+        if os.environ.get("CI"):
+            raise
+        pytest.skip(f"the native forward is unavailable here: {e}")
+
+
+@pytest.fixture(scope="module", params=["short", "lean", "native"])
 def pair(request):
-    """The same tiny GQA model (4 query heads over 2 key/value heads) twice: sdpa, and short or lean."""
+    """The same tiny GQA model (4 query heads over 2 key/value heads) twice: sdpa, and short, lean
+    or native (the C library, skipped where no C compiler builds it)."""
     attention.register()
     ref, fast = make_model(0), make_model(0)
     fast.set_attn_implementation("short")
     assert fast.config._attn_implementation == "short"
-    if request.param == "lean":
+    if request.param in ("lean", "native"):
         lean.install(fast)
         assert fast.model._specbench_lean
+    if request.param == "native":
+        native_forward(fast)
     return ref, fast
 
 
@@ -119,11 +136,12 @@ def test_unknown_attn_exits_2_before_loading(tmp_path, capsys):
     assert code == 2 and "unknown forward 'flash'" in err and "lean" in err
 
 
-@pytest.mark.parametrize("forward,used", [("short", "short"), ("lean", "lean"), (None, "lean"), ("auto", "lean"),
-                                          ("sdpa", "sdpa")])
+@pytest.mark.parametrize("forward,used", [("short", "short"), ("lean", "lean"), (None, "native"),
+                                          ("auto", "native"), ("native", "native"), ("sdpa", "sdpa")])
 def test_manifest_records_the_forward(tiny_model_dir, tmp_path, capsys, forward, used):
     """The flag as given (`config.forward`, default `auto`) and the path the target ran
-    (`model.forward`): `auto` is `lean` for the tiny Llama on CPU."""
+    (`model.forward`): `auto` is `native` for the tiny Llama on CPU in float32 (where a C
+    compiler builds the library, as on every machine the tests run on)."""
     from helpers.cli import cli
 
     out = tmp_path / "res"

@@ -34,6 +34,35 @@ class LoadedHF:
     params: int
 
 
+def _native_dir(native_cache: Optional[Any]):
+    from pathlib import Path
+
+    from specbench_cli.locate import cache_root
+
+    return Path(native_cache) if native_cache is not None else cache_root() / "native"
+
+
+_said_native: set[str] = set()
+
+
+def _native_lib(native_cache: Optional[Any], note: Optional[Callable[[str], None]], quiet: bool):
+    """The native forward's library, or None; under `auto` the reason it is missing is said once
+    per process (the lean forward runs instead, slower)."""
+    from specbench_cli.targets.hf.forward import native
+
+    lib, why = native.load(_native_dir(native_cache))
+    if lib is None and not quiet and why not in _said_native:
+        _said_native.add(why)
+        message = f"the native forward is unavailable ({why}): the lean forward runs instead, slower"
+        if note:
+            note(message)
+        else:
+            import sys
+
+            print(f"specbench: {message}", file=sys.stderr)
+    return lib
+
+
 def fixed_plan(groups: dict[str, list[Any]], kernels: str, dtype: str):
     """The plan of one fixed `--kernels` name for every weight shape (`groups`: shape -> weights);
     UsageError when this torch build lacks it for `dtype`."""
@@ -71,7 +100,8 @@ def uncached_plan(model: Any, kernels: str, dtype: str):
 
 def load(folder: str, *, device: str = "cpu", dtype: str = "float32", forward: str = "sdpa",
          kernels: str = "auto", trust_remote_code: bool = False, local_files_only: bool = False,
-         kernel_plan: Optional[KernelPlanner] = None) -> LoadedHF:
+         kernel_plan: Optional[KernelPlanner] = None, native_cache: Optional[Any] = None,
+         note: Optional[Callable[[str], None]] = None) -> LoadedHF:
     """The causal LM of `folder` (a Hugging Face folder or hub id) in eval mode on `device` with
     `dtype`, computing its forward as `forward` says (`sdpa`, `eager`, `short`, `lean` or `auto`:
     decided by the model's config alone, read once and handed to the model). Under `lean`,
@@ -95,7 +125,19 @@ def load(folder: str, *, device: str = "cpu", dtype: str = "float32", forward: s
 
         config = AutoConfig.from_pretrained(folder, **kwargs)
         forward = modes.resolve(forward, config, device)
-    attn_implementation = "short" if forward == "lean" else forward
+        if forward == "lean" and dtype == "float32" and str(device).startswith("cpu"):
+            forward = "native" if _native_lib(native_cache, note, quiet=False) is not None else "lean"
+    native_lib = None
+    if forward == "native":
+        native_lib = _native_lib(native_cache, note, quiet=True)
+        if native_lib is None:
+            from specbench_cli.errors import RuntimeFailure
+            from specbench_cli.targets.hf.forward import native
+
+            raise RuntimeFailure(f"--forward native: {native.load(_native_dir(native_cache))[1]}")
+        if dtype != "float32":
+            raise UsageError(f"--forward native computes in float32 only (this run: {dtype}); use --forward lean")
+    attn_implementation = "short" if forward in ("lean", "native") else forward
     if attn_implementation == "short":
         register_short()
     model = AutoModelForCausalLM.from_pretrained(folder, dtype=getattr(torch, dtype),
@@ -105,15 +147,25 @@ def load(folder: str, *, device: str = "cpu", dtype: str = "float32", forward: s
     model.eval()
     params = sum(p.numel() for p in model.parameters())
     info = None
-    if forward == "lean":  # after counting: lean may give a tied output head its own copy
+    if forward in ("lean", "native"):  # after counting: lean may give a tied output head its own copy
         from specbench_cli.targets.hf.forward import lean
 
         if reason := lean.unsupported_reason(model):
-            raise UsageError(f"--forward lean: {reason}; use --forward sdpa or short")
+            raise UsageError(f"--forward {forward}: {reason}; use --forward sdpa or short")
         lean.install(model)
-        plan = (kernel_plan or uncached_plan)(model, kernels, dtype)
+        # under native, the library kernels compute only the long blocks (prefills): a fixed kernel
+        # there, no timing at load (`--kernels NAME` still picks it; `auto` means `mkl`)
+        mode = "mkl" if forward == "native" and kernels == "auto" else kernels
+        plan = (kernel_plan or uncached_plan)(model, mode, dtype)
         extra = lean.install(model, plan)
-        info = {"mode": kernels, "plan": plan.summary(), "extra_weight_bytes": extra}
-        if kernels == "auto":
+        info = {"mode": mode, "plan": plan.summary(), "extra_weight_bytes": extra}
+        if mode == "auto":
             info.update(measured_at=plan.measured_at, loadavg=[round(x, 2) for x in plan.loadavg])
+        if native_lib is not None:
+            from specbench_cli.targets.hf.forward.native import isa_flags
+            from specbench_cli.targets.hf.forward.native.model import NativeForward
+
+            nf = lean.attach_native(model, NativeForward(model, native_lib))
+            info["extra_weight_bytes"] = extra + nf.packed_bytes
+            info["native"] = {"isa": isa_flags()[0], "max_q": nf.max_q}
     return LoadedHF(model, forward, info, params)

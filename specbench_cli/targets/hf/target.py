@@ -90,7 +90,8 @@ class HFTarget(Target):
                               forward=options.get("forward") or "sdpa", kernels=options.get("kernels") or "auto",
                               trust_remote_code=bool(options.get("trust_remote_code", False)),
                               local_files_only=bool(options.get("local_files_only", False)),
-                              kernel_plan=options.get("kernel_plan"))
+                              kernel_plan=options.get("kernel_plan"), native_cache=options.get("native_cache"),
+                              note=options.get("note"))
         return cls(loaded.model, loaded.forward, loaded.kernels, params=loaded.params)
 
     # -- one forward of a batch of one -----------------------------------------------------

@@ -118,6 +118,14 @@ def install(model: Any, plan: Optional["kernels.Plan"] = None) -> int:
     return extra
 
 
+def attach_native(model: Any, native: Any) -> Any:
+    """Hand the lean forward's short blocks and the output head to `native` (a
+    targets/hf/forward/native/model.py `NativeForward` made for this model); returns it."""
+    model.model._specbench_native = native
+    model.lm_head.forward = native.head
+    return native
+
+
 def installed_plan(model: Any) -> Optional["kernels.Plan"]:
     """The kernel plan `install` put on `model` (None when the lean forward is not installed)."""
     body = getattr(model, "model", None)
@@ -203,6 +211,10 @@ def lean_decoder_forward(self: Any, input_ids: Optional[torch.Tensor] = None,
     head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // heads
     eps = cfg.rms_norm_eps
     t = h.shape[1]
+    native = getattr(self, "_specbench_native", None)
+    if native is not None and not keep_all and native.usable(cache, h.shape[0], t):
+        h = native.body(h, cos[:, :, 0], sin[:, :, 0], attention_mask, cache)
+        return BaseModelOutputWithPast(last_hidden_state=h, past_key_values=cache)
     by_q = self._specbench_attention
     short = by_q[t] if t < len(by_q) else by_q[0]  # the plan's attention for this block size
     if not short and attention_mask is None and t > 1 and past > 0:

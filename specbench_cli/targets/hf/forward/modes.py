@@ -10,9 +10,13 @@
   back to SDPA. Why it exists: on CPU, SDPA's flash kernel pays a fixed cost per call that
   dwarfs a q=1 attention over a few hundred cached tokens (measured in docs/performance.md);
 - `lean`: `short` attention inside this project's fused Llama decoder (targets/hf/forward/lean.py);
-- `auto` (the `run`/`cost` default): `lean` for a plain Llama-architecture target on a CPU
-  (where it measured 1.3-2x faster, docs/performance.md), `sdpa` otherwise (GPUs, other
-  architectures). The manifest records the resolved one (`model.forward`).
+- `native`: the lean forward whose blocks of up to 64 rows per sequence (every decode and verify
+  step) run in one call of this project's C library (targets/hf/forward/native/), compiled at
+  first use for the instruction set torch runs; float32; prefills stay on `lean`;
+- `auto` (the `run`/`cost` default): for a plain Llama-architecture target on a CPU, `native` in
+  float32 when the library builds (a C compiler is there; otherwise said once, and `lean`
+  runs), `lean` in other dtypes; `sdpa` otherwise (GPUs, other architectures). The manifest
+  records the resolved one (`model.forward`).
 
 Every method of a run, AR included, goes through the same implementation, so speedups compare
 like with like; the manifest records it (`config.forward`).
@@ -22,7 +26,7 @@ from __future__ import annotations
 
 from typing import Any
 
-FORWARDS = ("auto", "sdpa", "eager", "short", "lean")
+FORWARDS = ("auto", "sdpa", "eager", "short", "lean", "native")
 # `--kernels`: how the lean forward multiplies (targets/hf/forward/kernels.py); `auto` times them on this CPU
 KERNEL_CHOICES = ("auto", "mkl", "mkl-t", "mkl-wx", "onednn", "onednn-t", "onednn-packed", "mkl-packed")
 DEFAULT_FORWARD = "auto"  # of `run` and `cost`; load_model itself defaults to sdpa (training needs it)

@@ -1,0 +1,429 @@
+/* The native forward: a Llama decoder's layers for a few query rows per sequence, in one call.
+ *
+ * Built once per machine at first use (targets/hf/forward/native/build.py) with the C compiler
+ * and OpenMP; linked to the OpenMP runtime torch itself loaded, so both share one thread pool.
+ *
+ * Every row is computed on its own and in a fixed order, whatever else is in the block: a matrix
+ * product sums over the input dimension k = 0, 1, ... for each output, an attention row sums
+ * over the cache slots in slot order, and a hidden slot adds an exact zero. So a row's result
+ * does not depend on how many rows the block has: verifying a draft of ten tokens gives, for
+ * each accepted token, the bits one-token steps give (AR's), and a batch gives each sequence
+ * the bits it would get alone.
+ *
+ * Weights are packed once (`sb_pack`) into tiles of TILE output columns: tile t holds, for
+ * k = 0..K-1, the TILE weights W[t*TILE + j][k] contiguously, so a tile streams from memory in
+ * one pass, and the rows of a block (up to MR at a time) share each load.
+ */
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <omp.h>
+
+#if defined(__AVX512F__)
+#define TILE 32 /* output columns of a packed tile: two 16-float vectors */
+#define MR 12   /* rows a tile's pass computes at once: 24 accumulators of 32 registers */
+#else
+#define TILE 16 /* one 16-float vector (two AVX2 registers) */
+#define MR 6    /* 12 of 16 registers hold accumulators */
+#endif
+#define NV (TILE / 16)
+#define PF 2048 /* floats ahead of the weight stream that are prefetched into L1 */
+typedef float v16 __attribute__((vector_size(64), aligned(4)));
+
+static inline v16 load16(const float *p) { v16 v; memcpy(&v, p, sizeof v); return v; }
+static inline void store16(float *p, v16 v) { memcpy(p, &v, sizeof v); }
+static inline v16 splat(float x) { return (v16){x, x, x, x, x, x, x, x, x, x, x, x, x, x, x, x}; }
+
+typedef int32_t v16i __attribute__((vector_size(64), aligned(4)));
+
+/* Lane-wise `mask ? a : b` (mask lanes all ones or all zeros, as vector comparisons give). */
+static inline v16 select16(v16i mask, v16 a, v16 b) {
+    v16i ai, bi;
+    memcpy(&ai, &a, sizeof ai);
+    memcpy(&bi, &b, sizeof bi);
+    v16i ri = (mask & ai) | (~mask & bi);
+    v16 r;
+    memcpy(&r, &ri, sizeof r);
+    return r;
+}
+
+/* A fixed-order sum of the 16 lanes (halves, then quarters, ...): the same bits for the same lanes. */
+static inline float hsum16(v16 v) {
+    float t[16];
+    store16(t, v);
+    for (int w = 8; w >= 1; w /= 2)
+        for (int i = 0; i < w; i++) t[i] += t[i + w];
+    return t[0];
+}
+
+/* exp(x) lane by lane (Cody-Waite reduction by ln 2, degree-6 polynomial, 2^n by exponent bits):
+ * within 2 ulp of expf; exactly 0 below -87.3 (where float32 exp underflows), so a masked slot
+ * adds nothing. */
+static inline v16 vexp16(v16 x) {
+    const v16 lo = splat(-87.3f), hi = splat(88.3f);
+    v16 xc = select16(x < lo, lo, x);
+    xc = select16(xc > hi, hi, xc);
+    const v16 magic = splat(12582912.0f);  /* 1.5 * 2^23: adding and subtracting it rounds to nearest */
+    v16 n = (xc * splat(1.44269504088896341f) + magic) - magic;
+    v16 f = xc - n * splat(0.693359375f) + n * splat(2.12194440e-4f);
+    v16 p = splat(1.9875691500e-4f);
+    p = p * f + splat(1.3981999507e-3f);
+    p = p * f + splat(8.3334519073e-3f);
+    p = p * f + splat(4.1665795894e-2f);
+    p = p * f + splat(1.6666665459e-1f);
+    p = p * f + splat(5.0000001201e-1f);
+    p = p * f * f + f + splat(1.0f);
+    v16i bits = (__builtin_convertvector(n, v16i) + 127) << 23;
+    v16 scale;
+    memcpy(&scale, &bits, sizeof scale);
+    v16 out = p * scale;
+    return select16(x < lo, splat(0.0f), out);
+}
+
+/* Floats a packed [N, K] weight takes. */
+int64_t sb_packed_size(int64_t n, int64_t k) { return ((n + TILE - 1) / TILE) * TILE * k; }
+
+/* Pack w ([n, k], row-major, as torch stores a Linear's weight) into `out`. */
+void sb_pack(const float *w, int64_t n, int64_t k, float *out) {
+    int64_t tiles = (n + TILE - 1) / TILE;
+    #pragma omp parallel for schedule(static)
+    for (int64_t t = 0; t < tiles; t++) {
+        float *dst = out + t * TILE * k;
+        for (int64_t kk = 0; kk < k; kk++)
+            for (int j = 0; j < TILE; j++) {
+                int64_t row = t * TILE + j;
+                dst[kk * TILE + j] = row < n ? w[row * k + kk] : 0.0f;
+            }
+    }
+}
+
+/* y[r, n0:n0+TILE) (op)= x[r, :] . W[n0 + j, :] for M rows of one tile, summing k in order.
+ * mode 0: store, mode 1: add to y. Only `ncols` columns are written. */
+#define KERNEL(M)                                                                              \
+    static void tile_##M(const float *restrict x, int64_t ldx, const float *restrict wt,       \
+                         int64_t k, float *restrict y, int64_t ldy, int64_t ncols, int mode) { \
+        v16 acc[M][NV];                                                                        \
+        for (int i = 0; i < M; i++)                                                            \
+            for (int v = 0; v < NV; v++) acc[i][v] = splat(0.0f);                              \
+        for (int64_t kk = 0; kk < k; kk++) {                                                   \
+            const float *wk = wt + kk * TILE;                                                  \
+            for (int v = 0; v < NV; v++) __builtin_prefetch(wk + PF + 16 * v, 0, 3);           \
+            v16 w[NV];                                                                         \
+            for (int v = 0; v < NV; v++) w[v] = load16(wk + 16 * v);                           \
+            for (int i = 0; i < M; i++) {                                                      \
+                v16 xs = splat(x[i * ldx + kk]);                                               \
+                for (int v = 0; v < NV; v++) acc[i][v] += xs * w[v];                           \
+            }                                                                                  \
+        }                                                                                      \
+        for (int i = 0; i < M; i++) {                                                          \
+            float out[TILE];                                                                   \
+            for (int v = 0; v < NV; v++) store16(out + 16 * v, acc[i][v]);                     \
+            float *yr = y + i * ldy;                                                           \
+            if (mode == 0) for (int64_t j = 0; j < ncols; j++) yr[j] = out[j];                  \
+            else for (int64_t j = 0; j < ncols; j++) yr[j] += out[j];                           \
+        }                                                                                      \
+    }
+KERNEL(1)
+KERNEL(2)
+KERNEL(3)
+KERNEL(4)
+KERNEL(5)
+KERNEL(6)
+#if MR > 6
+KERNEL(7)
+KERNEL(8)
+KERNEL(9)
+KERNEL(10)
+KERNEL(11)
+KERNEL(12)
+#endif
+
+static void tile_rows(const float *x, int64_t ldx, const float *wt, int64_t k, float *y, int64_t ldy,
+                      int64_t ncols, int mode, int64_t rows) {
+    for (int64_t r = 0; r < rows; r += MR) {
+        int64_t m = rows - r < MR ? rows - r : MR;
+        const float *xr = x + r * ldx;
+        float *yr = y + r * ldy;
+        switch (m) {
+        case 1: tile_1(xr, ldx, wt, k, yr, ldy, ncols, mode); break;
+        case 2: tile_2(xr, ldx, wt, k, yr, ldy, ncols, mode); break;
+        case 3: tile_3(xr, ldx, wt, k, yr, ldy, ncols, mode); break;
+        case 4: tile_4(xr, ldx, wt, k, yr, ldy, ncols, mode); break;
+        case 5: tile_5(xr, ldx, wt, k, yr, ldy, ncols, mode); break;
+        case 6: tile_6(xr, ldx, wt, k, yr, ldy, ncols, mode); break;
+#if MR > 6
+        case 7: tile_7(xr, ldx, wt, k, yr, ldy, ncols, mode); break;
+        case 8: tile_8(xr, ldx, wt, k, yr, ldy, ncols, mode); break;
+        case 9: tile_9(xr, ldx, wt, k, yr, ldy, ncols, mode); break;
+        case 10: tile_10(xr, ldx, wt, k, yr, ldy, ncols, mode); break;
+        case 11: tile_11(xr, ldx, wt, k, yr, ldy, ncols, mode); break;
+        case 12: tile_12(xr, ldx, wt, k, yr, ldy, ncols, mode); break;
+#endif
+        }
+    }
+}
+
+/* Inside a parallel region: y[rows, n] (op)= x[rows, k] @ W^T, the tiles shared out statically. */
+static void matmul_in(const float *x, const float *packed, int64_t rows, int64_t k, int64_t n,
+                      float *y, int64_t ldy, int mode) {
+    int64_t tiles = (n + TILE - 1) / TILE;
+    #pragma omp for schedule(static)
+    for (int64_t t = 0; t < tiles; t++) {
+        int64_t n0 = t * TILE, ncols = n - n0 < TILE ? n - n0 : TILE;
+        tile_rows(x, k, packed + t * TILE * k, k, y + n0, ldy, ncols, mode, rows);
+    }
+}
+
+/* y[rows, n] = x[rows, k] @ W^T through the packed weight (the output head). */
+void sb_linear(const float *x, const float *packed, int64_t rows, int64_t k, int64_t n, float *y) {
+    #pragma omp parallel
+    matmul_in(x, packed, rows, k, n, y, n, 0);
+}
+
+static void rms_norm_row(const float *h, const float *w, int64_t n, float eps, float *out) {
+    float ss = 0.0f;
+    for (int64_t i = 0; i < n; i++) ss += h[i] * h[i];
+    float inv = 1.0f / sqrtf(ss / (float)n + eps);
+    for (int64_t i = 0; i < n; i++) out[i] = w[i] * (h[i] * inv);
+}
+
+typedef struct {
+    int64_t layers, hidden, heads, kv_heads, head_dim, inter;
+    float eps, scale;
+    const float **qkv, **o, **gate_up, **down, **norm1, **norm2;  /* per layer */
+    const float *final_norm;
+    float *scratch;
+    int64_t scratch_floats;
+} sb_model;
+
+void *sb_model_new(int64_t layers, int64_t hidden, int64_t heads, int64_t kv_heads, int64_t head_dim,
+                   int64_t inter, double eps, double scale, const int64_t *ptrs, const float *final_norm) {
+    /* ptrs: per layer qkv, o, gate_up, down (packed), input norm, post-attention norm */
+    sb_model *m = calloc(1, sizeof *m);
+    if (!m) return NULL;
+    m->layers = layers; m->hidden = hidden; m->heads = heads; m->kv_heads = kv_heads;
+    m->head_dim = head_dim; m->inter = inter; m->eps = (float)eps; m->scale = (float)scale;
+    const float ***slots[6] = {&m->qkv, &m->o, &m->gate_up, &m->down, &m->norm1, &m->norm2};
+    for (int s = 0; s < 6; s++) {
+        *slots[s] = malloc(sizeof(float *) * layers);
+        if (!*slots[s]) return NULL;
+        for (int64_t l = 0; l < layers; l++) (*slots[s])[l] = (const float *)(intptr_t)ptrs[l * 6 + s];
+    }
+    m->final_norm = final_norm;
+    return m;
+}
+
+void sb_model_free(void *handle) {
+    sb_model *m = handle;
+    if (!m) return;
+    free(m->qkv); free(m->o); free(m->gate_up); free(m->down); free(m->norm1); free(m->norm2);
+    free(m->scratch);
+    free(m);
+}
+
+#define QB 8 /* queries scored against a block of 16 keys at once */
+#define QV 6 /* queries weighting one pass over the values */
+
+/* Attention of `count` queries (from `first`) of sequence b's key/value head g: query qi is head
+ * g*group + qi/T at row qi%T. Scores are the dot products over the head dimension in order;
+ * the softmax and the weighted sum of values run over the visible slots in slot order (hidden
+ * ones are exact zeros), so a row's result is the same whatever else the block holds. */
+static void attend(const sb_model *m, const float *qkv, int64_t qkv_n, int64_t T, int64_t b, int64_t g,
+                   int64_t first, int64_t count, const float *kb, const float *vb, const float *mask,
+                   int64_t mask_len, int64_t past, float *attn, float *sc) {
+    const int64_t d = m->head_dim, nh = m->heads, group = nh / m->kv_heads, L = past + T;
+    const float *qp[QB];
+    float kt[256 * 16];
+    for (int64_t j0 = 0; j0 < L; j0 += 16) {
+        int64_t n = L - j0 < 16 ? L - j0 : 16;
+        if (n == 16) {
+            const float *k0 = kb + j0 * d;
+            for (int64_t i = 0; i < d; i++)
+                for (int64_t l = 0; l < 16; l++) kt[i * 16 + l] = k0[l * d + i];
+        } else {
+            memset(kt, 0, sizeof(float) * 16 * d);
+            for (int64_t l = 0; l < n; l++)
+                for (int64_t i = 0; i < d; i++) kt[i * 16 + l] = kb[(j0 + l) * d + i];
+        }
+        for (int64_t q0 = 0; q0 < count; q0 += QB) {
+            int64_t nb = count - q0 < QB ? count - q0 : QB;
+            for (int64_t i = 0; i < QB; i++) {
+                int64_t qi = first + q0 + (i < nb ? i : 0);
+                qp[i] = qkv + (b * T + qi % T) * qkv_n + (g * group + qi / T) * d;
+            }
+            v16 acc[QB];
+            for (int i = 0; i < QB; i++) acc[i] = splat(0.0f);
+            for (int64_t i = 0; i < d; i++) {
+                v16 k = load16(kt + i * 16);
+                for (int qq = 0; qq < QB; qq++) acc[qq] += splat(qp[qq][i]) * k;
+            }
+            for (int64_t qq = 0; qq < nb; qq++) {
+                float tmp[16];
+                store16(tmp, acc[qq] * splat(m->scale));
+                memcpy(sc + (q0 + qq) * L + j0, tmp, sizeof(float) * n);
+            }
+        }
+    }
+    /* softmax numerators: exp(score - max) over the visible slots, exactly 0 on hidden ones */
+    for (int64_t qq = 0; qq < count; qq++) {
+        int64_t t = (first + qq) % T;
+        float *s = sc + qq * L;
+        const float *mrow = mask ? mask + t * mask_len : NULL;
+        int64_t visible = mask ? L : past + t + 1;
+        float mx = -INFINITY;
+        for (int64_t j = 0; j < visible; j++) {
+            if (mrow) s[j] += mrow[j];
+            if (s[j] > mx) mx = s[j];
+        }
+        for (int64_t j = visible; j < L; j++) s[j] = -INFINITY;
+        int64_t j = 0;
+        for (; j + 16 <= L; j += 16) store16(s + j, vexp16(load16(s + j) - splat(mx)));
+        if (j < L) {
+            float tail[16];
+            for (int64_t i = 0; i < 16; i++) tail[i] = j + i < L ? s[j + i] - mx : -INFINITY;
+            store16(tail, vexp16(load16(tail)));
+            for (int64_t i = j; i < L; i++) s[i] = tail[i - j];
+        }
+    }
+    /* out = sum_j e_j v_j / sum_j e_j, both summed over the slots in order (a hidden slot adds
+     * an exact zero), QV queries per pass over the values */
+    for (int64_t q0 = 0; q0 < count; q0 += QV) {
+        int64_t nb = count - q0 < QV ? count - q0 : QV;
+        const float *e[QV];
+        for (int64_t i = 0; i < QV; i++) e[i] = sc + (q0 + (i < nb ? i : 0)) * L;
+        float sum[QV] = {0};
+        float *outp[QV];
+        for (int64_t i = 0; i < nb; i++) {
+            int64_t qi = first + q0 + i;
+            outp[i] = attn + (b * T + qi % T) * nh * d + (g * group + qi / T) * d;
+        }
+        if (d == 64) {
+            v16 acc[QV][4];
+            for (int i = 0; i < QV; i++)
+                for (int v = 0; v < 4; v++) acc[i][v] = splat(0.0f);
+            for (int64_t j = 0; j < L; j++) {
+                const float *vj = vb + j * 64;
+                v16 v0 = load16(vj), v1 = load16(vj + 16), v2 = load16(vj + 32), v3 = load16(vj + 48);
+                for (int i = 0; i < QV; i++) {
+                    float p = e[i][j];
+                    sum[i] += p;
+                    v16 ps = splat(p);
+                    acc[i][0] += ps * v0; acc[i][1] += ps * v1; acc[i][2] += ps * v2; acc[i][3] += ps * v3;
+                }
+            }
+            for (int64_t i = 0; i < nb; i++) {
+                v16 inv = splat(1.0f / sum[i]);
+                for (int v = 0; v < 4; v++) store16(outp[i] + 16 * v, acc[i][v] * inv);
+            }
+        } else {
+            for (int64_t i = 0; i < nb; i++) {
+                float acc[256];
+                for (int64_t x = 0; x < d; x++) acc[x] = 0.0f;
+                for (int64_t j = 0; j < L; j++) {
+                    float p = e[i][j];
+                    sum[i] += p;
+                    for (int64_t x = 0; x < d; x++) acc[x] += p * vb[j * d + x];
+                }
+                for (int64_t x = 0; x < d; x++) outp[i][x] = acc[x] / sum[i];
+            }
+        }
+    }
+}
+
+/* The decoder body for B sequences of T new rows each.
+ *
+ * h: [B*T, hidden] embeddings in, final-normed states out (written to `out`);
+ * cos, sin: [B*T, head_dim] rope tables (sin signed: rope(x) = x*cos + roll(x, d/2)*sin);
+ * mask: NULL (causal: row t sees slots 0..past+t) or additive [B, T, mask_len] whose last
+ *   past+T columns are the slots 0..past+T-1;
+ * kv: per layer the key and value buffers [rows, kv_heads, cap, head_dim] (2 pointers a layer);
+ *   the new rows are written at slots past..past+T-1 of each sequence's row.
+ * Returns 0, or -1 when scratch memory could not be had. */
+int sb_forward(void *handle, int64_t B, int64_t T, float *h, const float *cos, const float *sin,
+               const float *mask, int64_t mask_len, int64_t past, const int64_t *kv, int64_t cap,
+               float *out) {
+    sb_model *m = handle;
+    const int64_t R = B * T, H = m->hidden, nh = m->heads, nkv = m->kv_heads, d = m->head_dim;
+    const int64_t qkv_n = (nh + 2 * nkv) * d, I = m->inter, L = past + T, half = d / 2;
+    const int64_t per_row = H + qkv_n + nh * d + 2 * I;  /* x, qkv, attn, gate_up */
+    const int64_t need = per_row * R + (int64_t)omp_get_max_threads() * (nh / nkv) * T * L;  /* + scores */
+    if (need > m->scratch_floats) {
+        int64_t want = need * 2;  /* room for the cache to grow before the next realloc */
+        float *s = realloc(m->scratch, sizeof(float) * want);
+        if (!s) return -1;
+        m->scratch = s; m->scratch_floats = want;
+    }
+    float *x = m->scratch, *qkv = x + R * H, *attn = qkv + R * qkv_n, *gu = attn + R * nh * d;
+    float *scores = gu + R * 2 * I;
+    const int64_t group = nh / nkv, nq = group * T;  /* queries per key/value head */
+    const int64_t mask_off = mask_len - L;
+    /* chunks of a head group's queries: enough items for every thread when blocks are long */
+    const int64_t threads = omp_get_max_threads();
+    int64_t chunks = (2 * threads + B * nkv - 1) / (B * nkv);
+    if (chunks > (nq + QB - 1) / QB) chunks = (nq + QB - 1) / QB;
+    if (chunks < 1) chunks = 1;
+    const int64_t per_chunk = (nq + chunks - 1) / chunks;
+    #pragma omp parallel
+    {
+        for (int64_t l = 0; l < m->layers; l++) {
+            float *kc = (float *)(intptr_t)kv[2 * l], *vc = (float *)(intptr_t)kv[2 * l + 1];
+            #pragma omp for schedule(static)
+            for (int64_t r = 0; r < R; r++) rms_norm_row(h + r * H, m->norm1[l], H, m->eps, x + r * H);
+            matmul_in(x, m->qkv[l], R, H, qkv_n, qkv, qkv_n, 0);
+            /* rope on queries and keys; keys and values into the cache */
+            #pragma omp for schedule(static)
+            for (int64_t r = 0; r < R; r++) {
+                int64_t b = r / T, t = r % T;
+                float *row = qkv + r * qkv_n;
+                const float *c = cos + r * d, *s = sin + r * d;
+                for (int64_t hd = 0; hd < nh + nkv; hd++) {
+                    float *v = row + hd * d, tmp[256];
+                    for (int64_t i = 0; i < d; i++) tmp[i] = v[i] * c[i] + v[(i + half) % d] * s[i];
+                    memcpy(v, tmp, sizeof(float) * d);
+                }
+                for (int64_t g = 0; g < nkv; g++) {
+                    int64_t slot = ((b * nkv + g) * cap + past + t) * d;
+                    memcpy(kc + slot, row + (nh + g) * d, sizeof(float) * d);
+                    memcpy(vc + slot, row + (nh + nkv + g) * d, sizeof(float) * d);
+                }
+            }
+            /* attention: per sequence and key/value head, its queries in chunks */
+            #pragma omp for schedule(static)
+            for (int64_t item = 0; item < B * nkv * chunks; item++) {
+                int64_t b = item / (nkv * chunks), g = (item / chunks) % nkv, c = item % chunks;
+                int64_t first = c * per_chunk, count = nq - first < per_chunk ? nq - first : per_chunk;
+                if (count > 0)
+                    attend(m, qkv, qkv_n, T, b, g, first, count, kc + (b * nkv + g) * cap * d,
+                           vc + (b * nkv + g) * cap * d, mask ? mask + b * T * mask_len + mask_off : NULL,
+                           mask_len, past, attn, scores + (int64_t)omp_get_thread_num() * per_chunk * L);
+            }
+            matmul_in(attn, m->o[l], R, nh * d, H, h, H, 1);
+            #pragma omp for schedule(static)
+            for (int64_t r = 0; r < R; r++) rms_norm_row(h + r * H, m->norm2[l], H, m->eps, x + r * H);
+            matmul_in(x, m->gate_up[l], R, H, 2 * I, gu, 2 * I, 0);
+            #pragma omp for schedule(static)
+            for (int64_t r = 0; r < R; r++) {
+                float *row = gu + r * 2 * I;
+                int64_t i = 0;
+                for (; i + 16 <= I; i += 16) {
+                    v16 gt = load16(row + i);
+                    store16(row + i, gt / (splat(1.0f) + vexp16(-gt)) * load16(row + I + i));
+                }
+                for (; i < I; i++) row[i] = row[i] / (1.0f + expf(-row[i])) * row[I + i];
+            }
+            /* down: x [R, I] is the first half of each gate_up row */
+            {
+                int64_t tiles = (H + TILE - 1) / TILE;
+                #pragma omp for schedule(static)
+                for (int64_t tt = 0; tt < tiles; tt++) {
+                    int64_t n0 = tt * TILE, ncols = H - n0 < TILE ? H - n0 : TILE;
+                    tile_rows(gu, 2 * I, m->down[l] + tt * TILE * I, I, h + n0, H, ncols, 1, R);
+                }
+            }
+        }
+        #pragma omp for schedule(static)
+        for (int64_t r = 0; r < R; r++) rms_norm_row(h + r * H, m->final_norm, H, m->eps, out + r * H);
+    }
+    return 0;
+}
