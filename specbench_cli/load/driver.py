@@ -604,7 +604,6 @@ def _execute(plan: Plan, out: Path, manifest_doc: Optional[dict], trust_remote_c
         records.finish({"requests": records.count, "errors": records.errors, "started": started_at,
                         "finished": now_iso()})
         errors += records.errors
-        progress.tick(records.count, records.errors)
     doc = json.loads((out / MANIFEST).read_text())
     doc["finished"] = now_iso()
     atomic_write(out / MANIFEST, json.dumps(doc, indent=2) + "\n")
