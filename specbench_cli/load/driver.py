@@ -31,7 +31,7 @@ from specbench_cli.atomic import atomic_write
 from specbench_cli.config.fields import RunConfig
 from specbench_cli.config.instance import MethodInstance
 from specbench_cli.config.manifest import manifest_config
-from specbench_cli.config.syntax import ADAPTIVE, AUTO, parse_bc, split_list
+from specbench_cli.config.syntax import ADAPTIVE, AUTO, parse_bc
 from specbench_cli.console import err
 from specbench_cli.errors import RuntimeFailure, UsageError, check_not_link, check_output_folder, open_no_link
 from specbench_cli.load.trace import Prompt, build_trace, read_trace, trace_path, write_trace
@@ -117,6 +117,11 @@ class LoadOptions:
         return max(levels) if levels else DEFAULT_SLOTS
 
 
+def split_list(text: Optional[str]) -> list[str]:
+    """'1, 2,4' -> ['1', '2', '4']."""
+    return [part.strip() for part in (text or "").split(",") if part.strip()]
+
+
 def _whole(v: Any) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
 
@@ -128,7 +133,7 @@ def _number(v: Any) -> bool:
 def parse_levels(text: Optional[str]) -> list[int]:
     """'1,2,4,8' -> [1, 2, 4, 8] (distinct, in order given)."""
     out: list[int] = []
-    for part in split_list(text) or []:
+    for part in split_list(text):
         if not re.fullmatch(r"[0-9]{1,7}", part) or not 1 <= int(part) <= MAX_LEVEL:
             raise UsageError(f"--concurrency {text}: {part!r} is not a whole number from 1 to {MAX_LEVEL}")
         if int(part) not in out:
@@ -139,7 +144,7 @@ def parse_levels(text: Optional[str]) -> list[int]:
 def parse_rates(text: Optional[str]) -> list[float]:
     """'0.5,1' -> [0.5, 1.0] requests per second."""
     out: list[float] = []
-    for part in split_list(text) or []:
+    for part in split_list(text):
         try:
             rate = float(part)
         except ValueError:
@@ -156,7 +161,7 @@ def parse_slo(text: Optional[str]) -> Optional[dict]:
     if text is None or not text.strip():
         return None
     out: dict[str, float] = {}
-    for part in split_list(text) or []:
+    for part in split_list(text):
         key, sep, value = part.partition(":")
         try:
             ms = float(value)
@@ -172,7 +177,7 @@ def parse_slo(text: Optional[str]) -> Optional[dict]:
 def parse_bcs(text: Optional[str]) -> list[Union[int, str]]:
     """'4,6,adaptive' -> [4, 6, 'adaptive']; 'auto' is refused (a load point runs at one budget)."""
     out: list[Union[int, str]] = []
-    for part in split_list(text) or []:
+    for part in split_list(text):
         if part.strip().lower() == AUTO:
             raise UsageError("--bc: auto is not taken by a load run (give the budgets to sweep, e.g. --bc 2,4,6, "
                              "or adaptive)")
@@ -539,10 +544,11 @@ def _execute(plan: Plan, out: Path, manifest_doc: Optional[dict], trust_remote_c
     pairs = [(p, i) for p in plan.points for i in plan.per_point[p.name]]
     todo = [(p, i) for p, i in pairs if not finished(out / "load" / p.name, i.label)]
     if len(todo) < len(pairs):
-        err.print(f"continuing {out}: {len(pairs) - len(todo)} of {len(pairs)} (point, method) pairs are finished")
+        err.print(f"continuing {escape(str(out))}: {len(pairs) - len(todo)} of {len(pairs)} (point, method) pairs are "
+                  f"finished", highlight=False, soft_wrap=True)
     err.print(f"load run folder: [bold]{escape(str(out))}[/bold] ({len(plan.points)} points x "
               f"{len(plan.instances)} methods, {len(prompts)} questions, max {cfg.decoding.max_new_tokens} new "
-              f"tokens, {slots} slots)", highlight=False)
+              f"tokens, {slots} slots)", highlight=False, soft_wrap=True)
     progress = Progress(len(todo))
     errors = failed_starts = 0
     traces: dict[str, list] = {}
@@ -597,7 +603,7 @@ def _execute(plan: Plan, out: Path, manifest_doc: Optional[dict], trust_remote_c
         except KeyboardInterrupt:
             records.close()
             err.print(f"[yellow]interrupted[/yellow]: finished points are kept in {escape(str(out))}; continue with: "
-                      f"specbench load --resume {escape(str(out))}", highlight=False)
+                      f"specbench load --resume {escape(str(out))}", highlight=False, soft_wrap=True)
             raise
         finally:
             backend.stop()
@@ -607,7 +613,8 @@ def _execute(plan: Plan, out: Path, manifest_doc: Optional[dict], trust_remote_c
     doc = json.loads((out / MANIFEST).read_text())
     doc["finished"] = now_iso()
     atomic_write(out / MANIFEST, json.dumps(doc, indent=2) + "\n")
-    err.print(f"records: {escape(str(out / 'load'))} (report: specbench report {escape(str(out))})", highlight=False)
+    err.print(f"records: {escape(str(out / 'load'))} (report: specbench report {escape(str(out))})", highlight=False,
+              soft_wrap=True)
     if failed_starts:
         raise RuntimeFailure(f"{failed_starts} (point, method) pair(s) could not start; their requests are error rows "
                              f"and run again when the folder is run again")

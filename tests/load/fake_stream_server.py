@@ -141,7 +141,8 @@ def main():
     record = os.environ.get("FAKE_STREAM_RECORD")
     if record and "-np" in args:
         with open(record, "a") as f:
-            f.write(json.dumps({"np": int(args[args.index("-np") + 1]), "c": args[args.index("-c") + 1]}) + "\n")
+            f.write(json.dumps({"np": int(args[args.index("-np") + 1]), "c": int(args[args.index("-c") + 1]),
+                                "pid": os.getpid()}) + "\n")
     mode = os.environ.get("FAKE_STREAM_MODE", "ok")
     delay = float(os.environ.get("FAKE_STREAM_DELAY", "0"))
     at = int(os.environ.get("FAKE_STREAM_AT", "1"))
