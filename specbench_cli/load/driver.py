@@ -267,7 +267,7 @@ def finished(folder: Path, label: str) -> bool:
 # ----------------------------------------------------------------------------- planning
 
 @dataclass
-class Plan:
+class LoadPlan:
     """Everything decided before a model loads."""
 
     cfg: RunConfig
@@ -288,7 +288,7 @@ def _bc_cfg(cfg: RunConfig, bc: Any) -> RunConfig:
     return cfg if bc is None else cfg.with_(block_complexity=bc)
 
 
-def plan_load(cfg: RunConfig, opts: LoadOptions, listed: list[str]) -> Plan:
+def plan_load(cfg: RunConfig, opts: LoadOptions, listed: list[str]) -> LoadPlan:
     """The run's checks (run/plan.py `check_config`) at each block complexity of the sweep, the
     questions, the points and the methods of each point. UsageError for anything wrong; nothing
     loads. `ar` runs only when asked for or when a method runs in specbench's own loop."""
@@ -349,7 +349,7 @@ def plan_load(cfg: RunConfig, opts: LoadOptions, listed: list[str]) -> Plan:
         for p in points:
             if p.block_complexity == bc:
                 per_point[p.name] = chosen
-    return Plan(cfg, opts, instances, points, per_point, questions, bool(own))
+    return LoadPlan(cfg, opts, instances, points, per_point, questions, bool(own))
 
 
 # ----------------------------------------------------------------------------- the folder
@@ -416,7 +416,7 @@ def settings_from_folder(out: Path) -> tuple[RunConfig, LoadOptions, list[str]]:
 
 # ----------------------------------------------------------------------------- the run
 
-def _prompts(plan: Plan, tokenizer: Any, context: Optional[int]) -> list[Prompt]:
+def _prompts(plan: LoadPlan, tokenizer: Any, context: Optional[int]) -> list[Prompt]:
     from specbench_cli.models.prompting import ChatPrompter, user_turn
     from specbench_cli.run.limits import ContextFull, Room
 
@@ -444,7 +444,7 @@ def _eta(seconds: float) -> str:
     return f"{seconds // 60}:{seconds % 60:02d}"
 
 
-class Progress:
+class LoadProgress:
     """A line per (point, method) as it starts and ends, and one every few seconds meanwhile:
     requests done / total, errors, elapsed, ETA."""
 
@@ -470,7 +470,7 @@ class Progress:
                   f"{_eta(spent)} elapsed" + (f", eta {_eta(left)}" if done < self.total else ""), highlight=False)
 
 
-def execute(plan: Plan, out: Path, manifest_doc: Optional[dict], trust_remote_code: bool = False) -> Path:
+def execute(plan: LoadPlan, out: Path, manifest_doc: Optional[dict], trust_remote_code: bool = False) -> Path:
     """Run `plan` into folder `out` (created, or continued when `manifest_doc` is its manifest)."""
     from specbench_cli.store.lock import FolderLock
 
@@ -479,7 +479,7 @@ def execute(plan: Plan, out: Path, manifest_doc: Optional[dict], trust_remote_co
         return _execute(plan, out, manifest_doc, trust_remote_code)
 
 
-def _load(plan: Plan, trust_remote_code: bool):
+def _load(plan: LoadPlan, trust_remote_code: bool):
     """(the loaded target or None, the tokenizer, the model's context, its vocabulary size)."""
     from specbench_cli.models.load import declared_context, declared_vocab, load_model, load_tokenizer
     from specbench_cli.models.prompting import default_threads, set_threads
@@ -498,7 +498,8 @@ def _load(plan: Plan, trust_remote_code: bool):
         vocab = getattr(lm.target, "vocab_size", None)
     else:
         lm = None
-        tokenizer = load_tokenizer(cfg.model.name, trust_remote_code=trust_remote_code)
+        tokenizer = _gguf_tokenizer(cfg.model.name) or load_tokenizer(cfg.model.name,
+                                                                      trust_remote_code=trust_remote_code)
         context = declared_context(cfg.model.name)
         vocab = None
     declared = declared_vocab(cfg.model.name)
@@ -506,7 +507,25 @@ def _load(plan: Plan, trust_remote_code: bool):
     return lm, tokenizer, context, vocab
 
 
-def _execute(plan: Plan, out: Path, manifest_doc: Optional[dict], trust_remote_code: bool) -> Path:
+def _gguf_tokenizer(ref: str) -> Any:
+    """A GGUF model's tokenizer read from the file itself, as the GGUF's conversion reads it
+    (models/load.py), without de-quantising its weights: an engine-only run needs no weights here.
+    None for a model that is no GGUF."""
+    from specbench_cli.models.load import resolve
+
+    kind, location = resolve(ref)
+    if kind != "gguf":
+        return None
+    from transformers import AutoTokenizer
+
+    from specbench_cli.gguf_header import check_gguf
+
+    check_gguf(Path(location))
+    p = Path(location)
+    return AutoTokenizer.from_pretrained(str(p.parent), gguf_file=p.name, trust_remote_code=False)
+
+
+def _execute(plan: LoadPlan, out: Path, manifest_doc: Optional[dict], trust_remote_code: bool) -> Path:
     from specbench_cli.load.backends import make_backend
     from specbench_cli.load.schedule import error_record
     from specbench_cli.run.plan import plan_instance
@@ -549,7 +568,7 @@ def _execute(plan: Plan, out: Path, manifest_doc: Optional[dict], trust_remote_c
     err.print(f"load run folder: [bold]{escape(str(out))}[/bold] ({len(plan.points)} points x "
               f"{len(plan.instances)} methods, {len(prompts)} questions, max {cfg.decoding.max_new_tokens} new "
               f"tokens, {slots} slots)", highlight=False, soft_wrap=True)
-    progress = Progress(len(todo))
+    progress = LoadProgress(len(todo))
     errors = failed_starts = 0
     traces: dict[str, list] = {}
     for point, inst in todo:
