@@ -187,7 +187,7 @@ def parse_bcs(text: Optional[str]) -> list[Union[int, str]]:
     return out
 
 
-def points_of(opts: LoadOptions, requests: int) -> list[LoadPoint]:
+def points_of(opts: LoadOptions, requests: int, seed: int = 0) -> list[LoadPoint]:
     """Every point: each concurrency, then each rate, at each block complexity of a sweep (a point
     name gets `-bcK` only when the run sweeps more than one)."""
     bcs: list[Any] = list(opts.bcs) if len(opts.bcs) > 1 else [None]
@@ -197,7 +197,7 @@ def points_of(opts: LoadOptions, requests: int) -> list[LoadPoint]:
             for bc in bcs:
                 out.append(LoadPoint(mode=mode, level=float(level) if mode == "rate" else int(level),
                                      max_requests=requests, time_limit_s=float(opts.time_limit_s),
-                                     warmup=opts.warmup, burstiness=float(opts.burstiness), seed=0,
+                                     warmup=opts.warmup, burstiness=float(opts.burstiness), seed=seed,
                                      block_complexity=bc))
     return out
 
@@ -318,7 +318,7 @@ def plan_load(cfg: RunConfig, opts: LoadOptions, listed: list[str]) -> LoadPlan:
         names[f] = inst.label
     questions = load_questions(cfg)
     requests = opts.num_prompts or len(questions)
-    points = points_of(opts, requests)
+    points = points_of(opts, requests, cfg.decoding.seed)
     per_point: dict[str, list[MethodInstance]] = {}
     adaptive_able: dict[str, bool] = {}
     for bc in (bcs if len(bcs) > 1 else [None]):
