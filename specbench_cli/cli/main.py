@@ -30,10 +30,11 @@ def _root(debug: bool = typer.Option(False, "--debug", help="Show tracebacks ins
 
 def _register_commands() -> None:
     """One module per command group, in the order `--help` lists them."""
-    from specbench_cli.cli import cost, datastore, heads, listing, report, run, sweep
+    from specbench_cli.cli import cost, datastore, heads, listing, load, report, run, sweep
     from specbench_cli.cli.train import train_app
 
     run.register(app)
+    load.register(app)
     cost.register(app)
     listing.register(app)
     report.register(app)

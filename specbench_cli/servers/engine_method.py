@@ -56,6 +56,10 @@ class EngineSettings:
     dtype: str = "float32"             # --dtype: the weights' type where the engine converts (vLLM)
     seed: int = 0                      # --seed
     vocab_size: Optional[int] = None   # ids at or above it are garbage
+    slots: int = 1                     # requests the server decodes at once (llama-server -np, vLLM
+                                       # --max-num-seqs): 1 for a run, the highest concurrency for a load run
+    slot_ctx: Optional[int] = None     # a load run's tokens per slot (longest prompt + cap + BC): caps
+                                       # llama-server's per-slot context below its `ctx` option
 
 
 @dataclass

@@ -32,7 +32,7 @@ from specbench_cli.servers.server import EngineError, reply_cap, request_json
 
 @dataclass
 class ServerOptions:
-    ctx: int = opt(8192, lo=0, hi=1 << 22)          # -c: context of the server's one slot (0: the model's)
+    ctx: int = opt(8192, lo=0, hi=1 << 22)          # -c: context of each of the server's slots (0: the model's)
     ngl: Optional[int] = opt(None, lo=-1, hi=10000)  # -ngl: layers on a GPU (llama.cpp's default when unset)
     args: str = opt("", from_folder=False)           # more llama-server arguments, as a shell would split them
                                                      # (never from a run folder: --resume takes them from -o)
@@ -90,8 +90,12 @@ class LlamaCppMethod(EngineMethod):
 
     def server_argv(self) -> list[str]:
         o = self.opts
-        argv = [str(self.binary), "-m", str(self.gguf), "-t", str(self.settings.threads), "-c", str(o.ctx),
-                "-np", "1", "--metrics", "--no-warmup"]
+        slots, ctx = max(1, self.settings.slots), o.ctx
+        if self.settings.slot_ctx and (not ctx or self.settings.slot_ctx < ctx):
+            ctx = self.settings.slot_ctx
+        # each of the -np slots gets -c / np tokens of context (llama.cpp's cache is not unified by default)
+        argv = [str(self.binary), "-m", str(self.gguf), "-t", str(self.settings.threads), "-c", str(ctx * slots),
+                "-np", str(slots), "--metrics", "--no-warmup"]
         if o.ngl is not None:
             argv += ["-ngl", str(o.ngl)]
         return argv + self.spec_args() + shlex.split(o.args)

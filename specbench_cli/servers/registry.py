@@ -14,6 +14,7 @@ from specbench_cli.registry import Registry
 
 _LLAMA = "specbench_cli.servers.llama_cpp"
 _VLLM = "specbench_cli.servers.vllm"
+_OPENAI = "specbench_cli.servers.openai"
 _REGISTRY = Registry("engine method", "specbench.engine_methods", "specbench_cli.servers.engine_method:EngineMethod", {
     "llama.cpp:ar": f"{_LLAMA}:LlamaCppAR",
     "llama.cpp:draft": f"{_LLAMA}:LlamaCppDraft",
@@ -28,6 +29,8 @@ _REGISTRY = Registry("engine method", "specbench.engine_methods", "specbench_cli
     "vllm:eagle3": f"{_VLLM}:VllmEagle3",
     "vllm:dflash": f"{_VLLM}:VllmDFlash",
     "vllm:draft_model": f"{_VLLM}:VllmDraftModel",
+    "openai:ar": f"{_OPENAI}:OpenAIAR",
+    "openai:spec": f"{_OPENAI}:OpenAISpec",
 })
 REGISTRY = _REGISTRY.entries
 names = _REGISTRY.names

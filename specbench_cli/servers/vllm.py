@@ -94,7 +94,7 @@ class VllmMethod(EngineMethod):
         o = self.opts
         argv = [str(self.python), "-m", "vllm.entrypoints.openai.api_server", "--model", self.model_folder(),
                 "--served-model-name", SERVED_NAME, "--dtype", self.settings.dtype, "--seed", str(self.settings.seed),
-                "--max-model-len", str(o.max_model_len), "--max-num-seqs", "1"]
+                "--max-model-len", str(o.max_model_len), "--max-num-seqs", str(max(1, self.settings.slots))]
         if o.eager:
             argv.append("--enforce-eager")
         if o.gpu_memory is not None:

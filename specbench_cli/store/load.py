@@ -1,7 +1,7 @@
 """What a load run writes, and what a backend must do: the one contract between the load
 generator, its backends (HTTP servers, specbench's own loop) and the reports.
 
-Run folder of a load run (`specbench load ... -o DIR`):
+Run folder of a load run (`specbench load ... --output-dir DIR`):
 
     DIR/manifest.json                 kind "load": the run's config, the points, the methods
     DIR/trace/<point>.jsonl           the arrival trace of a point: one TraceRequest per line
@@ -18,7 +18,7 @@ its baseline's is by (point, request index).
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable, Optional, Protocol, Sequence
+from typing import Any, Callable, Optional, Protocol, Sequence, Union
 
 RECORD_KIND = "load-request"
 
@@ -37,7 +37,8 @@ class LoadPoint:
     warmup: int = 0
     burstiness: float = 1.0       # gamma shape of the inter-arrival times (1.0: Poisson)
     seed: int = 0
-    block_complexity: Optional[int] = None  # the draft budget this point runs at (None: the run's)
+    block_complexity: Optional[Union[int, str]] = None  # the draft budget this point runs at (a number or
+                                                        # 'adaptive'; None: the run's)
 
     @property
     def name(self) -> str:
