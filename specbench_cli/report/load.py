@@ -408,7 +408,9 @@ def request_frame(run: LoadRun) -> pd.DataFrame:
             "base_latency": latency(base) if base is not None else None,
             "base_tokens": base.new_tokens if base is not None and ok(base) else None,
         })
-    return pd.DataFrame(rows, columns=REQUEST_COLUMNS)
+    frame = pd.DataFrame(rows, columns=REQUEST_COLUMNS)
+    frame["bc"] = pd.Series([r["bc"] for r in rows], index=frame.index, dtype=object)  # ints stay ints
+    return frame
 
 
 REQUEST_COLUMNS = ["point", "mode", "level", "bc", "method", "baseline", "target", "index", "question_id", "category",
@@ -580,6 +582,7 @@ def point_summary(run: LoadRun, resamples: int = RESAMPLES, confidence: float = 
             row["n_paired"] = 0
         records.append(row)
     out = pd.DataFrame(records)
+    out["bc"] = pd.Series([r["bc"] for r in records], index=out.index, dtype=object)
     for col in columns:
         if col not in out:
             out[col] = None
