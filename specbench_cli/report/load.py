@@ -186,6 +186,8 @@ def load_run(path: str | Path) -> LoadRun:
                 continue
             records = _read_records(path, point_dir.name, run.warnings)
             for record in records:
+                if record.index < 0:  # a warm-up request: served, never measured
+                    continue
                 key = (record.point, record.method, record.index)
                 if key in seen:
                     run.warnings.append(f"{path}: request {record.index} of {record.method} at {record.point} "
