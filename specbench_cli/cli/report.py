@@ -47,7 +47,8 @@ def report_command(
                               "RUN_DIR/report/report.html]."),
     execute_code: bool = typer.Option(False, "--execute-code", help="Run model-written code to score it (HumanEval pass@1): each program in its own sandboxed subprocess (docs/metrics.md). Off by default."),
 ) -> None:
-    """Spec-Bench table (speedup per category, #MAT, tok/s, answer quality) plus figures, from result folders."""
+    """Spec-Bench table (speedup per category, #MAT, tok/s, answer quality) plus figures, from result folders;
+    from a load run folder, its load report (docs/load-report.md)."""
     from specbench_cli.report.runs import write_html_report, write_report
 
     if html and fmt is not None:
@@ -115,7 +116,8 @@ def check_command(
 ) -> None:
     """CI gate: exit 0 within tolerance, 1 on regression, 2 on bad input (including a baseline
     with no entries or one made from another suite, model or settings). Speed: a paired bootstrap
-    over questions; greedy float32: every question's accepted lengths exactly (docs/ci-gate.md)."""
+    over questions; greedy float32: every question's accepted lengths exactly (docs/ci-gate.md). A load run:
+    per load point, against a baseline load run and/or --min-speedup thresholds (docs/load-report.md)."""
     for name, tol in (("--mat-tol", mat_tol), ("--speedup-tol", speedup_tol)):
         if tol is not None and not (math.isfinite(tol) and tol >= 0):
             raise UsageError(f"{name} must be a finite number >= 0, got {tol}")

@@ -649,7 +649,8 @@ def crossovers(summary: pd.DataFrame) -> list[Crossover]:
     for (target, method, mode), group in spec.groupby(["target", "method", "mode"], sort=False):
         for bc, series in group.groupby(group["bc"].map(_bc_key), sort=False):
             series = series.sort_values("level")
-            series = series[[verdict(lo, hi) != "" for lo, hi in zip(series["speedup_low"], series["speedup_high"])]]
+            known = [verdict(lo, hi) != "" for lo, hi in zip(series["speedup_low"], series["speedup_high"])]
+            series = series[pd.Series(known, index=series.index, dtype=bool)]
             if series.empty:
                 continue
             levels = [float(v) for v in series["level"]]
@@ -700,7 +701,7 @@ def schedules(summary: pd.DataFrame, slo: Optional[dict]) -> dict:
     at each level, as {method: {...}} (docs/load-report.md has the file's format)."""
     objective = objective_name(summary, slo)
     spec = summary[summary["speculative"].astype(bool) & (summary["mode"] == "concurrency")]
-    spec = spec[[isinstance(b, (int, np.integer)) and not isinstance(b, bool) for b in spec["bc"]]]
+    spec = spec[spec["bc"].map(lambda b: isinstance(b, (int, np.integer)) and not isinstance(b, bool)).astype(bool)]
     out = {}
     for method, group in spec.groupby("method", sort=False):
         if group["bc"].nunique() < 2:

@@ -359,3 +359,40 @@ def test_the_same_load_run_folder_gives_the_same_bytes(tmp_path):
             "accept_length_histogram.png", "page.html", "schedule.json", "load.md"} <= set(outs[0])
     assert outs[0] == outs[1]
     assert outs[0]["page.html"].count(b"<svg") >= 3
+
+
+def test_rate_points_get_their_own_axis_and_figure(tmp_path):
+    records = simple_records(factors={"r0.5": 1.4, "r1": 0.7})
+    folder = write_load_run(tmp_path / "run", [point("rate", 0.5), point("rate", 1.0)], records)
+    summary = summary_of(folder)
+    (found,) = L.crossovers(summary)
+    assert found.mode == "rate" and found.at == "r1"
+    code, output = invoke("report", folder, "-o", tmp_path / "out")
+    assert code == 0, output
+    names = {p.name for p in (tmp_path / "out").iterdir()}
+    assert "speedup_vs_rate.png" in names and "speedup_vs_concurrency.png" not in names
+
+
+def test_requests_without_a_stream_are_said_so(tmp_path):
+    records = [request("ar", "c1", i, send=i, streamed=False) for i in range(3)]
+    records += [request("pld", "c1", i, send=i, latency=0.5, baseline="ar", streamed=i > 0) for i in range(3)]
+    folder = write_load_run(tmp_path / "run", [point("concurrency", 1)], records)
+    summary = summary_of(folder)
+    assert row(summary, "ar", "c1")["streamed"] == "no" and row(summary, "pld", "c1")["streamed"] == "part"
+    assert math.isnan(row(summary, "ar", "c1")["tpot_p50"])
+    assert row(summary, "ar", "c1")["ttft_p50"] == pytest.approx(1000.0)  # the whole latency
+    code, output = invoke("report", folder, "--no-plots", "-o", tmp_path / "out")
+    text = (tmp_path / "out" / "load.md").read_text()
+    assert "| Streamed |" in text and "ar at c1: no requests were streamed" in text
+
+
+def test_hostile_labels_render(tmp_path):
+    label = "pld $x^$\n\x1b[31m<b>"
+    records = [request("ar", "c1", i, send=i) for i in range(2)]
+    records += [request(label, "c1", i, send=i, latency=0.5, baseline="ar", accept_lengths=[2, 3]) for i in range(2)]
+    folder = write_load_run(tmp_path / "run", [point("concurrency", 1)], records)
+    for args in ([], ["--html", "-o", tmp_path / "page.html"]):
+        code, output = invoke("report", folder, *args)
+        assert code == 0, output
+    page = (tmp_path / "page.html").read_text()
+    assert "<b>" not in page and "&lt;b&gt;" in page and "\x1b" not in page
