@@ -524,8 +524,9 @@ def pairs_of(group: pd.DataFrame) -> pd.DataFrame:
 
 def point_summary(run: LoadRun, resamples: int = RESAMPLES, confidence: float = CONFIDENCE,
                   seed: int = SEED, requests: Optional[pd.DataFrame] = None) -> pd.DataFrame:
-    """One row per (point, method) that recorded a request: the module doc's metrics (times in
-    seconds), in table order: target, method (baselines first), point."""
+    """One row per (point, method) that recorded a request: the module doc's metrics (percentiles
+    and means of TTFT, TPOT, ITL and latency in ms; durations in s), in table order: target,
+    method (baselines first), point."""
     frame = request_frame(run) if requests is None else requests
     columns = SUMMARY_COLUMNS
     if frame.empty:
@@ -564,7 +565,7 @@ def point_summary(run: LoadRun, resamples: int = RESAMPLES, confidence: float = 
         else:
             row["good"], row["goodput"] = None, math.nan
         for name, values, scale in (("ttft", ttfts, 1000), ("tpot", tpots, 1000), ("itl", gaps, 1000),
-                                    ("latency", lats, 1)):
+                                    ("latency", lats, 1000)):
             for q in PERCENTILES:
                 row[f"{name}_p{q}"] = scale * percentile(values, q)
             row[f"{name}_mean"] = scale * float(np.mean(values)) if values else math.nan

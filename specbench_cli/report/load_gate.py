@@ -58,8 +58,13 @@ def paired_requests(run: metrics.LoadRun) -> list[dict]:
 
 
 def settings(run: metrics.LoadRun) -> dict:
-    config = run.manifest.get("config") if isinstance(run.manifest.get("config"), dict) else {}
-    return {k: config[k] for k in SETTINGS if k in config}
+    """The SETTINGS the run's manifest records: its `config`, then its `load` options (where the
+    load generator keeps burstiness and the trace's seed)."""
+    out = {}
+    for section in ("load", "config"):
+        doc = run.manifest.get(section) if isinstance(run.manifest.get(section), dict) else {}
+        out.update({k: doc[k] for k in SETTINGS if k in doc})
+    return out
 
 
 def baseline_document(run: metrics.LoadRun) -> dict:

@@ -113,7 +113,7 @@ def draw_latency_throughput(summary: pd.DataFrame) -> plt.Figure:
                        edgecolors="black", linewidths=1.0, zorder=4)
         ax.scatter([], [], s=140, facecolors="none", edgecolors="black", label="Pareto-optimal")
         ax.set_xlabel("Output throughput (tok/s)")
-        ax.set_ylabel("p50 latency (s)")
+        ax.set_ylabel("p50 latency (ms)")
         ax.set_ylim(bottom=0)
         ax.grid(True, axis="x", alpha=0.3)
         ax.set_title("Latency against throughput, speculation on and off")

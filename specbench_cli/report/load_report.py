@@ -23,6 +23,7 @@ from specbench_cli.report import formats as report_formats
 from specbench_cli.report import load as metrics
 from specbench_cli.report import render
 from specbench_cli.report.table import Column, TableData, print_table
+from specbench_cli.store.conditions import machine_line
 
 FILE_STEM = "load"
 SCHEDULE_FILE = "schedule.json"
@@ -48,21 +49,23 @@ def load_table(summary: pd.DataFrame, run: metrics.LoadRun) -> TableData:
              Column("Tok/s", "output_tok_s", digits=1), Column("Req/s", "requests_s", digits=2)]
     if run.slo:
         cols.append(Column("Goodput", "goodput", digits=2))
-    cols += _pct("TTFT ms", "ttft") + _pct("TPOT ms", "tpot") + _pct("ITL ms", "itl") + _pct("Latency s", "latency", 2)
+    cols += _pct("TTFT ms", "ttft") + _pct("TPOT ms", "tpot") + _pct("ITL ms", "itl") + _pct("Latency ms", "latency", 0)
     cols += [Column("AL", "mean_accept_length"), Column("=Base", "lossless"),
              Column("Speedup", "speedup", interval=("speedup_low", "speedup_high")),
              Column("Latency speedup", "latency_speedup", interval=("latency_speedup_low", "latency_speedup_high"))]
     if (frame["streamed"].isin(["no", "part"])).any():
         cols.append(Column("Streamed", "streamed", numeric=False))
-    return TableData(f"{LOAD_TITLE} — {run.run_id}", cols, frame.reset_index(drop=True), load_notes(summary, run))
+    model = run.manifest.get("model") if isinstance(run.manifest.get("model"), dict) else {}
+    name = model.get("name") or model.get("ref") or (run.manifest.get("config") or {}).get("model")
+    title = f"{LOAD_TITLE} — {name}" if isinstance(name, str) and name else f"{LOAD_TITLE} — {run.run_id}"
+    return TableData(title, cols, frame.reset_index(drop=True), load_notes(summary, run))
 
 
 SPEEDUP_NOTE = (f"Speedup: paired throughput ratio over the baseline at the same point and requests, (sum tokens / "
                 f"sum latency) of the method over the same of its baseline; Latency speedup: geometric mean over "
                 f"requests of baseline latency / method latency; [low, high]: {metrics.CONFIDENCE:.0%} bootstrap "
                 f"interval over requests ({metrics.RESAMPLES} resamples, seed {metrics.SEED}). =Base: share of "
-                f"requests whose tokens equal the baseline's. Times: TTFT, TPOT, ITL in ms, latency in s "
-                f"(docs/load-report.md).")
+                f"requests whose tokens equal the baseline's. Times in ms (docs/load-report.md).")
 
 
 def load_notes(summary: pd.DataFrame, run: metrics.LoadRun) -> list[str]:
@@ -94,10 +97,11 @@ def load_notes(summary: pd.DataFrame, run: metrics.LoadRun) -> list[str]:
     missing = [p.name for p in run.points() if p.name not in recorded]
     if missing:
         notes.append(f"not run yet: {', '.join(missing)}")
-    machine = run.manifest.get("machine")
-    if isinstance(machine, dict) and machine:
-        notes.append("machine: " + ", ".join(f"{k} {v}" for k, v in machine.items()
-                                             if isinstance(v, (str, int, float)) and not isinstance(v, bool)))
+    machine = run.manifest.get("machine") if isinstance(run.manifest.get("machine"), dict) else {}
+    host = machine.get("host") if isinstance(machine.get("host"), dict) else machine
+    if host:
+        notes.append(machine_line({"host": host, "config": run.manifest.get("config") or {},
+                                   "model": run.manifest.get("model") or {}}))
     return notes
 
 

@@ -112,3 +112,22 @@ def simple_records(n: int = 6, factors: dict = SIMPLE_FACTORS, jitter: bool = Tr
 
 def simple_run(folder: Path, slo: Optional[dict] = None, **kwargs) -> Path:
     return write_load_run(folder, [point("concurrency", c) for c in (1, 2, 4)], simple_records(**kwargs), slo=slo)
+
+
+def invoke(*args) -> tuple[int, str]:
+    """Run report/check/baseline through Typer; (exit code as `specbench` gives it, output)."""
+    import typer
+    from typer.testing import CliRunner
+
+    from specbench_cli.cli.report import register
+    from specbench_cli.errors import SpecBenchError
+
+    app = typer.Typer()
+    register(app)
+    result = CliRunner().invoke(app, [str(a) for a in args])
+    exc = result.exception
+    if isinstance(exc, SpecBenchError):
+        return exc.exit_code, f"{result.output}{exc}"
+    if exc is not None and not isinstance(exc, SystemExit):
+        raise exc
+    return result.exit_code, result.output

@@ -6,8 +6,7 @@ import json
 
 import numpy as np
 import pytest
-from helpers.load_runs import point, request, simple_run, write_load_run
-from test_load_report import invoke
+from helpers.load_runs import invoke, point, request, simple_run, write_load_run
 
 from specbench_cli.errors import UsageError
 from specbench_cli.report import load_gate

@@ -10,28 +10,12 @@ import time
 import numpy as np
 import pandas as pd
 import pytest
-import typer
-from helpers.load_runs import point, request, simple_records, simple_run, write_load_run
-from typer.testing import CliRunner
+from helpers.load_runs import invoke, point, request, simple_records, simple_run, write_load_run
 
-from specbench_cli.cli.report import register
-from specbench_cli.errors import SpecBenchError
 from specbench_cli.report import load as L
 from specbench_cli.store.load import RequestRecord
 
 FEW = 500  # bootstrap resamples where the interval itself is not under test
-
-
-def invoke(*args) -> tuple[int, str]:
-    app = typer.Typer()
-    register(app)
-    result = CliRunner().invoke(app, [str(a) for a in args])
-    exc = result.exception
-    if isinstance(exc, SpecBenchError):
-        return exc.exit_code, f"{result.output}{exc}"
-    if exc is not None and not isinstance(exc, SystemExit):
-        raise exc
-    return result.exit_code, result.output
 
 
 def summary_of(folder, **kwargs) -> pd.DataFrame:
@@ -108,8 +92,8 @@ def test_point_metrics_by_hand(tmp_path):
     assert ar["requests_s"] == pytest.approx(6 / 7.5)
     assert ar["good"] == 2                                            # TPOT (lat - 0.1) / 10: 90, 100 ms meet it
     assert ar["goodput"] == pytest.approx(2 / 7.5)
-    assert ar["latency_p50"] == pytest.approx(1.25)
-    assert ar["latency_p90"] == pytest.approx(np.percentile([1.0, 1.1, 1.2, 1.3, 1.4, 1.5], 90))
+    assert ar["latency_p50"] == pytest.approx(1250.0)                  # ms
+    assert ar["latency_p90"] == pytest.approx(1000 * np.percentile([1.0, 1.1, 1.2, 1.3, 1.4, 1.5], 90))
     assert ar["ttft_p99"] == pytest.approx(100.0)
     assert ar["tpot_p50"] == pytest.approx(115.0)
     assert ar["itl_mean"] == pytest.approx(115.0)                     # 10 equal gaps per request
