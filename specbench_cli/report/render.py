@@ -34,6 +34,7 @@ def to_csv(table: TableData) -> str:
     keys = []
     for col in table.columns:
         keys += [col.key] + ([col.std_key] if col.std_key else []) + ([col.share_key] if col.share_key else [])
+        keys += list(col.interval or ())
     buffer = io.StringIO()
     table.frame[keys].to_csv(buffer, index=False, quoting=csv.QUOTE_MINIMAL, lineterminator="\n")
     return buffer.getvalue()

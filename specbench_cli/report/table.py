@@ -52,6 +52,7 @@ class Column:
     digits: int = 2
     numeric: bool = True
     share_key: str | None = None  # a share (0..1) shown after the value: "1.23 (12%)"
+    interval: tuple[str, str] | None = None  # keys of an interval shown after the value: "1.23 [1.10, 1.35]"
 
 
 @dataclass
@@ -115,6 +116,10 @@ def cell_text(row: pd.Series, column: Column) -> str:
     share = _float(row.get(column.share_key)) if column.share_key else None
     if text != MISSING and share is not None and math.isfinite(share):
         text += f" ({100 * share:.0f}%)"
+    if text != MISSING and column.interval:
+        low, high = (_float(row.get(k)) for k in column.interval)
+        if low is not None and high is not None and math.isfinite(low) and math.isfinite(high):
+            text += f" [{low:.{column.digits}f}, {high:.{column.digits}f}]"
     return text
 
 
