@@ -90,10 +90,25 @@ def _build(cc: str, flags: list[str], lib: Path, record: Path) -> None:
             json.dump(info, f)
         os.replace(tmp, lib)
         os.replace(rec_tmp, record)
+        _forget_others(lib)
     finally:
         for p in (tmp, tmp + ".json"):
             if os.path.lexists(p):
                 os.unlink(p)
+
+
+def _forget_others(lib: Path) -> None:
+    """Remove libraries of other sources for the same instruction set (an upgrade's leftovers);
+    only plain files named as this module names them."""
+    prefix = lib.name.split("-")[0] + "-" + lib.name.split("-")[1] + "-"
+    for other in lib.parent.glob(prefix + "*"):
+        if other.name.startswith(lib.stem) or other.is_symlink() or not other.is_file():
+            continue
+        if other.suffix in (".so", ".json"):
+            try:
+                other.unlink()
+            except OSError:
+                pass
 
 
 def load(cache_dir: Path) -> tuple[Optional[ctypes.CDLL], str]:

@@ -21,38 +21,53 @@
 #include <omp.h>
 
 #if defined(__AVX512F__)
-#define TILE 32 /* output columns of a packed tile: two 16-float vectors */
+#define VW 16   /* floats a vector register holds */
 #define MR 12   /* rows a tile's pass computes at once: 24 accumulators of 32 registers */
+#define QV 6    /* queries weighting one pass over the values: 24 accumulators (head_dim 64) */
+#elif defined(__AVX2__)
+#define VW 8
+#define MR 6    /* 12 accumulators of 16 registers */
+#define QV 1
 #else
-#define TILE 16 /* one 16-float vector (two AVX2 registers) */
-#define MR 6    /* 12 of 16 registers hold accumulators */
+#define VW 4
+#define MR 4
+#define QV 1
 #endif
-#define NV (TILE / 16)
+#define TILE (2 * VW) /* output columns of a packed tile: two vectors */
+#define NV 2
 #define PF 2048 /* floats ahead of the weight stream that are prefetched into L1 */
-typedef float v16 __attribute__((vector_size(64), aligned(4)));
+typedef float vf __attribute__((vector_size(VW * 4)));                /* a register */
+typedef int32_t vi __attribute__((vector_size(VW * 4)));
+typedef float vfu __attribute__((vector_size(VW * 4), aligned(4), may_alias));  /* memory, any alignment */
 
-static inline v16 load16(const float *p) { v16 v; memcpy(&v, p, sizeof v); return v; }
-static inline void store16(float *p, v16 v) { memcpy(p, &v, sizeof v); }
-static inline v16 splat(float x) { return (v16){x, x, x, x, x, x, x, x, x, x, x, x, x, x, x, x}; }
-
-typedef int32_t v16i __attribute__((vector_size(64), aligned(4)));
+static inline vf loadv(const float *p) { return *(const vfu *)p; }
+static inline void storev(float *p, vf v) { *(vfu *)p = v; }
+static inline vf splat(float x) {
+#if VW == 16
+    return (vf){x, x, x, x, x, x, x, x, x, x, x, x, x, x, x, x};
+#elif VW == 8
+    return (vf){x, x, x, x, x, x, x, x};
+#else
+    return (vf){x, x, x, x};
+#endif
+}
 
 /* Lane-wise `mask ? a : b` (mask lanes all ones or all zeros, as vector comparisons give). */
-static inline v16 select16(v16i mask, v16 a, v16 b) {
-    v16i ai, bi;
+static inline vf selectv(vi mask, vf a, vf b) {
+    vi ai, bi;
     memcpy(&ai, &a, sizeof ai);
     memcpy(&bi, &b, sizeof bi);
-    v16i ri = (mask & ai) | (~mask & bi);
-    v16 r;
+    vi ri = (mask & ai) | (~mask & bi);
+    vf r;
     memcpy(&r, &ri, sizeof r);
     return r;
 }
 
-/* A fixed-order sum of the 16 lanes (halves, then quarters, ...): the same bits for the same lanes. */
-static inline float hsum16(v16 v) {
-    float t[16];
-    store16(t, v);
-    for (int w = 8; w >= 1; w /= 2)
+/* A fixed-order sum of the lanes (halves, then quarters, ...): the same bits for the same lanes. */
+static inline float hsum(vf v) {
+    float t[VW];
+    storev(t, v);
+    for (int w = VW / 2; w >= 1; w /= 2)
         for (int i = 0; i < w; i++) t[i] += t[i + w];
     return t[0];
 }
@@ -60,25 +75,24 @@ static inline float hsum16(v16 v) {
 /* exp(x) lane by lane (Cody-Waite reduction by ln 2, degree-6 polynomial, 2^n by exponent bits):
  * within 2 ulp of expf; exactly 0 below -87.3 (where float32 exp underflows), so a masked slot
  * adds nothing. */
-static inline v16 vexp16(v16 x) {
-    const v16 lo = splat(-87.3f), hi = splat(88.3f);
-    v16 xc = select16(x < lo, lo, x);
-    xc = select16(xc > hi, hi, xc);
-    const v16 magic = splat(12582912.0f);  /* 1.5 * 2^23: adding and subtracting it rounds to nearest */
-    v16 n = (xc * splat(1.44269504088896341f) + magic) - magic;
-    v16 f = xc - n * splat(0.693359375f) + n * splat(2.12194440e-4f);
-    v16 p = splat(1.9875691500e-4f);
+static inline vf vexp(vf x) {
+    const vf lo = splat(-87.3f), hi = splat(88.3f);
+    vf xc = selectv(x < lo, lo, x);
+    xc = selectv(xc > hi, hi, xc);
+    const vf magic = splat(12582912.0f);  /* 1.5 * 2^23: adding and subtracting it rounds to nearest */
+    vf n = (xc * splat(1.44269504088896341f) + magic) - magic;
+    vf f = xc - n * splat(0.693359375f) + n * splat(2.12194440e-4f);
+    vf p = splat(1.9875691500e-4f);
     p = p * f + splat(1.3981999507e-3f);
     p = p * f + splat(8.3334519073e-3f);
     p = p * f + splat(4.1665795894e-2f);
     p = p * f + splat(1.6666665459e-1f);
     p = p * f + splat(5.0000001201e-1f);
     p = p * f * f + f + splat(1.0f);
-    v16i bits = (__builtin_convertvector(n, v16i) + 127) << 23;
-    v16 scale;
+    vi bits = (__builtin_convertvector(n, vi) + 127) << 23;
+    vf scale;
     memcpy(&scale, &bits, sizeof scale);
-    v16 out = p * scale;
-    return select16(x < lo, splat(0.0f), out);
+    return selectv(x < lo, splat(0.0f), p * scale);
 }
 
 /* Floats a packed [N, K] weight takes. */
@@ -103,22 +117,22 @@ void sb_pack(const float *w, int64_t n, int64_t k, float *out) {
 #define KERNEL(M)                                                                              \
     static void tile_##M(const float *restrict x, int64_t ldx, const float *restrict wt,       \
                          int64_t k, float *restrict y, int64_t ldy, int64_t ncols, int mode) { \
-        v16 acc[M][NV];                                                                        \
+        vf acc[M][NV];                                                                        \
         for (int i = 0; i < M; i++)                                                            \
             for (int v = 0; v < NV; v++) acc[i][v] = splat(0.0f);                              \
         for (int64_t kk = 0; kk < k; kk++) {                                                   \
             const float *wk = wt + kk * TILE;                                                  \
-            for (int v = 0; v < NV; v++) __builtin_prefetch(wk + PF + 16 * v, 0, 3);           \
-            v16 w[NV];                                                                         \
-            for (int v = 0; v < NV; v++) w[v] = load16(wk + 16 * v);                           \
+            for (int v = 0; v < NV; v++) __builtin_prefetch(wk + PF + VW * v, 0, 3);           \
+            vf w[NV];                                                                         \
+            for (int v = 0; v < NV; v++) w[v] = loadv(wk + VW * v);                           \
             for (int i = 0; i < M; i++) {                                                      \
-                v16 xs = splat(x[i * ldx + kk]);                                               \
+                vf xs = splat(x[i * ldx + kk]);                                               \
                 for (int v = 0; v < NV; v++) acc[i][v] += xs * w[v];                           \
             }                                                                                  \
         }                                                                                      \
         for (int i = 0; i < M; i++) {                                                          \
             float out[TILE];                                                                   \
-            for (int v = 0; v < NV; v++) store16(out + 16 * v, acc[i][v]);                     \
+            for (int v = 0; v < NV; v++) storev(out + VW * v, acc[i][v]);                     \
             float *yr = y + i * ldy;                                                           \
             if (mode == 0) for (int64_t j = 0; j < ncols; j++) yr[j] = out[j];                  \
             else for (int64_t j = 0; j < ncols; j++) yr[j] += out[j];                           \
@@ -222,8 +236,8 @@ void sb_model_free(void *handle) {
     free(m);
 }
 
-#define QB 8 /* queries scored against a block of 16 keys at once */
-#define QV 6 /* queries weighting one pass over the values */
+#define QB 8 /* queries scored against a block of VW keys at once */
+#define DV (64 / VW) /* vectors of a head of 64, the common head size, held in registers */
 
 /* Attention of `count` queries (from `first`) of sequence b's key/value head g: query qi is head
  * g*group + qi/T at row qi%T. Scores are the dot products over the head dimension in order;
@@ -234,17 +248,17 @@ static void attend(const sb_model *m, const float *qkv, int64_t qkv_n, int64_t T
                    int64_t mask_len, int64_t past, float *attn, float *sc) {
     const int64_t d = m->head_dim, nh = m->heads, group = nh / m->kv_heads, L = past + T;
     const float *qp[QB];
-    float kt[256 * 16];
-    for (int64_t j0 = 0; j0 < L; j0 += 16) {
-        int64_t n = L - j0 < 16 ? L - j0 : 16;
-        if (n == 16) {
+    float kt[256 * VW];
+    for (int64_t j0 = 0; j0 < L; j0 += VW) {
+        int64_t n = L - j0 < VW ? L - j0 : VW;
+        if (n == VW) {
             const float *k0 = kb + j0 * d;
             for (int64_t i = 0; i < d; i++)
-                for (int64_t l = 0; l < 16; l++) kt[i * 16 + l] = k0[l * d + i];
+                for (int64_t l = 0; l < VW; l++) kt[i * VW + l] = k0[l * d + i];
         } else {
-            memset(kt, 0, sizeof(float) * 16 * d);
+            memset(kt, 0, sizeof(float) * VW * d);
             for (int64_t l = 0; l < n; l++)
-                for (int64_t i = 0; i < d; i++) kt[i * 16 + l] = kb[(j0 + l) * d + i];
+                for (int64_t i = 0; i < d; i++) kt[i * VW + l] = kb[(j0 + l) * d + i];
         }
         for (int64_t q0 = 0; q0 < count; q0 += QB) {
             int64_t nb = count - q0 < QB ? count - q0 : QB;
@@ -252,15 +266,15 @@ static void attend(const sb_model *m, const float *qkv, int64_t qkv_n, int64_t T
                 int64_t qi = first + q0 + (i < nb ? i : 0);
                 qp[i] = qkv + (b * T + qi % T) * qkv_n + (g * group + qi / T) * d;
             }
-            v16 acc[QB];
+            vf acc[QB];
             for (int i = 0; i < QB; i++) acc[i] = splat(0.0f);
             for (int64_t i = 0; i < d; i++) {
-                v16 k = load16(kt + i * 16);
+                vf k = loadv(kt + i * VW);
                 for (int qq = 0; qq < QB; qq++) acc[qq] += splat(qp[qq][i]) * k;
             }
             for (int64_t qq = 0; qq < nb; qq++) {
-                float tmp[16];
-                store16(tmp, acc[qq] * splat(m->scale));
+                float tmp[VW];
+                storev(tmp, acc[qq] * splat(m->scale));
                 memcpy(sc + (q0 + qq) * L + j0, tmp, sizeof(float) * n);
             }
         }
@@ -278,11 +292,11 @@ static void attend(const sb_model *m, const float *qkv, int64_t qkv_n, int64_t T
         }
         for (int64_t j = visible; j < L; j++) s[j] = -INFINITY;
         int64_t j = 0;
-        for (; j + 16 <= L; j += 16) store16(s + j, vexp16(load16(s + j) - splat(mx)));
+        for (; j + VW <= L; j += VW) storev(s + j, vexp(loadv(s + j) - splat(mx)));
         if (j < L) {
-            float tail[16];
-            for (int64_t i = 0; i < 16; i++) tail[i] = j + i < L ? s[j + i] - mx : -INFINITY;
-            store16(tail, vexp16(load16(tail)));
+            float tail[VW];
+            for (int64_t i = 0; i < VW; i++) tail[i] = j + i < L ? s[j + i] - mx : -INFINITY;
+            storev(tail, vexp(loadv(tail)));
             for (int64_t i = j; i < L; i++) s[i] = tail[i - j];
         }
     }
@@ -298,23 +312,24 @@ static void attend(const sb_model *m, const float *qkv, int64_t qkv_n, int64_t T
             int64_t qi = first + q0 + i;
             outp[i] = attn + (b * T + qi % T) * nh * d + (g * group + qi / T) * d;
         }
-        if (d == 64) {
-            v16 acc[QV][4];
+        if (d == DV * VW) {
+            vf acc[QV][DV];
             for (int i = 0; i < QV; i++)
-                for (int v = 0; v < 4; v++) acc[i][v] = splat(0.0f);
+                for (int v = 0; v < DV; v++) acc[i][v] = splat(0.0f);
             for (int64_t j = 0; j < L; j++) {
-                const float *vj = vb + j * 64;
-                v16 v0 = load16(vj), v1 = load16(vj + 16), v2 = load16(vj + 32), v3 = load16(vj + 48);
+                const float *vj = vb + j * d;
+                vf vv[DV];
+                for (int v = 0; v < DV; v++) vv[v] = loadv(vj + VW * v);
                 for (int i = 0; i < QV; i++) {
                     float p = e[i][j];
                     sum[i] += p;
-                    v16 ps = splat(p);
-                    acc[i][0] += ps * v0; acc[i][1] += ps * v1; acc[i][2] += ps * v2; acc[i][3] += ps * v3;
+                    vf ps = splat(p);
+                    for (int v = 0; v < DV; v++) acc[i][v] += ps * vv[v];
                 }
             }
             for (int64_t i = 0; i < nb; i++) {
-                v16 inv = splat(1.0f / sum[i]);
-                for (int v = 0; v < 4; v++) store16(outp[i] + 16 * v, acc[i][v] * inv);
+                vf inv = splat(1.0f / sum[i]);
+                for (int v = 0; v < DV; v++) storev(outp[i] + VW * v, acc[i][v] * inv);
             }
         } else {
             for (int64_t i = 0; i < nb; i++) {
@@ -406,9 +421,9 @@ int sb_forward(void *handle, int64_t B, int64_t T, float *h, const float *cos, c
             for (int64_t r = 0; r < R; r++) {
                 float *row = gu + r * 2 * I;
                 int64_t i = 0;
-                for (; i + 16 <= I; i += 16) {
-                    v16 gt = load16(row + i);
-                    store16(row + i, gt / (splat(1.0f) + vexp16(-gt)) * load16(row + I + i));
+                for (; i + VW <= I; i += VW) {
+                    vf gt = loadv(row + i);
+                    storev(row + i, gt / (splat(1.0f) + vexp(-gt)) * loadv(row + I + i));
                 }
                 for (; i < I; i++) row[i] = row[i] / (1.0f + expf(-row[i])) * row[I + i];
             }
