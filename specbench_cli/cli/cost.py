@@ -110,7 +110,20 @@ def cost(
         out.print(f"floor: read bandwidth {r['bandwidth_gbs']:.1f} GB/s over {r['weight_bytes'] / 1e6:.0f} MB of "
                   f"weights, matmul peak {r['peak_gflops']:.0f} GFLOP/s ({dtype}, {n_threads} threads)",
                   highlight=False)
+    parts = []
+    if curve.roofline:
+        from specbench_cli.run.auto.roofline import Roofline
+
+        parts.append(f"decode step t(1) = {curve.t(1) / Roofline.from_dict(curve.roofline).floor_ms(1):.2f} x the floor")
+    if curve.max_q >= 10:
+        parts.append(f"verify block t(10) = {curve.ratio(10):.2f} x t(1)")
+    if parts:
+        out.print(", ".join(parts), highlight=False)
     if lm.kernels:
+        native = lm.kernels.get("native")
+        if native:
+            out.print(f"native forward: blocks of up to {native['max_q']} rows per sequence, built for "
+                      f"{native['isa']}; longer blocks:", highlight=False)
         for shape, text in lm.kernels["plan"].items():
             out.print(f"kernels {shape}: {text}", highlight=False)
     if curve.remeasured:
