@@ -30,7 +30,7 @@ def cost(
                                             "plan (with every candidate's timings) as JSON here."),
     target: str = typer.Option("hf", "--target", help="What computes the forwards timed: hf (a transformers model, "
                                "on --forward) or another registered target (`specbench list targets`; as for run)."),
-    forward: str = typer.Option("auto", "--forward", help="auto, sdpa, eager, short or lean (as for run)."),
+    forward: str = typer.Option("auto", "--forward", help="auto, sdpa, eager, short, lean or native (as for run)."),
     kernels: str = typer.Option("auto", "--kernels", help="The lean forward's matrix kernels: auto (timed once on "
                                 "this CPU) or mkl, mkl-t, mkl-wx, onednn, onednn-t, onednn-packed, mkl-packed (as for run)."),
 ) -> None:

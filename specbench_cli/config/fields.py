@@ -195,9 +195,10 @@ class ModelSection(Section):
         None, cli=Cli(("--threads",), "torch intra-op threads (default: min(cores, 2))."),
         check=whole(THREADS, "--threads"), grid=GridKey("threads", f"an integer {THREADS.span()}", default=1))
     forward: str = option(
-        "auto", cli=Cli(("--forward",), "How the target computes a forward: auto (lean for a Llama-architecture "
-                        "target on CPU, else sdpa), sdpa, eager, short (attention for few-token blocks) or lean "
-                        "(fused Llama decoder + short); docs/performance.md. One for the whole run, AR included; "
+        "auto", cli=Cli(("--forward",), "How the target computes a forward: auto (native for a Llama-architecture "
+                        "target on CPU in float32 where a C compiler builds it, else lean; sdpa off CPU), sdpa, eager, "
+                        "short (attention for few-token blocks), lean (fused Llama decoder + short) or native (lean "
+                        "with decode and verify blocks in this project's C library); docs/performance.md. One for the whole run, AR included; "
                         "the manifest records the resolved one."), check=check_forward)
     kernels: str = option(
         "auto", cli=Cli(("--kernels",), "Matrix-product kernels of the lean forward: auto (each candidate timed "

@@ -23,7 +23,8 @@ from pathlib import Path
 from specbench_cli.atomic import atomic_write  # replaces a link at the name, never writes through it
 
 SUITES = {"spec_bench": "18 Spec-Bench questions", "refine": "6 refine questions (both turns)"}
-RUNS = {"hf": "hf target, float32", "lc-f32": "llama.cpp target, float32 GGUF",
+RUNS = {"hf": "hf target, float32", "hf-lean": "hf target, float32, the lean forward (torch kernels)",
+        "lc-f32": "llama.cpp target, float32 GGUF",
         "lc-q41": "llama.cpp target, Q4_1 GGUF", "native-q41": "llama.cpp's own, Q4_1 GGUF",
         "native-f32": "llama.cpp's own, float32 GGUF", "vllm": "vLLM (CPU build), float32",
         "vllm-heads": "vLLM (CPU build), float32, trained drafters",

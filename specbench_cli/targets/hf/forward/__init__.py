@@ -1,1 +1,1 @@
-"""How the target computes a forward: sdpa, eager, short (few-token attention) and lean (the fused Llama decoder)."""
+"""How the target computes a forward: sdpa, eager, short (few-token attention) lean (the fused Llama decoder) and native (lean with its short blocks in C)."""
