@@ -69,9 +69,10 @@ class _Seq:
 class ContinuousBatch:
     """A running batch (module doc) of one decoder's target, every sequence at block complexity
     `budget`; `want`: what every drafter asks the target for besides logits (`decoder.wants`),
-    the same for all (one method per batch)."""
+    the same for all (one method per batch; None: what the first drafter to join asks for);
+    `room`: tokens a row may need past its cap and one block (none for lossless methods)."""
 
-    def __init__(self, decoder: Decoder, budget: int, want: bool | tuple[int, ...] = False,
+    def __init__(self, decoder: Decoder, budget: int, want: bool | tuple[int, ...] | None = None,
                  room: int = 0) -> None:
         if budget < 1:
             raise ValueError("block complexity must be at least 1")
@@ -103,6 +104,8 @@ class ContinuousBatch:
             raise ValueError(f"a live sequence already has key {key!r}")
         if any(s.drafter is drafter for s in self.live):
             raise ValueError("every live sequence needs its own drafter instance (drafting state is per sequence)")
+        if self.want is None:
+            self.want = wants(drafter)
         if wants(drafter) != self.want:
             raise ValueError("every drafter of a continuous batch must ask the target for the same features")
         drafter.reset(list(prompt))
@@ -123,7 +126,7 @@ class ContinuousBatch:
         leave (steps 2a-2f of the decoder's loop). One `Emitted` per sequence that was live."""
         if not self.live:
             return []
-        dec, target, budget, want = self.decoder, self.target, self.budget, self.want
+        dec, target, budget, want = self.decoder, self.target, self.budget, self.want or False
         states, drafts = [], []
         for s in self.live:
             state = DecodeState(ids=s.ids, prompt_len=len(s.prompt), budget=budget,
