@@ -141,7 +141,9 @@ class Synthetic(Method):
                 return Draft()
         self.checked = len(ids)
         done = len(ids) - start  # reference tokens already in the sequence
-        n = min(self.k, state.remaining, len(ref) - done)
+        # at most one token fewer than the cap leaves: a step's tokens are then all kept, so no
+        # accepted position is cut from the count at the cap (the measured acceptance stays the set one)
+        n = min(self.k, state.remaining - 1, len(ref) - done)
         tokens, keep = [], True
         for j in range(n):
             tok = ref[done + j]
