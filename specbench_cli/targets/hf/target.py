@@ -220,9 +220,7 @@ class HFTarget(Target):
         if isinstance(batch, _One):
             batch.rows = 0  # the cache stays: `detach` may have handed it to an epilogue
         else:
-            many = self._many(batch).cache
-            many.drop(row)
-            many.pack()
+            self._many(batch).cache.drop(row)
 
     def detach(self, batch: Batch, row: int) -> Batch:
         if isinstance(batch, _One):
