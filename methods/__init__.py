@@ -26,6 +26,7 @@ _REGISTRY = Registry("method", "specbench.methods", "specbench_cli.methods.core.
     "sps": "specbench_cli.methods.sps:SpeculativeSampling",
     "space": "specbench_cli.methods.space:Space",
     "pard": "specbench_cli.methods.pard:Pard",
+    "synthetic": "specbench_cli.methods.synthetic:Synthetic",
     **{kind: registration.method for kind, registration in HEAD_KINDS.items()},
     "fastcot": "specbench_cli.methods.fastcot:FastCoT",
     "cot": "specbench_cli.methods.fastcot:CoT",

@@ -65,6 +65,11 @@ class Method(Drafter):
     (vanilla Jacobi), so no acceptance is promised (tests do not expect one); a method that drafts
     nothing has `structure = Structure.NONE` (AR).
 
+    `reference_drafts`: its drafts come from a reference answer the harness hands it (`refer`:
+    prompt ids -> AR's output ids; synthetic), so where none was handed over it drafts nothing,
+    no acceptance is promised (tests do not expect one), and it is left out of the default
+    methods of a run (it measures the loop, not a drafter).
+
     `needs` names the target capabilities the method uses (decoding/target.py `CAPABILITIES`:
     hidden states, layer features, token embeddings, the output projection, the config, input
     embeddings); a target that lacks one is refused before any model loads.
@@ -81,6 +86,7 @@ class Method(Drafter):
     requires: ClassVar[tuple[str, ...]] = ()
     needs: ClassVar[tuple[str, ...]] = ()
     drafts_by_chance: ClassVar[bool] = False
+    reference_drafts: ClassVar[bool] = False
     Options: ClassVar[type] = NoOptions
 
     def __init__(self, ctx: MethodContext, **options: Any) -> None:

@@ -12,7 +12,8 @@ so batch size 1 and batch size N see the same prefill arithmetic) and returns an
     commit(batch, past, keep)                          keep each row's root + accepted path, drop the rest
 
 and `leave(batch, row)` removes a finished row (the last live row takes its index, as callers
-expect). `detach(batch, row)` hands a row over as a batch of one (a lossy method's epilogue).
+expect). `join(batch, prompts, ...)` prefills more prompts into a running batch as its last rows
+(continuous batching: sequences join between steps; decoding/continuous.py). `detach(batch, row)` hands a row over as a batch of one (a lossy method's epilogue).
 
 What a drafter may need beyond logits is a declared capability (`CAPABILITIES`); a target lists
 the ones it has in `capabilities`, and a method that needs one a target lacks is refused before
@@ -115,6 +116,20 @@ class Target:
                want: bool | tuple[int, ...] = False) -> Forward:
         """One forward over each live row's root + draft (`roots[r]`, `drafts[r]` for row r)."""
         raise NotImplementedError
+
+    def join(self, batch: Optional[Batch], prompts: Sequence[list[int]], room: int,
+             want: bool | tuple[int, ...] = False) -> tuple[Batch, list[Forward]]:
+        """Continuous batching: prefill each prompt on its own (as `start` does) and add it to a
+        running `batch` as its last rows, between two steps; `batch` None: a new batch of those
+        rows, which later prompts may join (a batch `start` made may refuse joins). `room`: tokens
+        a new row may add after its prompt. Returns the batch (the same handle when one was given)
+        and one prefill Forward per prompt. A target that cannot (`can_join` False) raises."""
+        raise TargetError(f"target '{self.name}' cannot add a sequence to a running batch (continuous batching)")
+
+    @classmethod
+    def can_join(cls) -> bool:
+        """Whether the target implements `join` (continuous batching)."""
+        return cls.join is not Target.join
 
     def commit(self, batch: Batch, past: int, keep: Sequence[list[int]]) -> None:
         """After a forward that wrote at slot `past`: per row keep the rows `keep[r]` (ascending

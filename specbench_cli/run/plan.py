@@ -173,9 +173,11 @@ def adaptive_ceiling(cfg: RunConfig) -> int:
 
 def default_methods() -> list[str]:
     """Every registered method that needs no training and is lossless (lossy ones, e.g.
-    fastcot, change the answer on purpose and run only when asked for)."""
+    fastcot, change the answer on purpose and run only when asked for), except those that draft
+    from a reference answer (synthetic: it measures the loop, not a drafter)."""
     return [n for n in method_registry.names()
-            if not method_registry.describe(n)["needs_training"] and method_registry.describe(n)["lossless"]]
+            if not method_registry.describe(n)["needs_training"] and method_registry.describe(n)["lossless"]
+            and not getattr(method_registry.get(n), "reference_drafts", False)]
 
 
 def load_questions(cfg: RunConfig):

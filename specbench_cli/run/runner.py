@@ -192,6 +192,19 @@ class Runner:
             for drafter in self.drafters[name]:
                 drafter.remember(list(row["output_ids"]))
 
+    def _refer(self, name: str, todo: list[tuple[Any, list[int]]], turn: int, repeat: int,
+               ar_rows: dict[tuple, dict]) -> None:
+        """A method that drafts from AR's answer (`reference_drafts`: synthetic) is handed the `ar`
+        row of each question it is about to decode (same turn, repeat and temperature), keyed by
+        the prompt it decodes; AR decodes each group first, and a resumed run has AR's stored rows."""
+        if not getattr(self.methods[name], "reference_drafts", False):
+            return
+        for q, prompt_ids in todo:
+            ref = ar_rows.get((q.task, q.id, turn, repeat, float(self.cfg.decoding.temperature or 0.0)))
+            if ref is not None and ref.get("status") == "ok" and ref.get("output_ids") is not None:
+                for drafter in self.drafters[name]:
+                    drafter.refer(list(prompt_ids), list(ref["output_ids"]))
+
     def _forget(self, name: str) -> None:
         """Method `name` starts a pass of the run with nothing remembered."""
         for drafter in self.drafters[name]:
@@ -256,6 +269,7 @@ class Runner:
                     rows[i] = self._row(name, method, q, turn, repeat, error=failed[i],
                                         prompt_tokens=len(prompt_ids), batch_id=batch_id)
             if todo:
+                self._refer(name, [(group[i], p) for i, p, _ in todo], turn, repeat, ar_rows)
                 seeds = [sample_seed(self.cfg.decoding.seed, group[i].id, turn, repeat) for i, _, _ in todo]
                 try:
                     gens = self._generate(name, [p for _, p, _ in todo], [c for _, _, c in todo], seeds)

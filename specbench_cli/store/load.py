@@ -96,7 +96,8 @@ class RequestRecord:
     accept_lengths: Optional[list[int]] = None        # per verification step: 1 + accepted draft tokens
     accepted_by_position: Optional[list[int]] = None  # steps whose draft position k+1 was accepted
     drafted_by_position: Optional[list[int]] = None   # steps whose draft had a position k+1
-    draft_path_lengths: Optional[list[int]] = None    # per step: draft positions on the path the target took
+    draft_path_lengths: Optional[list[int]] = None    # per verification step: draft positions on the path the
+                                                      # target took (accepted + the refused one; conditional p_k)
     acceptance_source: str = ""   # "loop" | "reply" | "metrics-delta" | "" (none)
     batch_sizes: Optional[list[int]] = None  # own loop: sequences in the batch at each of its steps
     error: Optional[str] = None   # one line; the record is an error row

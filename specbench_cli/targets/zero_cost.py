@@ -284,15 +284,20 @@ class ZeroCostTarget(Target):
               ) -> tuple[Batch, list[Forward]]:
         if not prompts:
             raise ValueError("a batch needs at least one prompt")
+        return self.join(None, prompts, room, want)
+
+    def join(self, batch: Optional[Batch], prompts: Sequence[list[int]], room: int,
+             want: bool | tuple[int, ...] = False) -> tuple[Batch, list[Forward]]:
         if want:
             raise TargetError("target 'zero-cost' gives logits only (no hidden states)")
-        seqs, forwards = [], []
+        rows = self._rows(batch) if batch is not None else _ZeroCostBatch([])
+        forwards = []
         for prompt in prompts:
             started = time.perf_counter()
             seq = _ZeroCostRow(prompt, answer_for(prompt, room + 1, self.vocab, self.seed))
-            seqs.append(seq)
+            rows.seqs.append(seq)
             forwards.append(Forward(self._logits([seq.full[seq.prompt_len]]), None, started))  # [1, V]
-        return _ZeroCostBatch(seqs), forwards
+        return rows, forwards
 
     def verify(self, batch: Batch, roots: Sequence[int], drafts: Sequence[Draft],
                want: bool | tuple[int, ...] = False) -> Forward:

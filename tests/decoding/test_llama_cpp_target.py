@@ -209,6 +209,8 @@ def test_lossless_method_equals_ar_on_llama_cpp(name, target, tok, prompts, eos,
     for budget in BUDGETS:
         method = spec.create(MethodContext(target, tok, budget=budget), **options)
         for prompt, ref in zip(prompts, references[budget]):
+            if spec.reference_drafts:  # synthetic drafts from AR's answer: hand it over
+                method.refer(prompt, ref)
             got = dec.generate(method, prompt, NEW_TOKENS, budget)
             assert got.output_ids == ref, f"{name} differs from AR on llama.cpp at BC={budget}"
             assert max(got.budget_used, default=1) <= budget
@@ -234,6 +236,8 @@ def test_on_q4_1_every_method_runs_and_its_agreement_with_ar_is_measured(q41, to
         method = spec.create(ctx)
         accepted = 0
         for prompt, ref in zip(prompts, refs):
+            if spec.reference_drafts:
+                method.refer(prompt, ref)
             got = dec.generate(method, prompt, NEW_TOKENS, budget)
             assert max(got.budget_used, default=1) <= budget
             accepted += sum(got.accept_lengths) - got.steps

@@ -19,11 +19,13 @@ TINY_MASK_ID = 102
 
 def expects_acceptance(method_cls) -> bool:
     """Should the method get draft tokens accepted on the tiny model? Not when it drafts nothing
-    (AR) or its drafts are guesses never conditioned on the accepted text (vanilla Jacobi: only
-    luck gets one accepted, and on the tiny model that luck does not come)."""
+    (AR), when its drafts are guesses never conditioned on the accepted text (vanilla Jacobi: only
+    luck gets one accepted, and on the tiny model that luck does not come), or when it drafts from
+    a reference answer the test does not hand it (synthetic)."""
     from specbench_cli.decoding.drafter import Structure
 
-    return method_cls.structure is not Structure.NONE and not method_cls.drafts_by_chance
+    return (method_cls.structure is not Structure.NONE and not method_cls.drafts_by_chance
+            and not getattr(method_cls, "reference_drafts", False))
 
 
 def artifact_options(method_cls, request) -> dict:

@@ -179,6 +179,23 @@ class BatchBufferLayer(BufferLayer):
         self._k[rows, :, dst] = self._k[rows, :, src]
         self._v[rows, :, dst] = self._v[rows, :, src]
 
+    def add_row(self) -> int:
+        """One more live row (its slots as they are: the mask hides them until written); the
+        buffers grow along the row dimension when every allocated row is live."""
+        if self._k.shape[0] == self.rows:
+            grow = max(1, self.rows)
+            self._k = torch.cat([self._k, self._k.new_zeros((grow, *self._k.shape[1:]))])
+            self._v = torch.cat([self._v, self._v.new_zeros((grow, *self._v.shape[1:]))])
+        self.rows += 1
+        self.set_length(self.length)
+        return self.rows - 1
+
+    def shift_row(self, row: int, start: int, end: int, to: int) -> None:
+        """Move row `row`'s slots `start .. end-1` to `to .. to+end-start-1` (`to` <= `start`)."""
+        if to != start and end > start:
+            self._k[row, :, to:to + end - start] = self._k[row, :, start:end].clone()
+            self._v[row, :, to:to + end - start] = self._v[row, :, start:end].clone()
+
     def drop_row(self, row: int) -> None:
         """Remove live row `row`: the last live row takes its place (one row copied, not the cache)."""
         last = self.rows - 1
@@ -228,6 +245,44 @@ class BatchKVCache:
             dst._v[row, :, end - n:end] = src.values[0]
             dst.set_length(end)
         self.starts[row], self.ends[row] = end - n, end
+
+    def add_row(self, single: KVCache) -> int:
+        """A new last row holding a batch-1 cache's tokens (a prompt's prefill), ending at the
+        write slot, or at its own length when that is longer (the write slot then moves there:
+        the other rows' unused slots before it stay hidden by their masks). Returns the row.
+        A batch whose rows all left starts again at slot 0."""
+        n = single.length
+        end = max(self.length if self.rows else 0, n)
+        for layer_idx, src in enumerate(single.hf.layers):
+            while len(self.hf.layers) <= layer_idx:
+                self.hf.layers.append(self.hf.layer_class_to_replicate())
+            dst = self.hf.layers[layer_idx]
+            if not dst.is_initialized:
+                dst.lazy_initialization(src.keys, src.values)
+            row = dst.add_row()
+            dst._reserve(end)
+            dst._k[row, :, end - n:end] = src.keys[0]
+            dst._v[row, :, end - n:end] = src.values[0]
+        self.starts.append(end - n)
+        self.ends.append(end)
+        for layer in self.hf.layers:
+            layer.set_length(end)
+        return self.rows - 1
+
+    def pack(self) -> None:
+        """Move every row's tokens to the front of its row (slots `0 .. len-1`; positions are a
+        slot minus its row's start, so none changes), when the write slot is more than twice the
+        longest row: rows that joined a running batch start late, and once the rows before them
+        leave, the slots before every start would be attended over (masked) at every step."""
+        longest = max((e - s for s, e in zip(self.starts, self.ends)), default=0)
+        if not self.rows or self.length <= 2 * longest + 16:
+            return
+        for r, (s, e) in enumerate(zip(self.starts, self.ends)):
+            for layer in self.hf.layers:
+                layer.shift_row(r, s, e, 0)
+            self.starts[r], self.ends[r] = 0, e - s
+        for layer in self.hf.layers:
+            layer.set_length(longest)
 
     def keep(self, past: int, offsets: list[list[int]]) -> None:
         """After a forward that wrote at slot `past`: per row, keep the slots `past + o` for `o` in

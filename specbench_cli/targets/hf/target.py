@@ -183,6 +183,28 @@ class HFTarget(Target):
             del single
         return _Many(many), forwards
 
+    def join(self, batch: Optional[Batch], prompts: Sequence[list[int]], room: int,
+             want: bool | tuple[int, ...] = False) -> tuple[Batch, list[Forward]]:
+        """Each prompt prefilled on its own (as `start` does) and copied into a new last row of
+        `batch`'s `BatchKVCache` (`add_row`); a running batch of one row keeps that layout too, so
+        rows can keep joining. Before the new rows join, a batch whose rows all joined late is
+        packed to the front of its buffers (`BatchKVCache.pack`)."""
+        if batch is None:
+            if not prompts:
+                raise ValueError("a new batch needs at least one prompt")
+            batch = _Many(BatchKVCache(0, max(len(p) for p in prompts) + room + 1))
+        if isinstance(batch, _One):
+            raise TargetError("a batch of one that `start` made takes no joins (`join(None, ...)` makes one that does)")
+        many = self._many(batch).cache
+        many.pack()
+        forwards = []
+        for prompt in prompts:
+            single, fwd = self._prefill(list(prompt), want)
+            many.add_row(single)
+            forwards.append(fwd)
+            del single
+        return batch, forwards
+
     def verify(self, batch: Batch, roots: Sequence[int], drafts: Sequence[Draft],
                want: bool | tuple[int, ...] = False) -> Forward:
         if isinstance(batch, _One):
