@@ -106,26 +106,38 @@ def test_a_batch_decodes_each_sequence_as_alone(models, tiny_tok):
 
 
 def test_the_cached_library_is_rebuilt_when_it_is_not_ours(tmp_path, monkeypatch):
-    lib_dir = tmp_path / "native"
+    """A damaged library (not the size and hash recorded) or a link at its name is built again;
+    the link's target is never written. Each case in a folder of its own: a library this process
+    has loaded is never damaged under it."""
+    import shutil
+
     monkeypatch.setattr(native, "_loaded", {})
-    lib, why = native.load(lib_dir)
+    lib, why = native.load(tmp_path / "built")
     if lib is None:
         if os.environ.get("CI"):
             pytest.fail(why)
         pytest.skip(why)
-    (built,) = lib_dir.glob("*.so")
-    # damaged: another size than recorded -> rebuilt
-    built.write_bytes(b"not a library")
+    (built,) = (tmp_path / "built").glob("*.so")
+    record = built.with_suffix(".json")
+    good = built.read_bytes()
+
+    damaged = tmp_path / "damaged"
+    damaged.mkdir()
+    shutil.copy(record, damaged / record.name)
+    (damaged / built.name).write_bytes(b"not a library")
     monkeypatch.setattr(native, "_loaded", {})
-    assert native.load(lib_dir)[0] is not None and built.stat().st_size > 100
-    # a link planted at the name -> replaced by a file of our own, the link's target untouched
+    assert native.load(damaged)[0] is not None
+    assert (damaged / built.name).stat().st_size == len(good)
+
+    linked = tmp_path / "linked"
+    linked.mkdir()
+    shutil.copy(record, linked / record.name)
     victim = tmp_path / "victim"
     victim.write_bytes(b"keep me")
-    built.unlink()
-    built.symlink_to(victim)
+    (linked / built.name).symlink_to(victim)
     monkeypatch.setattr(native, "_loaded", {})
-    assert native.load(lib_dir)[0] is not None
-    assert not built.is_symlink() and victim.read_bytes() == b"keep me"
+    assert native.load(linked)[0] is not None
+    assert not (linked / built.name).is_symlink() and victim.read_bytes() == b"keep me"
 
 
 def test_no_compiler_falls_back_to_lean_with_one_line(tiny_model_dir, tmp_path, monkeypatch, capsys):
@@ -137,12 +149,12 @@ def test_no_compiler_falls_back_to_lean_with_one_line(tiny_model_dir, tmp_path, 
     monkeypatch.setattr(hf_load, "_said_native", set())
     monkeypatch.setenv("SPECBENCH_CACHE", str(tmp_path / "cache"))
     notes: list[str] = []
-    lm = load_model(str(tiny_model_dir), forward="auto", note=notes.append)
+    lm = load_model(str(tiny_model_dir), forward="auto", kernels="mkl", note=notes.append)
     assert lm.target.describe()["forward"] == "lean"
     assert len(notes) == 1 and "no C compiler" in notes[0] and "lean forward runs instead" in notes[0]
-    load_model(str(tiny_model_dir), forward="auto", note=notes.append)
+    load_model(str(tiny_model_dir), forward="auto", kernels="mkl", note=notes.append)
     assert len(notes) == 1  # said once per process
     from specbench_cli.errors import RuntimeFailure
 
     with pytest.raises(RuntimeFailure, match="--forward native: no C compiler"):
-        load_model(str(tiny_model_dir), forward="native")
+        load_model(str(tiny_model_dir), forward="native", kernels="mkl")
