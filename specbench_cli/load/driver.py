@@ -23,7 +23,7 @@ import re
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Optional, Union
+from typing import Any, Optional, Sequence, Union
 
 from rich.markup import escape
 
@@ -36,7 +36,7 @@ from specbench_cli.console import err
 from specbench_cli.errors import RuntimeFailure, UsageError, check_not_link, check_output_folder, open_no_link
 from specbench_cli.load.trace import Prompt, build_trace, read_trace, trace_path, write_trace
 from specbench_cli.names import AR, baseline_of, is_baseline
-from specbench_cli.store.load import LoadPoint, RequestRecord
+from specbench_cli.store.load import LoadPoint, RequestRecord, TraceRequest
 
 KIND = "load"
 MANIFEST = "manifest.json"
@@ -316,6 +316,12 @@ def plan_load(cfg: RunConfig, opts: LoadOptions, listed: list[str]) -> LoadPlan:
         if f in names:
             raise UsageError(f"methods '{names[f]}' and '{inst.label}' would share the file {f}.jsonl; rename one")
         names[f] = inst.label
+    if own:  # what the own loop cannot serve is one line before anything loads
+        from specbench_cli.load.own_loop import refusal
+
+        for inst in own:
+            if line := refusal(first, inst):
+                raise UsageError(line)
     questions = load_questions(cfg)
     requests = opts.num_prompts or len(questions)
     points = points_of(opts, requests, cfg.decoding.seed)
@@ -507,6 +513,25 @@ def _load(plan: LoadPlan, trust_remote_code: bool):
     return lm, tokenizer, context, vocab
 
 
+def _hand_over_ar_answers(backend: Any, folder: Path, trace: Sequence[TraceRequest]) -> None:
+    """Give a backend that drafts from AR's answers (the own loop, for `synthetic`) the answers the
+    point's `ar` gave to the same requests, so it need not decode them again."""
+    path = folder / f"{method_file(AR)}.jsonl"
+    if not path.is_file() or path.is_symlink():
+        return
+    prompts = {t.index: t.prompt_ids for t in trace if t.index >= 0}
+    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            continue
+        ids = rec.get("output_ids") if isinstance(rec, dict) else None
+        index = rec.get("index") if isinstance(rec, dict) else None
+        if rec.get("error") is None and isinstance(ids, list) and index in prompts \
+                and all(isinstance(t, int) and not isinstance(t, bool) for t in ids):
+            backend.reference(prompts[index], ids)
+
+
 def _gguf_tokenizer(ref: str) -> Any:
     """A GGUF model's tokenizer read from the file itself, as the GGUF's conversion reads it
     (models/load.py), without de-quantising its weights: an engine-only run needs no weights here.
@@ -604,6 +629,8 @@ def _execute(plan: LoadPlan, out: Path, manifest_doc: Optional[dict], trust_remo
 
         backend = make_backend(at.with_(batch_size=min(slots, 256)) if inst.engine is None else at, inst, planned,
                                lm, out, slots, slot_ctx, vocab, opts.max_concurrency)
+        if hasattr(backend, "reference") and AR in {i.name for i in plan.per_point[point.name]}:
+            _hand_over_ar_answers(backend, folder, trace)
         started_at = now_iso()
         try:
             try:

@@ -23,7 +23,7 @@ mkdir -p "$OUT"
 COMMON=(--tasks spec_bench --limit "${LIMIT:-2}" --max-new-tokens "${TOKENS:-64}" --threads 2 --dtype float32 --bc 10
         --engine-timeout 900)
 stamp() { echo "== $1 ($(date +%H:%M:%S), load $(cut -d' ' -f1-3 /proc/loadavg))"; }
-last_run() { ls -d "$1"/2*/ 2>/dev/null | tail -1; }
+last_run() { ls -d "$1"/2*/ 2>/dev/null | tail -1 || true; }
 run() {  # NAME ARGS...: skipped when its report exists, resumed when interrupted
   local name=$1 r; shift
   r=$(last_run "$OUT/$name")

@@ -33,16 +33,22 @@ _loaded: dict[str, tuple[Optional[ctypes.CDLL], str]] = {}
 
 
 def isa_flags() -> tuple[str, list[str]]:
-    """(torch's CPU capability, the compiler flags for it)."""
+    """(torch's CPU capability, the compiler flags for it; `SPECBENCH_NATIVE_PROFILE=1` adds the
+    per-phase timers `forward.c` reads out as `sb_profile`)."""
     import torch
 
     cap = str(torch.backends.cpu.get_cpu_capability()).upper()
+    extra = ["-DSB_PROFILE"] if os.environ.get("SPECBENCH_NATIVE_PROFILE") == "1" else []
+    return cap, extra + _flags(cap)
+
+
+def _flags(cap: str) -> list[str]:
     if cap.startswith("AVX512"):
-        return cap, ["-mavx512f", "-mavx512vl", "-mavx512bw", "-mavx512dq", "-mfma", "-mavx2",
+        return ["-mavx512f", "-mavx512vl", "-mavx512bw", "-mavx512dq", "-mfma", "-mavx2",
                      "-mprefer-vector-width=512"]
     if cap.startswith("AVX2"):
-        return cap, ["-mavx2", "-mfma", "-mf16c"]
-    return cap, []
+        return ["-mavx2", "-mfma", "-mf16c"]
+    return []
 
 
 def compiler() -> Optional[str]:
@@ -115,16 +121,17 @@ def load(cache_dir: Path) -> tuple[Optional[ctypes.CDLL], str]:
     """(the library, "") or (None, why it is unavailable); built into `cache_dir` when missing.
     One attempt per process and instruction set."""
     cap, flags = isa_flags()
+    label = cap.lower() + ("profile" if "-DSB_PROFILE" in flags else "")
     with _lock:
-        if cap in _loaded:
-            return _loaded[cap]
+        if label in _loaded:
+            return _loaded[label]
         result: tuple[Optional[ctypes.CDLL], str]
         cc = compiler()
         if cc is None:
             result = (None, "no C compiler found (set CC, or install gcc)")
         else:
             key = hashlib.sha256(json.dumps([SOURCE.read_text(encoding="utf-8"), _version(cc), flags]).encode())
-            lib = Path(cache_dir) / f"forward-{cap.lower()}-{key.hexdigest()[:16]}.so"
+            lib = Path(cache_dir) / f"forward-{label}-{key.hexdigest()[:16]}.so"
             record = lib.with_suffix(".json")
             try:
                 if not _cached(lib, record):
@@ -132,7 +139,7 @@ def load(cache_dir: Path) -> tuple[Optional[ctypes.CDLL], str]:
                 result = (_bind(ctypes.CDLL(str(lib))), "")
             except (OSError, RuntimeError, subprocess.SubprocessError) as e:
                 result = (None, str(e).splitlines()[0] if str(e) else type(e).__name__)
-        _loaded[cap] = result
+        _loaded[label] = result
         return result
 
 

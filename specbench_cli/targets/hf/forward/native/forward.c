@@ -20,6 +20,24 @@
 #include <string.h>
 #include <omp.h>
 
+/* With -DSB_PROFILE (SPECBENCH_NATIVE_PROFILE=1 at build), thread 0 adds each phase's wall time
+ * of sb_forward to sb_profile[]: 0 norms + q/k/v, 1 rope + cache, 2 attention, 3 o, 4 norm +
+ * gate/up, 5 SiLU, 6 down (each phase ends at its barrier, so it includes waiting for the slower
+ * thread). */
+#ifdef SB_PROFILE
+double sb_profile[8];
+#define PHASE(i)                                                     \
+    if (omp_get_thread_num() == 0) {                                 \
+        double now_ = omp_get_wtime();                               \
+        sb_profile[i] += now_ - t_prev_;                             \
+        t_prev_ = now_;                                              \
+    }
+#define PHASE_START double t_prev_ = omp_get_wtime();
+#else
+#define PHASE(i)
+#define PHASE_START
+#endif
+
 #if defined(__AVX512F__)
 #define VW 16   /* floats a vector register holds */
 #define MR 12   /* rows a tile's pass computes at once: 24 accumulators of 32 registers */
@@ -381,11 +399,13 @@ int sb_forward(void *handle, int64_t B, int64_t T, float *h, const float *cos, c
     const int64_t per_chunk = (nq + chunks - 1) / chunks;
     #pragma omp parallel
     {
+        PHASE_START
         for (int64_t l = 0; l < m->layers; l++) {
             float *kc = (float *)(intptr_t)kv[2 * l], *vc = (float *)(intptr_t)kv[2 * l + 1];
             #pragma omp for schedule(static)
             for (int64_t r = 0; r < R; r++) rms_norm_row(h + r * H, m->norm1[l], H, m->eps, x + r * H);
             matmul_in(x, m->qkv[l], R, H, qkv_n, qkv, qkv_n, 0);
+            PHASE(0)
             /* rope on queries and keys; keys and values into the cache */
             #pragma omp for schedule(static)
             for (int64_t r = 0; r < R; r++) {
@@ -403,6 +423,7 @@ int sb_forward(void *handle, int64_t B, int64_t T, float *h, const float *cos, c
                     memcpy(vc + slot, row + (nh + nkv + g) * d, sizeof(float) * d);
                 }
             }
+            PHASE(1)
             /* attention: per sequence and key/value head, its queries in chunks */
             #pragma omp for schedule(static)
             for (int64_t item = 0; item < B * nkv * chunks; item++) {
@@ -413,10 +434,13 @@ int sb_forward(void *handle, int64_t B, int64_t T, float *h, const float *cos, c
                            vc + (b * nkv + g) * cap * d, mask ? mask + b * T * mask_len + mask_off : NULL,
                            mask_len, past, attn, scores + (int64_t)omp_get_thread_num() * per_chunk * L);
             }
+            PHASE(2)
             matmul_in(attn, m->o[l], R, nh * d, H, h, H, 1);
+            PHASE(3)
             #pragma omp for schedule(static)
             for (int64_t r = 0; r < R; r++) rms_norm_row(h + r * H, m->norm2[l], H, m->eps, x + r * H);
             matmul_in(x, m->gate_up[l], R, H, 2 * I, gu, 2 * I, 0);
+            PHASE(4)
             #pragma omp for schedule(static)
             for (int64_t r = 0; r < R; r++) {
                 float *row = gu + r * 2 * I;
@@ -427,6 +451,7 @@ int sb_forward(void *handle, int64_t B, int64_t T, float *h, const float *cos, c
                 }
                 for (; i < I; i++) row[i] = row[i] / (1.0f + expf(-row[i])) * row[I + i];
             }
+            PHASE(5)
             /* down: x [R, I] is the first half of each gate_up row */
             {
                 int64_t tiles = (H + TILE - 1) / TILE;
@@ -436,6 +461,7 @@ int sb_forward(void *handle, int64_t B, int64_t T, float *h, const float *cos, c
                     tile_rows(gu, 2 * I, m->down[l] + tt * TILE * I, I, h + n0, H, ncols, 1, R);
                 }
             }
+            PHASE(6)
         }
         #pragma omp for schedule(static)
         for (int64_t r = 0; r < R; r++) rms_norm_row(h + r * H, m->final_norm, H, m->eps, out + r * H);
