@@ -145,9 +145,30 @@ class OwnLoopBackend:
             return
         if self.method is not None and self.bound_at == budget:
             return
-        from specbench_cli.run.plan import plan_instance
+        from specbench_cli.run.plan import adaptive_ceiling, plan_instance
 
+        if budget == ADAPTIVE:
+            at = self.cfg.with_(block_complexity=ADAPTIVE)
+            if is_baseline(self.instance.name):  # the baseline drafts nothing: bound at the ceiling
+                self._bind(plan_instance(at, self.instance, adaptive_ceiling(at)))
+            else:
+                self._bind(self._calibrated(at))
+            self.bound_at = budget
+            return
         self._bind(plan_instance(self.cfg, self.instance, budget))
+
+    def _calibrated(self, at: RunConfig) -> Any:
+        """The method with its adaptive budget calibrated on this machine as `specbench run --bc
+        adaptive` calibrates it (the cost curve, then the calibration prompts; run/auto/calibrate.py),
+        before the point's clock starts."""
+        import torch
+
+        from specbench_cli.run.auto.calibrate import prepare
+        from specbench_cli.run.plan import adaptive_ceiling, load_questions, plan_instance
+
+        planned = {self.instance: plan_instance(at, self.instance, adaptive_ceiling(at))}
+        planned, _ = prepare(at, self.loaded, planned, load_questions(at), at.model.threads or torch.get_num_threads())
+        return planned[self.instance]
 
     def _make(self) -> Any:
         """A new drafter: a copy of the bound method, which never drafts itself (so nothing of a

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Speculation under load, on the embedded model's float32 weights, 2 threads, greedy: the same
-# trace of Spec-Bench questions (first turns, 64 new tokens, 16 requests a point) at 1, 2, 4 and
+# trace of Spec-Bench questions (first turns, 64 new tokens, 12 requests a point) at 1, 2, 4 and
 # 8 requests in flight and at two open-loop rates (Poisson), speculation off and on:
 #   llama    llama-server (specbench starts it, 8 slots): llama.cpp:ar vs llama.cpp:ngram-mod,
 #            ngram-simple and draft (the model as its own draft), float32 GGUF
@@ -19,7 +19,7 @@ OUT=${1:-results/load}
 VLLM_PYTHON=${VLLM_PYTHON:-${SPECBENCH_VLLM_PYTHON:-}}
 RATES=${RATES:-0.5,1.5}
 mkdir -p "$OUT"
-COMMON=(--tasks spec_bench --num-prompts "${PROMPTS:-16}" --max-new-tokens "${TOKENS:-64}" --threads 2 --bc 10
+COMMON=(--tasks spec_bench --num-prompts "${PROMPTS:-12}" --max-new-tokens "${TOKENS:-64}" --threads 2 --bc 10
         --time-limit 600 --engine-timeout 600 --slo ttft:2000,tpot:100)
 stamp() { echo "== $1 ($(date +%H:%M:%S), load $(cut -d' ' -f1-3 /proc/loadavg))"; }
 load() {  # NAME ARGS...: one load run; running it again continues it
@@ -49,5 +49,14 @@ if [ -n "$VLLM_PYTHON" ]; then
     --concurrency 1,4 --request-rate "${RATES%%,*}"
 else
   echo "VLLM_PYTHON unset: the vLLM runs are skipped"
+fi
+# a draft length per load level: suffix in the own loop at BC 3, 6, 10 and adaptive per concurrency;
+# the report writes the schedule (concurrency -> draft length) as vLLM's
+# num_speculative_tokens_per_batch_size reads it, and puts adaptive beside it
+if [ "${BC_SWEEP:-1}" = "1" ]; then
+  stamp "bc-sweep"
+  specbench load --tasks spec_bench --num-prompts 8 --max-new-tokens 64 --threads 2 --time-limit 600 \
+    --slo ttft:2000,tpot:100 --output-dir "$OUT/bc-sweep" --methods ar,suffix --concurrency 1,4 --bc 3,6,10,adaptive
+  specbench report "$OUT/bc-sweep" >/dev/null
 fi
 stamp "done"
