@@ -225,6 +225,8 @@ def test_sample_row_round_trips_and_old_reference_runs_still_load():
                     status="ok", structure="chain")
     assert SampleRow.from_dict(json.loads(json.dumps(row.to_dict()))) == row
     for manifest in (REPO / "results" / "reference").glob("**/manifest.json"):
+        if json.loads(manifest.read_text()).get("kind") == "load":  # a load run's folder: report/load.py reads it
+            continue
         run = load_run(manifest.parent)
         assert run.rows and all(k in run.rows[0] for k in required_keys("ok"))
 

@@ -235,16 +235,26 @@ class BatchKVCache:
         end at slot `end`, and make `end` the write slot. Every row must be loaded before decoding."""
         n = single.length
         for layer_idx, src in enumerate(single.hf.layers):
-            while len(self.hf.layers) <= layer_idx:
-                self.hf.layers.append(self.hf.layer_class_to_replicate())
-            dst = self.hf.layers[layer_idx]
-            if not dst.is_initialized:
-                dst.lazy_initialization(src.keys, src.values)
-            dst._reserve(end)
-            dst._k[row, :, end - n:end] = src.keys[0]
-            dst._v[row, :, end - n:end] = src.values[0]
+            dst = self._layer(layer_idx, src)
+            self._copy_in(dst, row, src, end, n)
             dst.set_length(end)
         self.starts[row], self.ends[row] = end - n, end
+
+    def _layer(self, layer_idx: int, src: BufferLayer) -> "BatchBufferLayer":
+        """Layer `layer_idx` of the batch, made (and sized like `src`) when it is not there yet."""
+        while len(self.hf.layers) <= layer_idx:
+            self.hf.layers.append(self.hf.layer_class_to_replicate())
+        dst = self.hf.layers[layer_idx]
+        if not dst.is_initialized:
+            dst.lazy_initialization(src.keys, src.values)
+        return dst
+
+    @staticmethod
+    def _copy_in(dst: "BatchBufferLayer", row: int, src: BufferLayer, end: int, n: int) -> None:
+        """`src`'s n tokens into row `row` of `dst`, ending at slot `end`."""
+        dst._reserve(end)
+        dst._k[row, :, end - n:end] = src.keys[0]
+        dst._v[row, :, end - n:end] = src.values[0]
 
     def add_row(self, single: KVCache) -> int:
         """A new last row holding a batch-1 cache's tokens (a prompt's prefill), ending at the
@@ -254,15 +264,8 @@ class BatchKVCache:
         n = single.length
         end = max(self.length if self.rows else 0, n)
         for layer_idx, src in enumerate(single.hf.layers):
-            while len(self.hf.layers) <= layer_idx:
-                self.hf.layers.append(self.hf.layer_class_to_replicate())
-            dst = self.hf.layers[layer_idx]
-            if not dst.is_initialized:
-                dst.lazy_initialization(src.keys, src.values)
-            row = dst.add_row()
-            dst._reserve(end)
-            dst._k[row, :, end - n:end] = src.keys[0]
-            dst._v[row, :, end - n:end] = src.values[0]
+            dst = self._layer(layer_idx, src)
+            self._copy_in(dst, dst.add_row(), src, end, n)
         self.starts.append(end - n)
         self.ends.append(end)
         for layer in self.hf.layers:
