@@ -88,7 +88,9 @@ class NativeForward:
         layers = getattr(cache, "layers", None)
         if not layers or len(layers) < self.layers:
             return False
-        for layer in layers[: self.layers]:
+        # every layer is made alike by the cache (targets/hf/kv.py): the first and the last tell,
+        # so this per-step check does not walk every layer
+        for layer in (layers[0], layers[self.layers - 1]):
             if not getattr(layer, "is_initialized", False) or not hasattr(layer, "_reserve"):
                 return False
             k = layer._k
