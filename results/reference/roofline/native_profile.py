@@ -21,6 +21,7 @@ os.environ["SPECBENCH_NATIVE_PROFILE"] = "1"
 
 import torch  # noqa: E402
 
+from specbench_cli.atomic import atomic_write  # noqa: E402
 from specbench_cli.models.load import load_model  # noqa: E402
 from specbench_cli.targets.hf.kv import KVCache  # noqa: E402
 
@@ -63,8 +64,7 @@ def main(out: str) -> None:
                               "rest_ms": rest,
                               "matmul_ms": sum(phases[i] for i in MATMUL) + head, "attention_ms": phases[2],
                               "other_ms": phases[1] + phases[5] + rest}
-    with open(out, "w", encoding="utf-8") as f:
-        json.dump(result, f, indent=2)
+    atomic_write(out, json.dumps(result, indent=2))
     print(f"torch CPU capability {result['capability']}, 2 threads, float32, context 400 (mean of 20 forwards)\n")
     print("| part | q = 1 ms | share | q = 10 ms | share |\n| --- | ---: | ---: | ---: | ---: |")
     one, ten = result["q"][1], result["q"][10]
