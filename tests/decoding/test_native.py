@@ -32,10 +32,12 @@ def _native(model, cache_dir=None):
         pytest.skip(f"the native forward is unavailable here: {e}")
 
 
-@pytest.fixture(scope="module")
-def models():
-    """The tiny GQA Llama on the lean forward and the same weights on the native forward."""
-    ref, fast = make_model(0), make_model(0)
+@pytest.fixture(scope="module", params=[32, 256], ids=["head8", "head64"])
+def models(request):
+    """The tiny GQA Llama on the lean forward and the same weights on the native forward: heads of
+    8 (the library's scalar paths) and of 64 (its vector paths: keys transposed in registers, the
+    values weighted by slices), over key blocks that end mid-vector."""
+    ref, fast = make_model(0, hidden=request.param), make_model(0, hidden=request.param)
     lean.install(ref)
     _native(fast)
     return ref, fast

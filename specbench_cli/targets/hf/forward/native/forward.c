@@ -40,19 +40,22 @@ double sb_profile[8];
 
 #if defined(__AVX512F__)
 #define VW 16   /* floats a vector register holds */
+#define NV 2    /* vectors of output columns a packed tile holds */
 #define MR 12   /* rows a tile's pass computes at once: 24 accumulators of 32 registers */
-#define QV 6    /* queries weighting one pass over the values: 24 accumulators (head_dim 64) */
+#define VS 4    /* vectors of a value row one pass over the values weights (a slice) */
 #elif defined(__AVX2__)
 #define VW 8
-#define MR 6    /* 12 accumulators of 16 registers */
-#define QV 1
+#define NV 1    /* one vector a tile, so that a block of up to 12 rows shares one pass: */
+#define MR 12   /* 12 accumulators of 16 registers */
+#define VS 2
 #else
 #define VW 4
-#define MR 4
-#define QV 1
-#endif
-#define TILE (2 * VW) /* output columns of a packed tile: two vectors */
 #define NV 2
+#define MR 4
+#define VS 2
+#endif
+#define QV 6    /* queries weighting one pass over a slice of the values (QV*VS accumulators) */
+#define TILE (NV * VW) /* output columns of a packed tile */
 #define PF 2048 /* floats ahead of the weight stream that are prefetched into L1 */
 typedef float vf __attribute__((vector_size(VW * 4)));                /* a register */
 typedef int32_t vi __attribute__((vector_size(VW * 4)));
@@ -255,45 +258,146 @@ void sb_model_free(void *handle) {
 }
 
 #define QB 8 /* queries scored against a block of VW keys at once */
-#define DV (64 / VW) /* vectors of a head of 64, the common head size, held in registers */
+
+/* The lane shuffles of an in-register VW x VW transpose: stage s swaps bit s of the row and the
+ * lane index (row r, lane j with bit s set <-> row r+s, lane j-s), for r without bit s. */
+#if VW == 16
+#define STAGES(X)                                                                                    \
+    X(1, ((vi){0, 16, 2, 18, 4, 20, 6, 22, 8, 24, 10, 26, 12, 28, 14, 30}),                         \
+      ((vi){1, 17, 3, 19, 5, 21, 7, 23, 9, 25, 11, 27, 13, 29, 15, 31}))                            \
+    X(2, ((vi){0, 1, 16, 17, 4, 5, 20, 21, 8, 9, 24, 25, 12, 13, 28, 29}),                          \
+      ((vi){2, 3, 18, 19, 6, 7, 22, 23, 10, 11, 26, 27, 14, 15, 30, 31}))                           \
+    X(4, ((vi){0, 1, 2, 3, 16, 17, 18, 19, 8, 9, 10, 11, 24, 25, 26, 27}),                          \
+      ((vi){4, 5, 6, 7, 20, 21, 22, 23, 12, 13, 14, 15, 28, 29, 30, 31}))                           \
+    X(8, ((vi){0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23}),                            \
+      ((vi){8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31}))
+#elif VW == 8
+#define STAGES(X)                                                                                    \
+    X(1, ((vi){0, 8, 2, 10, 4, 12, 6, 14}), ((vi){1, 9, 3, 11, 5, 13, 7, 15}))                     \
+    X(2, ((vi){0, 1, 8, 9, 4, 5, 12, 13}), ((vi){2, 3, 10, 11, 6, 7, 14, 15}))                     \
+    X(4, ((vi){0, 1, 2, 3, 8, 9, 10, 11}), ((vi){4, 5, 6, 7, 12, 13, 14, 15}))
+#else
+#define STAGES(X)                                                                                    \
+    X(1, ((vi){0, 4, 2, 6}), ((vi){1, 5, 3, 7}))                                                    \
+    X(2, ((vi){0, 1, 4, 5}), ((vi){2, 3, 6, 7}))
+#endif
+
+/* kt[i * VW + l] = k[l][i] for the n (<= VW) keys from `k` (rows of d floats), zeros for l >= n:
+ * a block of keys laid out dimension by dimension, so a query's scores against VW keys are VW
+ * lanes summed over the dimensions in order. Moves bits only. */
+static void transpose_keys(const float *k, int64_t n, int64_t d, float *kt) {
+    if (d % VW == 0) {
+        for (int64_t i0 = 0; i0 < d; i0 += VW) {
+            vf a[VW];
+            for (int l = 0; l < VW; l++) a[l] = l < n ? loadv(k + l * d + i0) : splat(0.0f);
+#define STAGE(S, LO, HI)                                                                             \
+            for (int r = 0; r < VW; r++)                                                             \
+                if (!(r & S)) {                                                                      \
+                    vf lo_ = __builtin_shuffle(a[r], a[r + S], LO);                                  \
+                    vf hi_ = __builtin_shuffle(a[r], a[r + S], HI);                                  \
+                    a[r] = lo_;                                                                      \
+                    a[r + S] = hi_;                                                                  \
+                }
+            STAGES(STAGE)
+#undef STAGE
+            for (int i = 0; i < VW; i++) storev(kt + (i0 + i) * VW, a[i]);
+        }
+    } else {
+        memset(kt, 0, sizeof(float) * VW * d);
+        for (int64_t l = 0; l < n; l++)
+            for (int64_t i = 0; i < d; i++) kt[i * VW + l] = k[l * d + i];
+    }
+}
+
+/* out[qq * ldo + l] = scale * sum_i q_qq[i] kt[i][l] for N queries and the first n of VW keys. */
+#define SCORES(N)                                                                                    \
+    static void scores_##N(const float *const *qp, const float *kt, int64_t d, float scale,        \
+                           float *out, int64_t ldo, int64_t n) {                                    \
+        vf acc[N];                                                                                   \
+        for (int i = 0; i < N; i++) acc[i] = splat(0.0f);                                            \
+        for (int64_t i = 0; i < d; i++) {                                                            \
+            vf k = loadv(kt + i * VW);                                                               \
+            for (int qq = 0; qq < N; qq++) acc[qq] += splat(qp[qq][i]) * k;                          \
+        }                                                                                            \
+        for (int qq = 0; qq < N; qq++) {                                                             \
+            float tmp[VW];                                                                           \
+            storev(tmp, acc[qq] * splat(scale));                                                     \
+            memcpy(out + qq * ldo, tmp, sizeof(float) * n);                                          \
+        }                                                                                            \
+    }
+SCORES(1)
+SCORES(2)
+SCORES(3)
+SCORES(4)
+SCORES(5)
+SCORES(6)
+SCORES(7)
+SCORES(8)
+
+static inline float hmax(vf v) {
+    float t[VW];
+    storev(t, v);
+    float m = t[0];
+    for (int i = 1; i < VW; i++) m = t[i] > m ? t[i] : m;
+    return m;
+}
+
+/* acc[i] = sum_j e_i[j] v_j[x0 : x0 + VS*VW] over the slots in order for QV queries, written
+ * divided by sum[i]; with `first_slice`, sum[i] = sum_j e_i[j] is summed (in slot order) in the
+ * same pass, where its chain of additions hides behind the products. */
+static inline __attribute__((always_inline)) void values_slice(
+        const float *const *e, const float *vb, int64_t d, int64_t L, int64_t x0, float *sum,
+        const int first_slice, float *const *outp, int64_t nb) {
+    vf acc[QV][VS];
+    for (int i = 0; i < QV; i++)
+        for (int v = 0; v < VS; v++) acc[i][v] = splat(0.0f);
+    for (int64_t j = 0; j < L; j++) {
+        const float *vj = vb + j * d + x0;
+        vf vv[VS];
+        for (int v = 0; v < VS; v++) vv[v] = loadv(vj + VW * v);
+        for (int i = 0; i < QV; i++) {
+            float p = e[i][j];
+            if (first_slice) sum[i] += p;
+            vf ps = splat(p);
+            for (int v = 0; v < VS; v++) acc[i][v] += ps * vv[v];
+        }
+    }
+    for (int64_t i = 0; i < nb; i++) {
+        vf inv = splat(1.0f / sum[i]);
+        for (int v = 0; v < VS; v++) storev(outp[i] + x0 + VW * v, acc[i][v] * inv);
+    }
+}
 
 /* Attention of `count` queries (from `first`) of sequence b's key/value head g: query qi is head
- * g*group + qi/T at row qi%T. Scores are the dot products over the head dimension in order;
- * the softmax and the weighted sum of values run over the visible slots in slot order (hidden
- * ones are exact zeros), so a row's result is the same whatever else the block holds. */
+ * g*group + qi/T at row qi%T. kt: the keys transposed by blocks of VW (transpose_keys). Scores
+ * are the dot products over the head dimension in order; the softmax's sum and the weighted sum
+ * of values run over the slots in slot order, hidden ones adding exact zeros, so a row's result is the same whatever else the block holds.
+ * The softmax's sum runs over the slots in order too: a tree row's visible slots are not
+ * contiguous, so only slot order gives the bits of its path decoded as steps. sc: count x L. */
 static void attend(const sb_model *m, const float *qkv, int64_t qkv_n, int64_t T, int64_t b, int64_t g,
-                   int64_t first, int64_t count, const float *kb, const float *vb, const float *mask,
+                   int64_t first, int64_t count, const float *kt, const float *vb, const float *mask,
                    int64_t mask_len, int64_t past, float *attn, float *sc) {
     const int64_t d = m->head_dim, nh = m->heads, group = nh / m->kv_heads, L = past + T;
-    const float *qp[QB];
-    float kt[256 * VW];
-    for (int64_t j0 = 0; j0 < L; j0 += VW) {
-        int64_t n = L - j0 < VW ? L - j0 : VW;
-        if (n == VW) {
-            const float *k0 = kb + j0 * d;
-            for (int64_t i = 0; i < d; i++)
-                for (int64_t l = 0; l < VW; l++) kt[i * VW + l] = k0[l * d + i];
-        } else {
-            memset(kt, 0, sizeof(float) * VW * d);
-            for (int64_t l = 0; l < n; l++)
-                for (int64_t i = 0; i < d; i++) kt[i * VW + l] = kb[(j0 + l) * d + i];
+    for (int64_t q0 = 0; q0 < count; q0 += QB) {
+        int64_t nb = count - q0 < QB ? count - q0 : QB;
+        const float *qp[QB];
+        for (int64_t i = 0; i < nb; i++) {
+            int64_t qi = first + q0 + i;
+            qp[i] = qkv + (b * T + qi % T) * qkv_n + (g * group + qi / T) * d;
         }
-        for (int64_t q0 = 0; q0 < count; q0 += QB) {
-            int64_t nb = count - q0 < QB ? count - q0 : QB;
-            for (int64_t i = 0; i < QB; i++) {
-                int64_t qi = first + q0 + (i < nb ? i : 0);
-                qp[i] = qkv + (b * T + qi % T) * qkv_n + (g * group + qi / T) * d;
-            }
-            vf acc[QB];
-            for (int i = 0; i < QB; i++) acc[i] = splat(0.0f);
-            for (int64_t i = 0; i < d; i++) {
-                vf k = loadv(kt + i * VW);
-                for (int qq = 0; qq < QB; qq++) acc[qq] += splat(qp[qq][i]) * k;
-            }
-            for (int64_t qq = 0; qq < nb; qq++) {
-                float tmp[VW];
-                storev(tmp, acc[qq] * splat(m->scale));
-                memcpy(sc + (q0 + qq) * L + j0, tmp, sizeof(float) * n);
+        for (int64_t j0 = 0; j0 < L; j0 += VW) {
+            int64_t n = L - j0 < VW ? L - j0 : VW;
+            const float *kb = kt + j0 * d;
+            float *o = sc + q0 * L + j0;
+            switch (nb) {
+            case 1: scores_1(qp, kb, d, m->scale, o, L, n); break;
+            case 2: scores_2(qp, kb, d, m->scale, o, L, n); break;
+            case 3: scores_3(qp, kb, d, m->scale, o, L, n); break;
+            case 4: scores_4(qp, kb, d, m->scale, o, L, n); break;
+            case 5: scores_5(qp, kb, d, m->scale, o, L, n); break;
+            case 6: scores_6(qp, kb, d, m->scale, o, L, n); break;
+            case 7: scores_7(qp, kb, d, m->scale, o, L, n); break;
+            default: scores_8(qp, kb, d, m->scale, o, L, n); break;
             }
         }
     }
@@ -303,14 +407,23 @@ static void attend(const sb_model *m, const float *qkv, int64_t qkv_n, int64_t T
         float *s = sc + qq * L;
         const float *mrow = mask ? mask + t * mask_len : NULL;
         int64_t visible = mask ? L : past + t + 1;
-        float mx = -INFINITY;
-        for (int64_t j = 0; j < visible; j++) {
+        vf mxv = splat(-INFINITY);
+        int64_t j = 0;
+        for (; j + VW <= visible; j += VW) {
+            vf v = loadv(s + j);
+            if (mrow) {
+                v += loadv(mrow + j);
+                storev(s + j, v);
+            }
+            mxv = selectv(v > mxv, v, mxv);
+        }
+        float mx = hmax(mxv);
+        for (; j < visible; j++) {
             if (mrow) s[j] += mrow[j];
             if (s[j] > mx) mx = s[j];
         }
-        for (int64_t j = visible; j < L; j++) s[j] = -INFINITY;
-        int64_t j = 0;
-        for (; j + VW <= L; j += VW) storev(s + j, vexp(loadv(s + j) - splat(mx)));
+        for (j = visible; j < L; j++) s[j] = -INFINITY;
+        for (j = 0; j + VW <= L; j += VW) storev(s + j, vexp(loadv(s + j) - splat(mx)));
         if (j < L) {
             float tail[VW];
             for (int64_t i = 0; i < VW; i++) tail[i] = j + i < L ? s[j + i] - mx : -INFINITY;
@@ -318,47 +431,32 @@ static void attend(const sb_model *m, const float *qkv, int64_t qkv_n, int64_t T
             for (int64_t i = j; i < L; i++) s[i] = tail[i - j];
         }
     }
-    /* out = sum_j e_j v_j / sum_j e_j, both summed over the slots in order (a hidden slot adds
-     * an exact zero), QV queries per pass over the values */
+    /* out = sum_j e_j v_j / sum_j e_j, the values summed over the slots in order (a hidden slot
+     * adds an exact zero), QV queries per pass over a slice of VS vectors of the values */
     for (int64_t q0 = 0; q0 < count; q0 += QV) {
         int64_t nb = count - q0 < QV ? count - q0 : QV;
         const float *e[QV];
         for (int64_t i = 0; i < QV; i++) e[i] = sc + (q0 + (i < nb ? i : 0)) * L;
-        float sum[QV] = {0};
         float *outp[QV];
         for (int64_t i = 0; i < nb; i++) {
             int64_t qi = first + q0 + i;
             outp[i] = attn + (b * T + qi % T) * nh * d + (g * group + qi / T) * d;
         }
-        if (d == DV * VW) {
-            vf acc[QV][DV];
-            for (int i = 0; i < QV; i++)
-                for (int v = 0; v < DV; v++) acc[i][v] = splat(0.0f);
-            for (int64_t j = 0; j < L; j++) {
-                const float *vj = vb + j * d;
-                vf vv[DV];
-                for (int v = 0; v < DV; v++) vv[v] = loadv(vj + VW * v);
-                for (int i = 0; i < QV; i++) {
-                    float p = e[i][j];
-                    sum[i] += p;
-                    vf ps = splat(p);
-                    for (int v = 0; v < DV; v++) acc[i][v] += ps * vv[v];
-                }
-            }
-            for (int64_t i = 0; i < nb; i++) {
-                vf inv = splat(1.0f / sum[i]);
-                for (int v = 0; v < DV; v++) storev(outp[i] + VW * v, acc[i][v] * inv);
-            }
+        if (d % (VS * VW) == 0) {
+            float sum[QV] = {0};
+            values_slice(e, vb, d, L, 0, sum, 1, outp, nb);
+            for (int64_t x0 = VS * VW; x0 < d; x0 += VS * VW) values_slice(e, vb, d, L, x0, sum, 0, outp, nb);
         } else {
             for (int64_t i = 0; i < nb; i++) {
                 float acc[256];
                 for (int64_t x = 0; x < d; x++) acc[x] = 0.0f;
                 for (int64_t j = 0; j < L; j++) {
                     float p = e[i][j];
-                    sum[i] += p;
                     for (int64_t x = 0; x < d; x++) acc[x] += p * vb[j * d + x];
                 }
-                for (int64_t x = 0; x < d; x++) outp[i][x] = acc[x] / sum[i];
+                float sum = 0.0f;
+                for (int64_t j = 0; j < L; j++) sum += e[i][j];
+                for (int64_t x = 0; x < d; x++) outp[i][x] = acc[x] / sum;
             }
         }
     }
@@ -380,7 +478,16 @@ int sb_forward(void *handle, int64_t B, int64_t T, float *h, const float *cos, c
     const int64_t R = B * T, H = m->hidden, nh = m->heads, nkv = m->kv_heads, d = m->head_dim;
     const int64_t qkv_n = (nh + 2 * nkv) * d, I = m->inter, L = past + T, half = d / 2;
     const int64_t per_row = H + qkv_n + nh * d + 2 * I;  /* x, qkv, attn, gate_up */
-    const int64_t need = per_row * R + (int64_t)omp_get_max_threads() * (nh / nkv) * T * L;  /* + scores */
+    const int64_t nblk = (L + VW - 1) / VW;  /* blocks of VW keys */
+    /* chunks of a head group's queries: enough items for every thread (the keys are transposed
+     * once per layer, before, so a chunk costs only its own queries' work) */
+    const int64_t threads = omp_get_max_threads(), group = nh / nkv, nq = group * T;
+    int64_t chunks = (2 * threads + B * nkv - 1) / (B * nkv);
+    if (chunks > nq) chunks = nq;
+    if (chunks < 1) chunks = 1;
+    const int64_t per_chunk = (nq + chunks - 1) / chunks;
+    const int64_t kt_floats = B * nkv * nblk * VW * d;
+    const int64_t need = per_row * R + kt_floats + threads * per_chunk * L;  /* + keys, scores */
     if (need > m->scratch_floats) {
         int64_t want = need * 2;  /* room for the cache to grow before the next realloc */
         float *s = realloc(m->scratch, sizeof(float) * want);
@@ -388,15 +495,8 @@ int sb_forward(void *handle, int64_t B, int64_t T, float *h, const float *cos, c
         m->scratch = s; m->scratch_floats = want;
     }
     float *x = m->scratch, *qkv = x + R * H, *attn = qkv + R * qkv_n, *gu = attn + R * nh * d;
-    float *scores = gu + R * 2 * I;
-    const int64_t group = nh / nkv, nq = group * T;  /* queries per key/value head */
+    float *kt = gu + R * 2 * I, *scores = kt + kt_floats;
     const int64_t mask_off = mask_len - L;
-    /* chunks of a head group's queries: enough items for every thread when blocks are long */
-    const int64_t threads = omp_get_max_threads();
-    int64_t chunks = (2 * threads + B * nkv - 1) / (B * nkv);
-    if (chunks > (nq + QB - 1) / QB) chunks = (nq + QB - 1) / QB;
-    if (chunks < 1) chunks = 1;
-    const int64_t per_chunk = (nq + chunks - 1) / chunks;
     #pragma omp parallel
     {
         PHASE_START
@@ -424,15 +524,23 @@ int sb_forward(void *handle, int64_t B, int64_t T, float *h, const float *cos, c
                 }
             }
             PHASE(1)
+            /* the keys of every sequence and key/value head, transposed by blocks of VW */
+            #pragma omp for schedule(static)
+            for (int64_t it = 0; it < B * nkv * nblk; it++) {
+                int64_t bg = it / nblk, j0 = (it % nblk) * VW;
+                transpose_keys(kc + bg * cap * d + j0 * d, L - j0 < VW ? L - j0 : VW, d,
+                               kt + bg * nblk * VW * d + j0 * d);
+            }
             /* attention: per sequence and key/value head, its queries in chunks */
             #pragma omp for schedule(static)
             for (int64_t item = 0; item < B * nkv * chunks; item++) {
                 int64_t b = item / (nkv * chunks), g = (item / chunks) % nkv, c = item % chunks;
                 int64_t first = c * per_chunk, count = nq - first < per_chunk ? nq - first : per_chunk;
                 if (count > 0)
-                    attend(m, qkv, qkv_n, T, b, g, first, count, kc + (b * nkv + g) * cap * d,
+                    attend(m, qkv, qkv_n, T, b, g, first, count, kt + (b * nkv + g) * nblk * VW * d,
                            vc + (b * nkv + g) * cap * d, mask ? mask + b * T * mask_len + mask_off : NULL,
-                           mask_len, past, attn, scores + (int64_t)omp_get_thread_num() * per_chunk * L);
+                           mask_len, past, attn,
+                           scores + (int64_t)omp_get_thread_num() * per_chunk * L);
             }
             PHASE(2)
             matmul_in(attn, m->o[l], R, nh * d, H, h, H, 1);
