@@ -221,7 +221,7 @@ def smol_lean():
     from specbench_cli.models.load import load_model
 
     try:
-        return load_model("smollm2-135m", forward="lean")
+        return load_model("smollm2-135m", forward="lean", kernels="mkl")  # fixed kernels: nothing timed
     except Exception as e:  # noqa: BLE001 - the package with the model is optional
         pytest.skip(f"embedded model unavailable: {e}")
 

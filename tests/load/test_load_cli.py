@@ -20,6 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from helpers.cli import cli  # noqa: E402
 from helpers.embedded import needs_model  # noqa: E402
+from helpers.signals import sigint_default  # noqa: E402
 
 FAKE = Path(__file__).with_name("fake_stream_server.py")
 METHODS = ("llama.cpp:ar", "llama.cpp:ngram-mod")
@@ -147,7 +148,8 @@ def test_ctrl_c_stops_every_server_and_keeps_the_finished_pairs(tmp_path, fake_e
     out = tmp_path / "out"
     env = {**os.environ, "FAKE_STREAM_DELAY": "0.5"}
     proc = subprocess.Popen([sys.executable, "-m", "specbench_cli", *args(tmp_path, out, "--concurrency", "1")],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                            preexec_fn=sigint_default)
     try:
         deadline = time.monotonic() + 240
         while time.monotonic() < deadline and not (out / "load" / "c1" / "llama.cpp-ar.done").exists():

@@ -197,7 +197,7 @@ def test_smollm2_reads_layers_2_15_27_and_stays_lossless(tmp_path):
     from specbench_cli.methods.heads.importers import import_heads
     from specbench_cli.models.load import load_model
 
-    smol = load_model("smollm2-135m", forward="lean")
+    smol = load_model("smollm2-135m", forward="lean", kernels="mkl")
     write_safeailab(tmp_path / "p", smol.model, draft_vocab=4096, feature_layers=None)  # EAGLE-3's own rule
     import_heads(tmp_path / "p", tmp_path / "o")
     ids = smol.tokenizer("The capital of France is Paris. The capital of Italy is")["input_ids"]

@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
+from helpers.signals import sigint_default
 
 from specbench_cli.methods.core.method import MethodContext
 from specbench_cli.servers import registry as engine_methods
@@ -210,7 +211,7 @@ def test_the_server_never_outlives_specbench(tmp_path, fake_mode, how):
     script.write_text(PARENT)
     mode = how if how in ("exit", "raise") else "wait"
     parent = subprocess.Popen([sys.executable, str(script), str(fake_binary(tmp_path)), str(tmp_path / "log"), mode],
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=sigint_default)
     try:
         # the pid of the shell wrapper's exec'd python: the server process itself
         server_pid = int(parent.stdout.readline())

@@ -94,7 +94,7 @@ def test_vllm_suffix_and_eagle3_on_specbench_heads_equal_vllm_ar(tmp_path):
     from specbench_cli.methods.heads.importers import import_heads
     from specbench_cli.models.load import load_model
 
-    smol = load_model("smollm2-135m", forward="lean")
+    smol = load_model("smollm2-135m", forward="lean", kernels="mkl")
     # EAGLE-3's own rule: the inputs of layers 2, 15, 27, as vLLM reads them
     write_safeailab(tmp_path / "published", smol.model, draft_vocab=4096, feature_layers=None)
     heads = tmp_path / "heads"
