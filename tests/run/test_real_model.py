@@ -56,10 +56,11 @@ def ar_answers(smol):
 @pytest.mark.parametrize("name", [n for n in DRAFT_FREE_LOSSLESS if n != "ar"])
 def test_method_equals_ar_on_the_real_model(smol, ar_answers, name):
     dec = Decoder(as_target(smol.model), {smol.tokenizer.eos_token_id})
-    for budget in (10, 30):
+    for budget, qids in ((10, ("s1", "t1")), (30, ("s1",))):  # every budget 1-60: the tiny model, test_lossless.py
         ctx = MethodContext(smol.model, smol.tokenizer, budget=budget)
         method = methods.get(name).create(ctx)
-        for qid, (ids, ref) in ar_answers.items():
+        for qid in qids:
+            ids, ref = ar_answers[qid]
             got = dec.generate(method, ids, 40, budget)
             assert got.output_ids == ref.output_ids, f"{name} differs from AR on {qid} at BC={budget}"
             assert max(got.budget_used) <= budget
