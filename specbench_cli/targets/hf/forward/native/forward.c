@@ -84,15 +84,6 @@ static inline vf selectv(vi mask, vf a, vf b) {
     return r;
 }
 
-/* A fixed-order sum of the lanes (halves, then quarters, ...): the same bits for the same lanes. */
-static inline float hsum(vf v) {
-    float t[VW];
-    storev(t, v);
-    for (int w = VW / 2; w >= 1; w /= 2)
-        for (int i = 0; i < w; i++) t[i] += t[i + w];
-    return t[0];
-}
-
 /* exp(x) lane by lane (Cody-Waite reduction by ln 2, degree-6 polynomial, 2^n by exponent bits):
  * within 2 ulp of expf; exactly 0 below -87.3 (where float32 exp underflows), so a masked slot
  * adds nothing. */
@@ -371,9 +362,10 @@ static inline __attribute__((always_inline)) void values_slice(
 /* Attention of `count` queries (from `first`) of sequence b's key/value head g: query qi is head
  * g*group + qi/T at row qi%T. kt: the keys transposed by blocks of VW (transpose_keys). Scores
  * are the dot products over the head dimension in order; the softmax's sum and the weighted sum
- * of values run over the slots in slot order, hidden ones adding exact zeros, so a row's result is the same whatever else the block holds.
- * The softmax's sum runs over the slots in order too: a tree row's visible slots are not
- * contiguous, so only slot order gives the bits of its path decoded as steps. sc: count x L. */
+ * of values run over the slots in slot order, hidden ones adding exact zeros, so a row's result
+ * is the same whatever else the block holds (slot order, not lanes: a tree row's visible slots
+ * are not contiguous, and only slot order gives the bits of its path decoded as steps).
+ * sc: count x L scores. */
 static void attend(const sb_model *m, const float *qkv, int64_t qkv_n, int64_t T, int64_t b, int64_t g,
                    int64_t first, int64_t count, const float *kt, const float *vb, const float *mask,
                    int64_t mask_len, int64_t past, float *attn, float *sc) {
