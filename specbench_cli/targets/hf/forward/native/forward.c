@@ -21,9 +21,9 @@
 #include <omp.h>
 
 /* With -DSB_PROFILE (SPECBENCH_NATIVE_PROFILE=1 at build), thread 0 adds each phase's wall time
- * of sb_forward to sb_profile[]: 0 norms + q/k/v, 1 rope + cache, 2 attention, 3 o, 4 norm +
- * gate/up, 5 SiLU, 6 down (each phase ends at its barrier, so it includes waiting for the slower
- * thread). */
+ * of sb_forward to sb_profile[]: 0 norms + q/k/v, 1 rope + cache, 7 the keys transposed,
+ * 2 attention, 3 o, 4 norm + gate/up, 5 SiLU, 6 down (each phase ends at its barrier, so it
+ * includes waiting for the slower thread). */
 #ifdef SB_PROFILE
 double sb_profile[8];
 #define PHASE(i)                                                     \
@@ -56,7 +56,22 @@ double sb_profile[8];
 #endif
 #define QV 6    /* queries weighting one pass over a slice of the values (QV*VS accumulators) */
 #define TILE (NV * VW) /* output columns of a packed tile */
-#define PF 2048 /* floats ahead of the weight stream that are prefetched into L1 */
+/* The weights stream from memory through software prefetches a window ahead: while a thread
+ * computes over window w of its contiguous share of a matrix (PW bytes), it prefetches window w+1
+ * as PS streams at once (each a PW/PS-byte segment, in order). One stream per thread leaves a
+ * core's memory bandwidth to the latency of one sequential stream (about 11 GB/s a core here);
+ * several concurrent ones keep more lines in flight, and the prefetches run ahead of the
+ * products whether the block is one row (bandwidth-bound) or ten (partly compute-bound). */
+#define PW 65536
+#define PS 4
+/* One row (a decode step) is bound by bandwidth alone: the window goes into L1. A block of rows
+ * computes longer on each line and keeps its own rows' inputs in L1 (ten rows of the down
+ * product's input are 60 KB), so there the window goes into L2 only, and L1 holds the rows. */
+#define PREFETCH_AHEAD(p, M)                          \
+    do {                                              \
+        if ((M) == 1) __builtin_prefetch((p), 0, 3);  \
+        else __builtin_prefetch((p), 0, 2);           \
+    } while (0)
 typedef float vf __attribute__((vector_size(VW * 4)));                /* a register */
 typedef int32_t vi __attribute__((vector_size(VW * 4)));
 typedef float vfu __attribute__((vector_size(VW * 4), aligned(4), may_alias));  /* memory, any alignment */
@@ -126,20 +141,29 @@ void sb_pack(const float *w, int64_t n, int64_t k, float *out) {
 
 /* y[r, n0:n0+TILE) (op)= x[r, :] . W[n0 + j, :] for M rows of one tile, summing k in order.
  * mode 0: store, mode 1: add to y. Only `ncols` columns are written. */
+#define PCH ((PS * 64) / (TILE * 4) > 0 ? (PS * 64) / (TILE * 4) : 1) /* k steps a prefetch round covers */
 #define KERNEL(M)                                                                              \
     static void tile_##M(const float *restrict x, int64_t ldx, const float *restrict wt,       \
-                         int64_t k, float *restrict y, int64_t ldy, int64_t ncols, int mode) { \
+                         int64_t k, float *restrict y, int64_t ldy, int64_t ncols, int mode,   \
+                         const char *pbase, int64_t plen) {                                    \
         vf acc[M][NV];                                                                        \
         for (int i = 0; i < M; i++)                                                            \
             for (int v = 0; v < NV; v++) acc[i][v] = splat(0.0f);                              \
-        for (int64_t kk = 0; kk < k; kk++) {                                                   \
-            const float *wk = wt + kk * TILE;                                                  \
-            for (int v = 0; v < NV; v++) __builtin_prefetch(wk + PF + VW * v, 0, 3);           \
-            vf w[NV];                                                                         \
-            for (int v = 0; v < NV; v++) w[v] = loadv(wk + VW * v);                           \
-            for (int i = 0; i < M; i++) {                                                      \
-                vf xs = splat(x[i * ldx + kk]);                                               \
-                for (int v = 0; v < NV; v++) acc[i][v] += xs * w[v];                           \
+        for (int64_t k0 = 0; k0 < k; k0 += PCH) {                                              \
+            int64_t o = (const char *)(wt + k0 * TILE) - pbase;                                \
+            int64_t ahead = (o / PW + 1) * PW + (o % PW) / PS;                                 \
+            for (int s = 0; s < PS; s++)                                                       \
+                if (ahead + s * (PW / PS) < plen)                                              \
+                    PREFETCH_AHEAD(pbase + ahead + s * (PW / PS), M);                          \
+            int64_t k1 = k0 + PCH < k ? k0 + PCH : k;                                          \
+            for (int64_t kk = k0; kk < k1; kk++) {                                             \
+                const float *wk = wt + kk * TILE;                                              \
+                vf w[NV];                                                                     \
+                for (int v = 0; v < NV; v++) w[v] = loadv(wk + VW * v);                       \
+                for (int i = 0; i < M; i++) {                                                  \
+                    vf xs = splat(x[i * ldx + kk]);                                           \
+                    for (int v = 0; v < NV; v++) acc[i][v] += xs * w[v];                       \
+                }                                                                              \
             }                                                                                  \
         }                                                                                      \
         for (int i = 0; i < M; i++) {                                                          \
@@ -166,50 +190,66 @@ KERNEL(12)
 #endif
 
 static void tile_rows(const float *x, int64_t ldx, const float *wt, int64_t k, float *y, int64_t ldy,
-                      int64_t ncols, int mode, int64_t rows) {
+                      int64_t ncols, int mode, int64_t rows, const char *pbase, int64_t plen) {
     for (int64_t r = 0; r < rows; r += MR) {
         int64_t m = rows - r < MR ? rows - r : MR;
         const float *xr = x + r * ldx;
         float *yr = y + r * ldy;
         switch (m) {
-        case 1: tile_1(xr, ldx, wt, k, yr, ldy, ncols, mode); break;
-        case 2: tile_2(xr, ldx, wt, k, yr, ldy, ncols, mode); break;
-        case 3: tile_3(xr, ldx, wt, k, yr, ldy, ncols, mode); break;
-        case 4: tile_4(xr, ldx, wt, k, yr, ldy, ncols, mode); break;
-        case 5: tile_5(xr, ldx, wt, k, yr, ldy, ncols, mode); break;
-        case 6: tile_6(xr, ldx, wt, k, yr, ldy, ncols, mode); break;
+        case 1: tile_1(xr, ldx, wt, k, yr, ldy, ncols, mode, pbase, plen); break;
+        case 2: tile_2(xr, ldx, wt, k, yr, ldy, ncols, mode, pbase, plen); break;
+        case 3: tile_3(xr, ldx, wt, k, yr, ldy, ncols, mode, pbase, plen); break;
+        case 4: tile_4(xr, ldx, wt, k, yr, ldy, ncols, mode, pbase, plen); break;
+        case 5: tile_5(xr, ldx, wt, k, yr, ldy, ncols, mode, pbase, plen); break;
+        case 6: tile_6(xr, ldx, wt, k, yr, ldy, ncols, mode, pbase, plen); break;
 #if MR > 6
-        case 7: tile_7(xr, ldx, wt, k, yr, ldy, ncols, mode); break;
-        case 8: tile_8(xr, ldx, wt, k, yr, ldy, ncols, mode); break;
-        case 9: tile_9(xr, ldx, wt, k, yr, ldy, ncols, mode); break;
-        case 10: tile_10(xr, ldx, wt, k, yr, ldy, ncols, mode); break;
-        case 11: tile_11(xr, ldx, wt, k, yr, ldy, ncols, mode); break;
-        case 12: tile_12(xr, ldx, wt, k, yr, ldy, ncols, mode); break;
+        case 7: tile_7(xr, ldx, wt, k, yr, ldy, ncols, mode, pbase, plen); break;
+        case 8: tile_8(xr, ldx, wt, k, yr, ldy, ncols, mode, pbase, plen); break;
+        case 9: tile_9(xr, ldx, wt, k, yr, ldy, ncols, mode, pbase, plen); break;
+        case 10: tile_10(xr, ldx, wt, k, yr, ldy, ncols, mode, pbase, plen); break;
+        case 11: tile_11(xr, ldx, wt, k, yr, ldy, ncols, mode, pbase, plen); break;
+        case 12: tile_12(xr, ldx, wt, k, yr, ldy, ncols, mode, pbase, plen); break;
 #endif
         }
     }
 }
 
-/* Inside a parallel region: y[rows, n] (op)= x[rows, k] @ W^T, the tiles shared out statically. */
-static void matmul_in(const float *x, const float *packed, int64_t rows, int64_t k, int64_t n,
-                      float *y, int64_t ldy, int mode) {
-    int64_t tiles = (n + TILE - 1) / TILE;
-    #pragma omp for schedule(static)
-    for (int64_t t = 0; t < tiles; t++) {
+/* Inside a parallel region: y[rows, n] (op)= x[rows, k] @ W^T (x's rows ldx apart). Each thread
+ * takes a contiguous share of the tiles (so its weights are one contiguous stream, prefetched a
+ * window ahead); a barrier ends it. */
+static void matmul_in(const float *x, int64_t ldx, const float *packed, int64_t rows, int64_t k,
+                      int64_t n, float *y, int64_t ldy, int mode) {
+    const int64_t tiles = (n + TILE - 1) / TILE, nt = omp_get_num_threads(), tid = omp_get_thread_num();
+    const int64_t t0 = tiles * tid / nt, t1 = tiles * (tid + 1) / nt;
+    const char *pbase = (const char *)(packed + t0 * TILE * k);
+    const int64_t plen = (t1 - t0) * TILE * k * (int64_t)sizeof(float);
+    for (int64_t t = t0; t < t1; t++) {
         int64_t n0 = t * TILE, ncols = n - n0 < TILE ? n - n0 : TILE;
-        tile_rows(x, k, packed + t * TILE * k, k, y + n0, ldy, ncols, mode, rows);
+        tile_rows(x, ldx, packed + t * TILE * k, k, y + n0, ldy, ncols, mode, rows, pbase, plen);
     }
+    #pragma omp barrier
 }
 
 /* y[rows, n] = x[rows, k] @ W^T through the packed weight (the output head). */
 void sb_linear(const float *x, const float *packed, int64_t rows, int64_t k, int64_t n, float *y) {
     #pragma omp parallel
-    matmul_in(x, packed, rows, k, n, y, n, 0);
+    matmul_in(x, k, packed, rows, k, n, y, n, 0);
 }
 
+/* The sum of squares runs in 4 x VW lanes (element i into lane i mod 4*VW), the lanes then summed
+ * in a fixed order: the same order for every row, so a row's norm does not depend on its block. */
 static void rms_norm_row(const float *h, const float *w, int64_t n, float eps, float *out) {
-    float ss = 0.0f;
-    for (int64_t i = 0; i < n; i++) ss += h[i] * h[i];
+    vf a[4] = {splat(0.0f), splat(0.0f), splat(0.0f), splat(0.0f)};
+    int64_t i = 0;
+    for (; i + 4 * VW <= n; i += 4 * VW)
+        for (int u = 0; u < 4; u++) {
+            vf x = loadv(h + i + u * VW);
+            a[u] += x * x;
+        }
+    float lanes[VW], ss = 0.0f;
+    storev(lanes, (a[0] + a[1]) + (a[2] + a[3]));
+    for (int l = 0; l < VW; l++) ss += lanes[l];
+    for (; i < n; i++) ss += h[i] * h[i];
     float inv = 1.0f / sqrtf(ss / (float)n + eps);
     for (int64_t i = 0; i < n; i++) out[i] = w[i] * (h[i] * inv);
 }
@@ -310,11 +350,14 @@ static void transpose_keys(const float *k, int64_t n, int64_t d, float *kt) {
             vf k = loadv(kt + i * VW);                                                               \
             for (int qq = 0; qq < N; qq++) acc[qq] += splat(qp[qq][i]) * k;                          \
         }                                                                                            \
-        for (int qq = 0; qq < N; qq++) {                                                             \
-            float tmp[VW];                                                                           \
-            storev(tmp, acc[qq] * splat(scale));                                                     \
-            memcpy(out + qq * ldo, tmp, sizeof(float) * n);                                          \
-        }                                                                                            \
+        if (n == VW)                                                                                 \
+            for (int qq = 0; qq < N; qq++) storev(out + qq * ldo, acc[qq] * splat(scale));          \
+        else                                                                                         \
+            for (int qq = 0; qq < N; qq++) {                                                         \
+                float tmp[VW];                                                                       \
+                storev(tmp, acc[qq] * splat(scale));                                                 \
+                memcpy(out + qq * ldo, tmp, sizeof(float) * n);                                      \
+            }                                                                                        \
     }
 SCORES(1)
 SCORES(2)
@@ -333,30 +376,43 @@ static inline float hmax(vf v) {
     return m;
 }
 
-/* acc[i] = sum_j e_i[j] v_j[x0 : x0 + VS*VW] over the slots in order for QV queries, written
- * divided by sum[i]; with `first_slice`, sum[i] = sum_j e_i[j] is summed (in slot order) in the
- * same pass, where its chain of additions hides behind the products. */
+/* acc[i] = sum_j e_i[j] v_j[x0 : x0 + VS*VW] over the slots in order for NQ (<= QV) queries,
+ * written divided by sum[i]; with `first_slice`, sum[i] = sum_j e_i[j] is summed (in slot order)
+ * in the same pass, where its chain of additions hides behind the products. NQ is a constant at
+ * each call, so a pass computes only the queries it has. */
 static inline __attribute__((always_inline)) void values_slice(
         const float *const *e, const float *vb, int64_t d, int64_t L, int64_t x0, float *sum,
-        const int first_slice, float *const *outp, int64_t nb) {
+        const int first_slice, float *const *outp, const int NQ) {
     vf acc[QV][VS];
-    for (int i = 0; i < QV; i++)
+    float s[QV];
+    for (int i = 0; i < NQ; i++) {
+        s[i] = sum[i];
         for (int v = 0; v < VS; v++) acc[i][v] = splat(0.0f);
+    }
     for (int64_t j = 0; j < L; j++) {
         const float *vj = vb + j * d + x0;
         vf vv[VS];
         for (int v = 0; v < VS; v++) vv[v] = loadv(vj + VW * v);
-        for (int i = 0; i < QV; i++) {
+        for (int i = 0; i < NQ; i++) {
             float p = e[i][j];
-            if (first_slice) sum[i] += p;
+            if (first_slice) s[i] += p;
             vf ps = splat(p);
             for (int v = 0; v < VS; v++) acc[i][v] += ps * vv[v];
         }
     }
-    for (int64_t i = 0; i < nb; i++) {
-        vf inv = splat(1.0f / sum[i]);
+    for (int i = 0; i < NQ; i++) {
+        sum[i] = s[i];
+        vf inv = splat(1.0f / s[i]);
         for (int v = 0; v < VS; v++) storev(outp[i] + x0 + VW * v, acc[i][v] * inv);
     }
+}
+
+/* All slices of the values for NQ queries. */
+static inline __attribute__((always_inline)) void values_all(
+        const float *const *e, const float *vb, int64_t d, int64_t L, float *const *outp, const int NQ) {
+    float sum[QV] = {0};
+    values_slice(e, vb, d, L, 0, sum, 1, outp, NQ);
+    for (int64_t x0 = VS * VW; x0 < d; x0 += VS * VW) values_slice(e, vb, d, L, x0, sum, 0, outp, NQ);
 }
 
 /* Attention of `count` queries (from `first`) of sequence b's key/value head g: query qi is head
@@ -435,9 +491,14 @@ static void attend(const sb_model *m, const float *qkv, int64_t qkv_n, int64_t T
             outp[i] = attn + (b * T + qi % T) * nh * d + (g * group + qi / T) * d;
         }
         if (d % (VS * VW) == 0) {
-            float sum[QV] = {0};
-            values_slice(e, vb, d, L, 0, sum, 1, outp, nb);
-            for (int64_t x0 = VS * VW; x0 < d; x0 += VS * VW) values_slice(e, vb, d, L, x0, sum, 0, outp, nb);
+            switch (nb) {
+            case 1: values_all(e, vb, d, L, outp, 1); break;
+            case 2: values_all(e, vb, d, L, outp, 2); break;
+            case 3: values_all(e, vb, d, L, outp, 3); break;
+            case 4: values_all(e, vb, d, L, outp, 4); break;
+            case 5: values_all(e, vb, d, L, outp, 5); break;
+            default: values_all(e, vb, d, L, outp, QV); break;
+            }
         } else {
             for (int64_t i = 0; i < nb; i++) {
                 float acc[256];
@@ -496,7 +557,7 @@ int sb_forward(void *handle, int64_t B, int64_t T, float *h, const float *cos, c
             float *kc = (float *)(intptr_t)kv[2 * l], *vc = (float *)(intptr_t)kv[2 * l + 1];
             #pragma omp for schedule(static)
             for (int64_t r = 0; r < R; r++) rms_norm_row(h + r * H, m->norm1[l], H, m->eps, x + r * H);
-            matmul_in(x, m->qkv[l], R, H, qkv_n, qkv, qkv_n, 0);
+            matmul_in(x, H, m->qkv[l], R, H, qkv_n, qkv, qkv_n, 0);
             PHASE(0)
             /* rope on queries and keys; keys and values into the cache */
             #pragma omp for schedule(static)
@@ -506,7 +567,8 @@ int sb_forward(void *handle, int64_t B, int64_t T, float *h, const float *cos, c
                 const float *c = cos + r * d, *s = sin + r * d;
                 for (int64_t hd = 0; hd < nh + nkv; hd++) {
                     float *v = row + hd * d, tmp[256];
-                    for (int64_t i = 0; i < d; i++) tmp[i] = v[i] * c[i] + v[(i + half) % d] * s[i];
+                    for (int64_t i = 0; i < half; i++) tmp[i] = v[i] * c[i] + v[i + half] * s[i];
+                    for (int64_t i = half; i < d; i++) tmp[i] = v[i] * c[i] + v[i - half] * s[i];
                     memcpy(v, tmp, sizeof(float) * d);
                 }
                 for (int64_t g = 0; g < nkv; g++) {
@@ -523,6 +585,7 @@ int sb_forward(void *handle, int64_t B, int64_t T, float *h, const float *cos, c
                 transpose_keys(kc + bg * cap * d + j0 * d, L - j0 < VW ? L - j0 : VW, d,
                                kt + bg * nblk * VW * d + j0 * d);
             }
+            PHASE(7)
             /* attention: per sequence and key/value head, its queries in chunks */
             #pragma omp for schedule(static)
             for (int64_t item = 0; item < B * nkv * chunks; item++) {
@@ -535,11 +598,11 @@ int sb_forward(void *handle, int64_t B, int64_t T, float *h, const float *cos, c
                            scores + (int64_t)omp_get_thread_num() * per_chunk * L);
             }
             PHASE(2)
-            matmul_in(attn, m->o[l], R, nh * d, H, h, H, 1);
+            matmul_in(attn, nh * d, m->o[l], R, nh * d, H, h, H, 1);
             PHASE(3)
             #pragma omp for schedule(static)
             for (int64_t r = 0; r < R; r++) rms_norm_row(h + r * H, m->norm2[l], H, m->eps, x + r * H);
-            matmul_in(x, m->gate_up[l], R, H, 2 * I, gu, 2 * I, 0);
+            matmul_in(x, H, m->gate_up[l], R, H, 2 * I, gu, 2 * I, 0);
             PHASE(4)
             #pragma omp for schedule(static)
             for (int64_t r = 0; r < R; r++) {
@@ -553,14 +616,7 @@ int sb_forward(void *handle, int64_t B, int64_t T, float *h, const float *cos, c
             }
             PHASE(5)
             /* down: x [R, I] is the first half of each gate_up row */
-            {
-                int64_t tiles = (H + TILE - 1) / TILE;
-                #pragma omp for schedule(static)
-                for (int64_t tt = 0; tt < tiles; tt++) {
-                    int64_t n0 = tt * TILE, ncols = H - n0 < TILE ? H - n0 : TILE;
-                    tile_rows(gu, 2 * I, m->down[l] + tt * TILE * I, I, h + n0, H, ncols, 1, R);
-                }
-            }
+            matmul_in(gu, 2 * I, m->down[l], R, I, H, h, H, 1);
             PHASE(6)
         }
         #pragma omp for schedule(static)
