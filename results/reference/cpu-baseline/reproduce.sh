@@ -46,7 +46,7 @@ run hf-lean --forward lean --methods ar,pld,samd,suffix
 run lc-f32 --target llama.cpp --model "$F32" --methods ar,pld,samd,suffix
 run native-f32 --model "$F32" --methods ar,llama.cpp:ar,llama.cpp:ngram-mod
 for f in native lean; do
-  [ -f "$OUT/cost-$f.json" ] || { stamp "cost $f"; specbench cost --forward "$f" --threads 2 --max-q 16 --refresh --json "$OUT/cost-$f.json" | tee "$OUT/cost-$f.txt"; }
+  [ -f "$OUT/cost-$f.json" ] || { stamp "cost $f"; specbench cost --forward "$f" --threads 2 --max-q 16 --repeats 15 --refresh --json "$OUT/cost-$f.json" | tee "$OUT/cost-$f.txt"; }
 done
 [ -f "$OUT/cost-llama.cpp.json" ] || { stamp "cost llama.cpp"; specbench cost --target llama.cpp --model "$F32" --threads 2 --max-q 16 --refresh --json "$OUT/cost-llama.cpp.json" | tee "$OUT/cost-llama.cpp.txt"; }
 stamp "analysis"
