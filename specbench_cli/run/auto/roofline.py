@@ -6,7 +6,10 @@ same process and with the same threads as the forward, so t(q) / floor(q) says h
 kernels are from what the hardware allows (docs/performance.md):
 
 - read bandwidth: the sum of a float32 buffer as large as the model's matrices (so caches help
-  exactly as much as they help the forward), best of several passes;
+  exactly as much as they help the forward), best of several passes; torch's sum, and when the
+  model runs the native forward also the native library's streaming read (several concurrent
+  prefetch streams per thread, as its products read the weights: one sequential stream per
+  thread reads slower than that on a small VM), the faster of the two;
 - matmul peak: a 2048 x 2048 x 2048 product in the run's dtype, best of several.
 
 On a GPU the floor is not measured (the tool's own numbers there come from the GPU's kernels);
@@ -82,14 +85,17 @@ def _best(fn, repeats: int) -> float:
     return best
 
 
-def read_bandwidth(nbytes: int, repeats: int = 5) -> float:
-    """GB/s of summing a float32 buffer of `nbytes` (at least 64 MB), best of `repeats`."""
+def read_bandwidth(nbytes: int, repeats: int = 5, native: Any = None) -> float:
+    """GB/s of summing a float32 buffer of `nbytes` (at least 64 MB), best of `repeats`; with
+    `native` (the native forward's library), the faster of torch's sum and its streaming read."""
     import torch
 
     n = max(nbytes, 64 << 20) // 4
     buf = torch.ones(n, dtype=torch.float32)
     with torch.inference_mode():
         t = _best(lambda: buf.sum(), repeats)
+        if native is not None and hasattr(native, "sb_read"):
+            t = min(t, _best(lambda: native.sb_read(buf.data_ptr(), n), repeats))
     return n * 4 / t / 1e9
 
 
@@ -111,5 +117,7 @@ def measure(model: Any, context: int) -> Optional[Roofline]:
     if param.device.type != "cpu":
         return None
     sizes = model_sizes(model)
-    return Roofline(bandwidth_gbs=read_bandwidth(sizes["weight_bytes"]), peak_gflops=matmul_peak(param.dtype),
+    native = getattr(getattr(getattr(model, "model", None), "_specbench_native", None), "lib", None)
+    return Roofline(bandwidth_gbs=read_bandwidth(sizes["weight_bytes"], native=native),
+                    peak_gflops=matmul_peak(param.dtype),
                     context=context, **sizes)

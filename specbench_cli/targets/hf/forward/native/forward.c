@@ -236,6 +236,35 @@ void sb_linear(const float *x, const float *packed, int64_t rows, int64_t k, int
     matmul_in(x, k, packed, rows, k, n, y, n, 0);
 }
 
+/* A bandwidth probe: reads n floats as the products read their weights (each thread its
+ * contiguous share, prefetching the window ahead as PS concurrent streams) and returns their sum,
+ * so the floor `specbench cost` prints is what this machine's best streaming read reaches. */
+double sb_read(const float *buf, int64_t n) {
+    double total = 0.0;
+    #pragma omp parallel reduction(+ : total)
+    {
+        const int64_t nt = omp_get_num_threads(), tid = omp_get_thread_num();
+        const int64_t lo = n / 64 * tid / nt * 64, hi = tid == nt - 1 ? n : n / 64 * (tid + 1) / nt * 64;
+        const char *pbase = (const char *)(buf + lo);
+        const int64_t plen = (hi - lo) * (int64_t)sizeof(float);
+        vf a[4] = {splat(0.0f), splat(0.0f), splat(0.0f), splat(0.0f)};
+        int64_t i = lo;
+        for (; i + 64 <= hi; i += 64) {
+            int64_t o = (i - lo) * (int64_t)sizeof(float), ahead = (o / PW + 1) * PW + (o % PW) / PS;
+            for (int s = 0; s < PS; s++)
+                if (ahead + s * (PW / PS) < plen) __builtin_prefetch(pbase + ahead + s * (PW / PS), 0, 3);
+            for (int u = 0; u < 64; u += 4 * VW)
+                for (int v = 0; v < 4; v++) a[v] += loadv(buf + i + u + v * VW);
+        }
+        float lanes[VW], part = 0.0f;
+        storev(lanes, (a[0] + a[1]) + (a[2] + a[3]));
+        for (int l = 0; l < VW; l++) part += lanes[l];
+        for (; i < hi; i++) part += buf[i];
+        total += part;
+    }
+    return total;
+}
+
 /* The sum of squares runs in 4 x VW lanes (element i into lane i mod 4*VW), the lanes then summed
  * in a fixed order: the same order for every row, so a row's norm does not depend on its block. */
 static void rms_norm_row(const float *h, const float *w, int64_t n, float eps, float *out) {
