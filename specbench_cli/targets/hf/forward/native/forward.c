@@ -141,7 +141,8 @@ void sb_pack(const float *w, int64_t n, int64_t k, float *out) {
 
 /* y[r, n0:n0+TILE) (op)= x[r, :] . W[n0 + j, :] for M rows of one tile, summing k in order.
  * mode 0: store, mode 1: add to y. Only `ncols` columns are written. */
-#define PCH ((PS * 64) / (TILE * 4) > 0 ? (PS * 64) / (TILE * 4) : 1) /* k steps a prefetch round covers */
+#define PRB 1024 /* bytes of weights a prefetch round covers: PRB / PS / 64 lines of each stream */
+#define PCH (PRB / (TILE * 4)) /* k steps a prefetch round covers */
 #define KERNEL(M)                                                                              \
     static void tile_##M(const float *restrict x, int64_t ldx, const float *restrict wt,       \
                          int64_t k, float *restrict y, int64_t ldy, int64_t ncols, int mode,   \
@@ -153,9 +154,11 @@ void sb_pack(const float *w, int64_t n, int64_t k, float *out) {
             int64_t o = (const char *)(wt + k0 * TILE) - pbase;                                \
             int64_t ahead = (o / PW + 1) * PW + (o % PW) / PS;                                 \
             for (int s = 0; s < PS; s++)                                                       \
-                if (ahead + s * (PW / PS) < plen)                                              \
-                    PREFETCH_AHEAD(pbase + ahead + s * (PW / PS), M);                          \
+                for (int u = 0; u < PRB / PS; u += 64)                                         \
+                    if (ahead + s * (PW / PS) + u < plen)                                      \
+                        PREFETCH_AHEAD(pbase + ahead + s * (PW / PS) + u, M);                  \
             int64_t k1 = k0 + PCH < k ? k0 + PCH : k;                                          \
+            _Pragma("GCC unroll 8")                                                            \
             for (int64_t kk = k0; kk < k1; kk++) {                                             \
                 const float *wk = wt + kk * TILE;                                              \
                 vf w[NV];                                                                     \
