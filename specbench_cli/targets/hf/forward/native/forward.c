@@ -181,8 +181,10 @@ KERNEL(1)
 KERNEL(2)
 KERNEL(3)
 KERNEL(4)
+#if MR > 4
 KERNEL(5)
 KERNEL(6)
+#endif
 #if MR > 6
 KERNEL(7)
 KERNEL(8)
@@ -192,28 +194,23 @@ KERNEL(11)
 KERNEL(12)
 #endif
 
+typedef void (*tile_fn)(const float *restrict, int64_t, const float *restrict, int64_t, float *restrict,
+                        int64_t, int64_t, int, const char *, int64_t);
+static const tile_fn tile_kernels[MR + 1] = {
+    NULL, tile_1, tile_2, tile_3, tile_4,
+#if MR > 4
+    tile_5, tile_6,
+#endif
+#if MR > 6
+    tile_7, tile_8, tile_9, tile_10, tile_11, tile_12,
+#endif
+};
+
 static void tile_rows(const float *x, int64_t ldx, const float *wt, int64_t k, float *y, int64_t ldy,
                       int64_t ncols, int mode, int64_t rows, const char *pbase, int64_t plen) {
     for (int64_t r = 0; r < rows; r += MR) {
         int64_t m = rows - r < MR ? rows - r : MR;
-        const float *xr = x + r * ldx;
-        float *yr = y + r * ldy;
-        switch (m) {
-        case 1: tile_1(xr, ldx, wt, k, yr, ldy, ncols, mode, pbase, plen); break;
-        case 2: tile_2(xr, ldx, wt, k, yr, ldy, ncols, mode, pbase, plen); break;
-        case 3: tile_3(xr, ldx, wt, k, yr, ldy, ncols, mode, pbase, plen); break;
-        case 4: tile_4(xr, ldx, wt, k, yr, ldy, ncols, mode, pbase, plen); break;
-        case 5: tile_5(xr, ldx, wt, k, yr, ldy, ncols, mode, pbase, plen); break;
-        case 6: tile_6(xr, ldx, wt, k, yr, ldy, ncols, mode, pbase, plen); break;
-#if MR > 6
-        case 7: tile_7(xr, ldx, wt, k, yr, ldy, ncols, mode, pbase, plen); break;
-        case 8: tile_8(xr, ldx, wt, k, yr, ldy, ncols, mode, pbase, plen); break;
-        case 9: tile_9(xr, ldx, wt, k, yr, ldy, ncols, mode, pbase, plen); break;
-        case 10: tile_10(xr, ldx, wt, k, yr, ldy, ncols, mode, pbase, plen); break;
-        case 11: tile_11(xr, ldx, wt, k, yr, ldy, ncols, mode, pbase, plen); break;
-        case 12: tile_12(xr, ldx, wt, k, yr, ldy, ncols, mode, pbase, plen); break;
-#endif
-        }
+        tile_kernels[m](x + r * ldx, ldx, wt, k, y + r * ldy, ldy, ncols, mode, pbase, plen);
     }
 }
 
