@@ -94,7 +94,7 @@ def read_bandwidth(nbytes: int, repeats: int = 5, native: Any = None) -> float:
     buf = torch.ones(n, dtype=torch.float32)
     with torch.inference_mode():
         t = _best(lambda: buf.sum(), repeats)
-        if native is not None and hasattr(native, "sb_read"):
+        if native is not None:
             t = min(t, _best(lambda: native.sb_read(buf.data_ptr(), n), repeats))
     return n * 4 / t / 1e9
 

@@ -64,14 +64,22 @@ double sb_profile[8];
  * products whether the block is one row (bandwidth-bound) or ten (partly compute-bound). */
 #define PW 65536
 #define PS 4
-/* One row (a decode step) is bound by bandwidth alone: the window goes into L1. A block of rows
- * computes longer on each line and keeps its own rows' inputs in L1 (ten rows of the down
- * product's input are 60 KB), so there the window goes into L2 only, and L1 holds the rows. */
-#define PREFETCH_AHEAD(p, M)                          \
-    do {                                              \
-        if ((M) == 1) __builtin_prefetch((p), 0, 3);  \
-        else __builtin_prefetch((p), 0, 2);           \
-    } while (0)
+#define PRB 1024 /* bytes of a share a prefetch round goes with: PRB / PS / 64 lines of each stream */
+
+/* The round of prefetches that goes with the PRB bytes at offset o of a thread's share
+ * [pbase, pbase + plen). With `l1` (one row, a decode step, bound by bandwidth alone) the window
+ * goes into L1; a block of rows computes longer on each line and keeps its own rows' inputs in L1
+ * (ten rows of the down product's input are 60 KB), so there it goes into L2 only. */
+static inline __attribute__((always_inline)) void prefetch_round(const char *pbase, int64_t plen, int64_t o,
+                                                                 const int l1) {
+    const int64_t ahead = (o / PW + 1) * PW + (o % PW) / PS;
+    for (int s = 0; s < PS; s++)
+        for (int u = 0; u < PRB / PS; u += 64)
+            if (ahead + s * (PW / PS) + u < plen) {
+                if (l1) __builtin_prefetch(pbase + ahead + s * (PW / PS) + u, 0, 3);
+                else __builtin_prefetch(pbase + ahead + s * (PW / PS) + u, 0, 2);
+            }
+}
 typedef float vf __attribute__((vector_size(VW * 4)));                /* a register */
 typedef int32_t vi __attribute__((vector_size(VW * 4)));
 typedef float vfu __attribute__((vector_size(VW * 4), aligned(4), may_alias));  /* memory, any alignment */
@@ -141,7 +149,6 @@ void sb_pack(const float *w, int64_t n, int64_t k, float *out) {
 
 /* y[r, n0:n0+TILE) (op)= x[r, :] . W[n0 + j, :] for M rows of one tile, summing k in order.
  * mode 0: store, mode 1: add to y. Only `ncols` columns are written. */
-#define PRB 1024 /* bytes of weights a prefetch round covers: PRB / PS / 64 lines of each stream */
 #define PCH (PRB / (TILE * 4)) /* k steps a prefetch round covers */
 #define KERNEL(M)                                                                              \
     static void tile_##M(const float *restrict x, int64_t ldx, const float *restrict wt,       \
@@ -151,12 +158,7 @@ void sb_pack(const float *w, int64_t n, int64_t k, float *out) {
         for (int i = 0; i < M; i++)                                                            \
             for (int v = 0; v < NV; v++) acc[i][v] = splat(0.0f);                              \
         for (int64_t k0 = 0; k0 < k; k0 += PCH) {                                              \
-            int64_t o = (const char *)(wt + k0 * TILE) - pbase;                                \
-            int64_t ahead = (o / PW + 1) * PW + (o % PW) / PS;                                 \
-            for (int s = 0; s < PS; s++)                                                       \
-                for (int u = 0; u < PRB / PS; u += 64)                                         \
-                    if (ahead + s * (PW / PS) + u < plen)                                      \
-                        PREFETCH_AHEAD(pbase + ahead + s * (PW / PS) + u, M);                  \
+            prefetch_round(pbase, plen, (const char *)(wt + k0 * TILE) - pbase, M == 1);       \
             int64_t k1 = k0 + PCH < k ? k0 + PCH : k;                                          \
             _Pragma("GCC unroll 8")                                                            \
             for (int64_t kk = k0; kk < k1; kk++) {                                             \
@@ -244,16 +246,14 @@ double sb_read(const float *buf, int64_t n) {
     #pragma omp parallel reduction(+ : total)
     {
         const int64_t nt = omp_get_num_threads(), tid = omp_get_thread_num();
-        const int64_t lo = n / 64 * tid / nt * 64, hi = tid == nt - 1 ? n : n / 64 * (tid + 1) / nt * 64;
+        const int64_t lo = n / 256 * tid / nt * 256, hi = tid == nt - 1 ? n : n / 256 * (tid + 1) / nt * 256;
         const char *pbase = (const char *)(buf + lo);
         const int64_t plen = (hi - lo) * (int64_t)sizeof(float);
         vf a[4] = {splat(0.0f), splat(0.0f), splat(0.0f), splat(0.0f)};
         int64_t i = lo;
-        for (; i + 64 <= hi; i += 64) {
-            int64_t o = (i - lo) * (int64_t)sizeof(float), ahead = (o / PW + 1) * PW + (o % PW) / PS;
-            for (int s = 0; s < PS; s++)
-                if (ahead + s * (PW / PS) < plen) __builtin_prefetch(pbase + ahead + s * (PW / PS), 0, 3);
-            for (int u = 0; u < 64; u += 4 * VW)
+        for (; i + PRB / 4 <= hi; i += PRB / 4) {
+            prefetch_round(pbase, plen, (i - lo) * (int64_t)sizeof(float), 1);
+            for (int u = 0; u < PRB / 4; u += 4 * VW)
                 for (int v = 0; v < 4; v++) a[v] += loadv(buf + i + u + v * VW);
         }
         float lanes[VW], part = 0.0f;
