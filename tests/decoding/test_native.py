@@ -96,6 +96,26 @@ def test_a_tree_row_gives_the_bits_of_its_path_as_steps(models):
         assert torch.equal(tree[node + 1], last)
 
 
+
+@torch.inference_mode()
+def test_threads_sharing_the_tiles_change_no_bit(models):
+    """However the threads share a product's tiles (each its own share, then tiles taken from the
+    back of the others' when it is done early, which depends on timing), every output is computed
+    exactly once: one, two and three threads give the same bits, call after call."""
+    _, fast = models
+    block = [random.Random(5).randrange(4, VOCAB) for _ in range(10)]
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        want, _ = _after_prompt(fast, block)
+        for n in (2, 3):
+            torch.set_num_threads(n)
+            for _ in range(10):
+                assert torch.equal(_after_prompt(fast, block)[0], want)
+    finally:
+        torch.set_num_threads(before)
+
+
 def test_a_batch_decodes_each_sequence_as_alone(models, tiny_tok):
     _, fast = models
     dec = Decoder(as_target(fast), {EOS})

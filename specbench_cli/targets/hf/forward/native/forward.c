@@ -216,26 +216,72 @@ static void tile_rows(const float *x, int64_t ldx, const float *wt, int64_t k, f
     }
 }
 
-/* Inside a parallel region: y[rows, n] (op)= x[rows, k] @ W^T (x's rows ldx apart). Each thread
- * takes a contiguous share of the tiles (so its weights are one contiguous stream, prefetched a
- * window ahead); a barrier ends it. */
+/* A product's tiles are shared out in contiguous shares, one a thread, so each thread's weights are
+ * one stream it prefetches a window ahead; a thread that finishes its share then takes tiles from
+ * the back of the others' shares, one at a time, so the threads end together even when one core
+ * runs slower for a while (a VM's cores do, by 20-45 % over seconds). A share's claims are one
+ * word, `front | back << 32` (tiles taken from each end), changed by compare-and-swap only, so no
+ * tile is computed twice or skipped. The words live in the calling forward's own `claims` (so
+ * forwards running at once in different threads never share one) and alternate between two sets
+ * from one product to the next: a thread clears its word of the set the next product uses before
+ * the barrier that ends this one, when nobody reads that set. */
+typedef struct {
+    uint64_t *words; /* 2 sets x threads x 8 (a word per cache line) */
+    unsigned seq;    /* this thread's products so far (private to the thread) */
+} sb_claims;
+
+static inline int64_t claim(uint64_t *w, int64_t size, int back) {
+    uint64_t old = __atomic_load_n(w, __ATOMIC_RELAXED);
+    for (;;) {
+        const int64_t f = (int64_t)(old & 0xffffffffu), b = (int64_t)(old >> 32);
+        if (f + b >= size) return -1;
+        const uint64_t next = back ? old + (1ull << 32) : old + 1;
+        if (__atomic_compare_exchange_n(w, &old, next, 1, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED))
+            return back ? size - 1 - b : f;
+    }
+}
+
+/* Inside a parallel region: y[rows, n] (op)= x[rows, k] @ W^T (x's rows ldx apart), shared out
+ * as above; a barrier ends it. */
 static void matmul_in(const float *x, int64_t ldx, const float *packed, int64_t rows, int64_t k,
-                      int64_t n, float *y, int64_t ldy, int mode) {
+                      int64_t n, float *y, int64_t ldy, int mode, sb_claims *cl) {
     const int64_t tiles = (n + TILE - 1) / TILE, nt = omp_get_num_threads(), tid = omp_get_thread_num();
     const int64_t t0 = tiles * tid / nt, t1 = tiles * (tid + 1) / nt;
     const char *pbase = (const char *)(packed + t0 * TILE * k);
     const int64_t plen = (t1 - t0) * TILE * k * (int64_t)sizeof(float);
-    for (int64_t t = t0; t < t1; t++) {
-        int64_t n0 = t * TILE, ncols = n - n0 < TILE ? n - n0 : TILE;
+    uint64_t *set = cl->words + (cl->seq++ & 1) * nt * 8;
+    int64_t i;
+    while ((i = claim(set + tid * 8, t1 - t0, 0)) >= 0) {
+        const int64_t t = t0 + i, n0 = t * TILE, ncols = n - n0 < TILE ? n - n0 : TILE;
         tile_rows(x, ldx, packed + t * TILE * k, k, y + n0, ldy, ncols, mode, rows, pbase, plen);
     }
+    for (int64_t o = 1; o < nt; o++) {  /* then from the back of the others' shares */
+        const int64_t v = (tid + o) % nt, v0 = tiles * v / nt, v1 = tiles * (v + 1) / nt;
+        while ((i = claim(set + v * 8, v1 - v0, 1)) >= 0) {
+            const int64_t t = v0 + i, n0 = t * TILE, ncols = n - n0 < TILE ? n - n0 : TILE;
+            tile_rows(x, ldx, packed + t * TILE * k, k, y + n0, ldy, ncols, mode, rows,
+                      (const char *)(packed + t * TILE * k), 0);  /* taken late: no prefetch */
+        }
+    }
+    __atomic_store_n(cl->words + ((cl->seq & 1) * nt + tid) * 8, 0, __ATOMIC_RELAXED);
     #pragma omp barrier
 }
 
-/* y[rows, n] = x[rows, k] @ W^T through the packed weight (the output head). */
-void sb_linear(const float *x, const float *packed, int64_t rows, int64_t k, int64_t n, float *y) {
+/* Claim words for a parallel region of `threads` threads (zeroed), or NULL. */
+static uint64_t *claims_new(int64_t threads) { return calloc((size_t)(2 * threads * 8), sizeof(uint64_t)); }
+
+/* y[rows, n] = x[rows, k] @ W^T through the packed weight (the output head). 0, or -1 when out
+ * of memory. */
+int sb_linear(const float *x, const float *packed, int64_t rows, int64_t k, int64_t n, float *y) {
+    uint64_t *words = claims_new(omp_get_max_threads());
+    if (!words) return -1;
     #pragma omp parallel
-    matmul_in(x, k, packed, rows, k, n, y, n, 0);
+    {
+        sb_claims cl = {words, 0};
+        matmul_in(x, k, packed, rows, k, n, y, n, 0, &cl);
+    }
+    free(words);
+    return 0;
 }
 
 /* A bandwidth probe: reads n floats as the products read their weights (each thread its
@@ -579,14 +625,17 @@ int sb_forward(void *handle, int64_t B, int64_t T, float *h, const float *cos, c
     float *x = m->scratch, *qkv = x + R * H, *attn = qkv + R * qkv_n, *gu = attn + R * nh * d;
     float *kt = gu + R * 2 * I, *scores = kt + kt_floats;
     const int64_t mask_off = mask_len - L;
+    uint64_t *words = claims_new(threads);
+    if (!words) return -1;
     #pragma omp parallel
     {
         PHASE_START
+        sb_claims cl = {words, 0};
         for (int64_t l = 0; l < m->layers; l++) {
             float *kc = (float *)(intptr_t)kv[2 * l], *vc = (float *)(intptr_t)kv[2 * l + 1];
             #pragma omp for schedule(static)
             for (int64_t r = 0; r < R; r++) rms_norm_row(h + r * H, m->norm1[l], H, m->eps, x + r * H);
-            matmul_in(x, H, m->qkv[l], R, H, qkv_n, qkv, qkv_n, 0);
+            matmul_in(x, H, m->qkv[l], R, H, qkv_n, qkv, qkv_n, 0, &cl);
             PHASE(0)
             /* rope on queries and keys; keys and values into the cache */
             #pragma omp for schedule(static)
@@ -627,11 +676,11 @@ int sb_forward(void *handle, int64_t B, int64_t T, float *h, const float *cos, c
                            scores + (int64_t)omp_get_thread_num() * per_chunk * L);
             }
             PHASE(2)
-            matmul_in(attn, nh * d, m->o[l], R, nh * d, H, h, H, 1);
+            matmul_in(attn, nh * d, m->o[l], R, nh * d, H, h, H, 1, &cl);
             PHASE(3)
             #pragma omp for schedule(static)
             for (int64_t r = 0; r < R; r++) rms_norm_row(h + r * H, m->norm2[l], H, m->eps, x + r * H);
-            matmul_in(x, H, m->gate_up[l], R, H, 2 * I, gu, 2 * I, 0);
+            matmul_in(x, H, m->gate_up[l], R, H, 2 * I, gu, 2 * I, 0, &cl);
             PHASE(4)
             #pragma omp for schedule(static)
             for (int64_t r = 0; r < R; r++) {
@@ -645,11 +694,12 @@ int sb_forward(void *handle, int64_t B, int64_t T, float *h, const float *cos, c
             }
             PHASE(5)
             /* down: x [R, I] is the first half of each gate_up row */
-            matmul_in(gu, 2 * I, m->down[l], R, I, H, h, H, 1);
+            matmul_in(gu, 2 * I, m->down[l], R, I, H, h, H, 1, &cl);
             PHASE(6)
         }
         #pragma omp for schedule(static)
         for (int64_t r = 0; r < R; r++) rms_norm_row(h + r * H, m->final_norm, H, m->eps, out + r * H);
     }
+    free(words);
     return 0;
 }
