@@ -1,14 +1,27 @@
+import os
 import sys
 from pathlib import Path
 
-import pytest
-import torch
+# In a worker of a parallel run (pytest-xdist), the other worker keeps a core busy: OpenMP threads
+# waiting at a barrier then sleep instead of spinning, so a two-thread forward (here or in a
+# command a test starts, which inherits this) is not left waiting on a thread with no core. Set
+# before torch loads the OpenMP runtime, which reads it once.
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).parent))
 
 from helpers.tiny import make_model, make_tokenizer, save_tiny  # noqa: E402
 
-from specbench_cli.targets import as_target
+from specbench_cli.targets import as_target  # noqa: E402
+
+
+def pytest_xdist_auto_num_workers(config):
+    """`-n auto`: a worker a core, at most 4 (each may load the real model and start servers)."""
+    return max(1, min(4, len(os.sched_getaffinity(0))))
 
 SHARED_QUESTIONS = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "spec_bench" / "question.jsonl"
 

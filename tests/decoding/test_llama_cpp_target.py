@@ -11,9 +11,12 @@ turns summation-order differences into other tokens, docs/engines.md); `specbenc
 llama.cpp` works end to end, records =AR, and refuses a method that needs hidden states in one line.
 
 Skipped where llama.cpp is not built (tools/build-llama-cpp.sh) or the embedded model is not
-installed; under CI (CI set) a missing build fails instead. Slow (loads a model), two threads."""
+installed; under CI (CI set) a missing build fails instead. Slow (loads a model), two threads (one in
+a parallel run)."""
 
 from __future__ import annotations
+
+import os
 
 import pytest
 import torch
@@ -38,6 +41,11 @@ BUDGETS = (10, 30)
 QUESTIONS = ("s1", "t1", "g1")  # copy-heavy answers (summary, translation, RAG): drafts get accepted
 
 
+# ggml's threads spin at their barriers: in a parallel run (pytest-xdist), where the other worker
+# keeps a core busy, two of them wait on each other for whole time slices; one thread there.
+THREADS = 1 if os.environ.get("PYTEST_XDIST_WORKER") else 2
+
+
 def require_build():
     found = require_llama_cpp_build()
     if not have_embedded_model():
@@ -51,7 +59,7 @@ def q41():
     require_build()
     from specbench_cli.targets.llama_cpp.target import LlamaCppTarget
 
-    t = LlamaCppTarget.load(MODEL, threads=2, resolved=resolve(MODEL)[1])
+    t = LlamaCppTarget.load(MODEL, threads=THREADS, resolved=resolve(MODEL)[1])
     yield t
     t.close()
 
@@ -65,7 +73,7 @@ def target(tmp_path_factory):
 
     path = tmp_path_factory.mktemp("f32") / "smollm2-135m-f32.gguf"
     float32_copy(locate_alias(MODEL), path)
-    t = LlamaCppTarget.load(str(path), threads=2)
+    t = LlamaCppTarget.load(str(path), threads=THREADS)
     yield t
     t.close()
 
