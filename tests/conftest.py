@@ -19,6 +19,7 @@ from helpers.tiny import make_model, make_tokenizer, save_tiny  # noqa: E402
 from specbench_cli.targets import as_target  # noqa: E402
 
 
+@pytest.hookimpl(optionalhook=True)  # pytest-xdist's hook: unknown when it is not installed
 def pytest_xdist_auto_num_workers(config):
     """`-n auto`: a worker a core, at most 4 (each may load the real model and start servers)."""
     return max(1, min(4, len(os.sched_getaffinity(0))))

@@ -148,8 +148,10 @@ def lossless(device: str, dtype: str, methods: Optional[str], log: Path, pkg: Pa
     # with a subset, also leave out the one test that walks every registered method whatever
     # SPECBENCH_TEST_METHODS says (the fields a batch fills; heads of every kind trained first)
     select = "sdpa and not every_field_filled" if methods else "sdpa"
+    # `-o addopts=`: not the checkout's parallel workers (pytest-xdist is not in this venv, and one
+    # device runs one test at a time)
     rc, took = sh([sys.executable, str(HERE / "installed_pytest.py"), str(pkg), "-q", "-p", "no:cacheprovider",
-                   "-p", "no:warnings", *map(str, LOSSLESS_TESTS), "-k", select],
+                   "-p", "no:warnings", "-o", "addopts=", *map(str, LOSSLESS_TESTS), "-k", select],
                   log, {"SPECBENCH_TEST_DEVICE": device, "SPECBENCH_TEST_DTYPE": dtype, **pick}, timeout)
     lines = log.read_text(encoding="utf-8").strip().splitlines()
     result = next((line for line in reversed(lines) if re.search(r"\b(passed|failed|error|no tests ran)\b", line)), "")
