@@ -96,7 +96,6 @@ def test_a_tree_row_gives_the_bits_of_its_path_as_steps(models):
         assert torch.equal(tree[node + 1], last)
 
 
-
 @torch.inference_mode()
 def test_threads_sharing_the_tiles_change_no_bit(models):
     """However the threads share a product's tiles (each its own share, then tiles taken from the

@@ -147,7 +147,7 @@ def _bind(lib: ctypes.CDLL) -> ctypes.CDLL:
     i64, p, f64 = ctypes.c_int64, ctypes.c_void_p, ctypes.c_double
     lib.sb_packed_size.argtypes, lib.sb_packed_size.restype = [i64, i64], i64
     lib.sb_pack.argtypes, lib.sb_pack.restype = [p, i64, i64, p], None
-    lib.sb_linear.argtypes, lib.sb_linear.restype = [p, p, i64, i64, i64, p], ctypes.c_int
+    lib.sb_linear.argtypes, lib.sb_linear.restype = [p, p, i64, i64, i64, p], None
     lib.sb_read.argtypes, lib.sb_read.restype = [p, i64], ctypes.c_double
     lib.sb_model_new.argtypes = [i64, i64, i64, i64, i64, i64, f64, f64, p, p]
     lib.sb_model_new.restype = p

@@ -221,8 +221,8 @@ static void tile_rows(const float *x, int64_t ldx, const float *wt, int64_t k, f
  * the back of the others' shares, one at a time, so the threads end together even when one core
  * runs slower for a while (a VM's cores do, by 20-45 % over seconds). A share's claims are one
  * word, `front | back << 32` (tiles taken from each end), changed by compare-and-swap only, so no
- * tile is computed twice or skipped. The words live in the calling forward's own `claims` (so
- * forwards running at once in different threads never share one) and alternate between two sets
+ * tile is computed twice or skipped. The words live on the calling forward's stack (so forwards
+ * running at once in different threads never share one) and alternate between two sets
  * from one product to the next: a thread clears its word of the set the next product uses before
  * the barrier that ends this one, when nobody reads that set. */
 typedef struct {
@@ -267,21 +267,18 @@ static void matmul_in(const float *x, int64_t ldx, const float *packed, int64_t 
     #pragma omp barrier
 }
 
-/* Claim words for a parallel region of `threads` threads (zeroed), or NULL. */
-static uint64_t *claims_new(int64_t threads) { return calloc((size_t)(2 * threads * 8), sizeof(uint64_t)); }
+/* The claim words of a parallel region of up to `threads` threads: 2 sets x threads x 8. */
+#define CLAIM_WORDS(threads) (2 * (threads) * 8)
 
-/* y[rows, n] = x[rows, k] @ W^T through the packed weight (the output head). 0, or -1 when out
- * of memory. */
-int sb_linear(const float *x, const float *packed, int64_t rows, int64_t k, int64_t n, float *y) {
-    uint64_t *words = claims_new(omp_get_max_threads());
-    if (!words) return -1;
+/* y[rows, n] = x[rows, k] @ W^T through the packed weight (the output head). */
+void sb_linear(const float *x, const float *packed, int64_t rows, int64_t k, int64_t n, float *y) {
+    uint64_t words[CLAIM_WORDS(omp_get_max_threads())];
+    memset(words, 0, sizeof words);
     #pragma omp parallel
     {
         sb_claims cl = {words, 0};
         matmul_in(x, k, packed, rows, k, n, y, n, 0, &cl);
     }
-    free(words);
-    return 0;
 }
 
 /* A bandwidth probe: reads n floats as the products read their weights (each thread its
@@ -625,8 +622,8 @@ int sb_forward(void *handle, int64_t B, int64_t T, float *h, const float *cos, c
     float *x = m->scratch, *qkv = x + R * H, *attn = qkv + R * qkv_n, *gu = attn + R * nh * d;
     float *kt = gu + R * 2 * I, *scores = kt + kt_floats;
     const int64_t mask_off = mask_len - L;
-    uint64_t *words = claims_new(threads);
-    if (!words) return -1;
+    uint64_t words[CLAIM_WORDS(threads)];
+    memset(words, 0, sizeof words);
     #pragma omp parallel
     {
         PHASE_START
@@ -700,6 +697,5 @@ int sb_forward(void *handle, int64_t B, int64_t T, float *h, const float *cos, c
         #pragma omp for schedule(static)
         for (int64_t r = 0; r < R; r++) rms_norm_row(h + r * H, m->final_norm, H, m->eps, out + r * H);
     }
-    free(words);
     return 0;
 }
