@@ -172,9 +172,14 @@ void sb_pack(const float *w, int64_t n, int64_t k, float *out) {
             }                                                                                  \
         }                                                                                      \
         for (int i = 0; i < M; i++) {                                                          \
+            float *yr = y + i * ldy;                                                           \
+            if (ncols == TILE) {                                                               \
+                for (int v = 0; v < NV; v++)                                                   \
+                    storev(yr + VW * v, mode == 0 ? acc[i][v] : loadv(yr + VW * v) + acc[i][v]); \
+                continue;                                                                      \
+            }                                                                                  \
             float out[TILE];                                                                   \
             for (int v = 0; v < NV; v++) storev(out + VW * v, acc[i][v]);                     \
-            float *yr = y + i * ldy;                                                           \
             if (mode == 0) for (int64_t j = 0; j < ncols; j++) yr[j] = out[j];                  \
             else for (int64_t j = 0; j < ncols; j++) yr[j] += out[j];                           \
         }                                                                                      \
@@ -360,7 +365,14 @@ void sb_model_free(void *handle) {
     free(m);
 }
 
-#define QB 8 /* queries scored against a block of VW keys at once */
+/* A pass of the scores takes QB queries against two blocks of VW keys at once: 2*QB accumulators,
+ * enough independent chains to keep both FMA pipes busy (one block's QB chains wait on the
+ * FMA's latency), with the two blocks' key vectors and a query's broadcast in registers too. */
+#if VW == 16
+#define QB 8
+#else
+#define QB 6
+#endif
 
 /* The lane shuffles of an in-register VW x VW transpose: stage s swaps bit s of the row and the
  * lane index (row r, lane j with bit s set <-> row r+s, lane j-s), for r without bit s. */
@@ -431,14 +443,45 @@ static void transpose_keys(const float *k, int64_t n, int64_t d, float *kt) {
                 memcpy(out + qq * ldo, tmp, sizeof(float) * n);                                      \
             }                                                                                        \
     }
+/* The same for two whole blocks of keys (kt: the first, kt + VW*d: the next): each score is the
+ * same chain of products over i in order as in scores_N. */
+#define SCORES2(N)                                                                                   \
+    static void scores2_##N(const float *const *qp, const float *kt, int64_t d, float scale,       \
+                            float *out, int64_t ldo) {                                              \
+        vf acc[N][2];                                                                                \
+        const float *kt2 = kt + VW * d;                                                              \
+        for (int i = 0; i < N; i++) acc[i][0] = acc[i][1] = splat(0.0f);                             \
+        for (int64_t i = 0; i < d; i++) {                                                            \
+            vf k0 = loadv(kt + i * VW), k1 = loadv(kt2 + i * VW);                                    \
+            for (int qq = 0; qq < N; qq++) {                                                         \
+                vf x = splat(qp[qq][i]);                                                             \
+                acc[qq][0] += x * k0;                                                                \
+                acc[qq][1] += x * k1;                                                                \
+            }                                                                                        \
+        }                                                                                            \
+        for (int qq = 0; qq < N; qq++) {                                                             \
+            storev(out + qq * ldo, acc[qq][0] * splat(scale));                                       \
+            storev(out + qq * ldo + VW, acc[qq][1] * splat(scale));                                  \
+        }                                                                                            \
+    }
 SCORES(1)
 SCORES(2)
 SCORES(3)
 SCORES(4)
 SCORES(5)
 SCORES(6)
+SCORES2(1)
+SCORES2(2)
+SCORES2(3)
+SCORES2(4)
+SCORES2(5)
+SCORES2(6)
+#if QB > 6
 SCORES(7)
 SCORES(8)
+SCORES2(7)
+SCORES2(8)
+#endif
 
 static inline float hmax(vf v) {
     float t[VW];
@@ -505,7 +548,26 @@ static void attend(const sb_model *m, const float *qkv, int64_t qkv_n, int64_t T
             int64_t qi = first + q0 + i;
             qp[i] = qkv + (b * T + qi % T) * qkv_n + (g * group + qi / T) * d;
         }
-        for (int64_t j0 = 0; j0 < L; j0 += VW) {
+        int64_t j0 = 0;
+        for (; j0 + 2 * VW <= L; j0 += 2 * VW) {  /* two whole blocks of keys a pass */
+            const float *kb = kt + j0 * d;
+            float *o = sc + q0 * L + j0;
+            switch (nb) {
+            case 1: scores2_1(qp, kb, d, m->scale, o, L); break;
+            case 2: scores2_2(qp, kb, d, m->scale, o, L); break;
+            case 3: scores2_3(qp, kb, d, m->scale, o, L); break;
+            case 4: scores2_4(qp, kb, d, m->scale, o, L); break;
+            case 5: scores2_5(qp, kb, d, m->scale, o, L); break;
+#if QB > 6
+            case 6: scores2_6(qp, kb, d, m->scale, o, L); break;
+            case 7: scores2_7(qp, kb, d, m->scale, o, L); break;
+            default: scores2_8(qp, kb, d, m->scale, o, L); break;
+#else
+            default: scores2_6(qp, kb, d, m->scale, o, L); break;
+#endif
+            }
+        }
+        for (; j0 < L; j0 += VW) {  /* the rest, a block (maybe partial) at a time */
             int64_t n = L - j0 < VW ? L - j0 : VW;
             const float *kb = kt + j0 * d;
             float *o = sc + q0 * L + j0;
@@ -515,9 +577,13 @@ static void attend(const sb_model *m, const float *qkv, int64_t qkv_n, int64_t T
             case 3: scores_3(qp, kb, d, m->scale, o, L, n); break;
             case 4: scores_4(qp, kb, d, m->scale, o, L, n); break;
             case 5: scores_5(qp, kb, d, m->scale, o, L, n); break;
+#if QB > 6
             case 6: scores_6(qp, kb, d, m->scale, o, L, n); break;
             case 7: scores_7(qp, kb, d, m->scale, o, L, n); break;
             default: scores_8(qp, kb, d, m->scale, o, L, n); break;
+#else
+            default: scores_6(qp, kb, d, m->scale, o, L, n); break;
+#endif
             }
         }
     }
