@@ -4,8 +4,10 @@
 #   hf-lean   the same on the lean forward (torch's kernels), the default before the native one
 #   lc-f32    --target llama.cpp on a float32 GGUF of the same weights: the same methods
 #   native-f32  llama.cpp's own: llama.cpp:ar and llama.cpp:ngram-mod on that GGUF
-# then each target's and engine's AR against this machine's bandwidth floor (the engines study's
-# analyze.py) and the cost curves t(q) of the hf forwards and the llama.cpp target.
+# then the cost curves t(q) of the hf forwards and the llama.cpp target, where the native step's
+# time goes (roofline/native_profile.py), the products' floor for t(10)/t(1) on this machine
+# (roofline/overlap.c, needs a C compiler), and each target's and engine's AR against this
+# machine's bandwidth floor (the engines study's analyze.py).
 # Questions: the first 2 Spec-Bench questions of each category (12 questions, 14 turns), 64 new
 # tokens, greedy, 2 threads.
 #   ISA=avx2 bash reproduce.sh   runs torch, MKL, oneDNN and the native library with AVX2 kernels
@@ -49,6 +51,16 @@ for f in native lean; do
   [ -f "$OUT/cost-$f.json" ] || { stamp "cost $f"; specbench cost --forward "$f" --threads 2 --max-q 16 --repeats 15 --refresh --json "$OUT/cost-$f.json" | tee "$OUT/cost-$f.txt"; }
 done
 [ -f "$OUT/cost-llama.cpp.json" ] || { stamp "cost llama.cpp"; specbench cost --target llama.cpp --model "$F32" --threads 2 --max-q 16 --refresh --json "$OUT/cost-llama.cpp.json" | tee "$OUT/cost-llama.cpp.txt"; }
+stamp "native profile"
+python results/reference/roofline/native_profile.py "$OUT/native-profile.json" > "$OUT/native-profile.md"
+# the products' floor for t(10)/t(1): the weight stream with q multiply-adds a vector (overlap.c)
+if command -v "${CC:-cc}" > /dev/null; then
+  stamp "overlap"
+  if [ "${ISA:-}" = "avx2" ] || ! grep -q avx512f /proc/cpuinfo; then V=(-mavx2 -mfma -DVBYTES=32); else V=(-mavx512f -DVBYTES=64); fi
+  "${CC:-cc}" -O3 -fopenmp "${V[@]}" results/reference/roofline/overlap.c -o "$OUT/overlap.bin"
+  OMP_NUM_THREADS=2 "$OUT/overlap.bin" | tee "$OUT/overlap.txt"
+  rm -f "$OUT/overlap.bin"
+fi
 stamp "analysis"
 python results/reference/engines/analyze.py "$OUT"
 stamp "done"
