@@ -483,6 +483,22 @@ SCORES2(7)
 SCORES2(8)
 #endif
 
+/* By the number of queries a pass has (1..QB). */
+typedef void (*scores_fn)(const float *const *, const float *, int64_t, float, float *, int64_t, int64_t);
+typedef void (*scores2_fn)(const float *const *, const float *, int64_t, float, float *, int64_t);
+static const scores_fn scores_kernels[QB + 1] = {
+    NULL, scores_1, scores_2, scores_3, scores_4, scores_5, scores_6,
+#if QB > 6
+    scores_7, scores_8,
+#endif
+};
+static const scores2_fn scores2_kernels[QB + 1] = {
+    NULL, scores2_1, scores2_2, scores2_3, scores2_4, scores2_5, scores2_6,
+#if QB > 6
+    scores2_7, scores2_8,
+#endif
+};
+
 static inline float hmax(vf v) {
     float t[VW];
     storev(t, v);
@@ -548,44 +564,13 @@ static void attend(const sb_model *m, const float *qkv, int64_t qkv_n, int64_t T
             int64_t qi = first + q0 + i;
             qp[i] = qkv + (b * T + qi % T) * qkv_n + (g * group + qi / T) * d;
         }
+        const scores2_fn two = scores2_kernels[nb];
+        const scores_fn one = scores_kernels[nb];
         int64_t j0 = 0;
-        for (; j0 + 2 * VW <= L; j0 += 2 * VW) {  /* two whole blocks of keys a pass */
-            const float *kb = kt + j0 * d;
-            float *o = sc + q0 * L + j0;
-            switch (nb) {
-            case 1: scores2_1(qp, kb, d, m->scale, o, L); break;
-            case 2: scores2_2(qp, kb, d, m->scale, o, L); break;
-            case 3: scores2_3(qp, kb, d, m->scale, o, L); break;
-            case 4: scores2_4(qp, kb, d, m->scale, o, L); break;
-            case 5: scores2_5(qp, kb, d, m->scale, o, L); break;
-#if QB > 6
-            case 6: scores2_6(qp, kb, d, m->scale, o, L); break;
-            case 7: scores2_7(qp, kb, d, m->scale, o, L); break;
-            default: scores2_8(qp, kb, d, m->scale, o, L); break;
-#else
-            default: scores2_6(qp, kb, d, m->scale, o, L); break;
-#endif
-            }
-        }
-        for (; j0 < L; j0 += VW) {  /* the rest, a block (maybe partial) at a time */
-            int64_t n = L - j0 < VW ? L - j0 : VW;
-            const float *kb = kt + j0 * d;
-            float *o = sc + q0 * L + j0;
-            switch (nb) {
-            case 1: scores_1(qp, kb, d, m->scale, o, L, n); break;
-            case 2: scores_2(qp, kb, d, m->scale, o, L, n); break;
-            case 3: scores_3(qp, kb, d, m->scale, o, L, n); break;
-            case 4: scores_4(qp, kb, d, m->scale, o, L, n); break;
-            case 5: scores_5(qp, kb, d, m->scale, o, L, n); break;
-#if QB > 6
-            case 6: scores_6(qp, kb, d, m->scale, o, L, n); break;
-            case 7: scores_7(qp, kb, d, m->scale, o, L, n); break;
-            default: scores_8(qp, kb, d, m->scale, o, L, n); break;
-#else
-            default: scores_6(qp, kb, d, m->scale, o, L, n); break;
-#endif
-            }
-        }
+        for (; j0 + 2 * VW <= L; j0 += 2 * VW)  /* two whole blocks of keys a pass */
+            two(qp, kt + j0 * d, d, m->scale, sc + q0 * L + j0, L);
+        for (; j0 < L; j0 += VW)  /* the rest, a block (maybe partial) at a time */
+            one(qp, kt + j0 * d, d, m->scale, sc + q0 * L + j0, L, L - j0 < VW ? L - j0 : VW);
     }
     /* softmax numerators: exp(score - max) over the visible slots, exactly 0 on hidden ones */
     for (int64_t qq = 0; qq < count; qq++) {
